@@ -1,0 +1,26 @@
+"""kinesis-dstream: KCL-compatible Kinesis consumers for PySpark DStreams and kclpy processors.
+
+The Spark names are imported lazily, so worker processes and the multilang daemon never
+import pyspark.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .config import ConsumerConfig
+from .errors import CheckpointError, ConfigurationError, KinesisDStreamError
+
+__version__ = "0.1.0"
+
+_SPARK_EXPORTS = ("KinesisUtils", "InitialPositionInStream", "MetricsLevel", "utf8_decoder")
+
+__all__ = ["ConsumerConfig", "CheckpointError", "ConfigurationError", "KinesisDStreamError",
+           *_SPARK_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SPARK_EXPORTS:
+        from .spark import kinesis_utils
+
+        return getattr(kinesis_utils, name)
+    raise AttributeError(f"module 'kinesis_dstream' has no attribute {name!r}")

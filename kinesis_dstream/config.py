@@ -1,0 +1,187 @@
+"""The one configuration object of a consumer application.
+
+``ConsumerConfig`` is built from keyword arguments (``KinesisUtils.createStream``), from a
+KCL properties file (``kinesis_dstream.multilang.properties``) or from Spark conf keys
+(``with_spark_conf``). Field names are the KCL's property names in snake case with the
+unit in the name; defaults are the KCL's unless a comment says why we differ.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import ConfigurationError
+
+# Spark conf keys honoured by the retry policy (same names and defaults as kinesis-asl).
+SPARK_RETRY_WAIT_TIME = "spark.streaming.kinesis.retry.waitTime"
+SPARK_RETRY_MAX_ATTEMPTS = "spark.streaming.kinesis.retry.maxAttempts"
+SPARK_RECEIVER_MAX_RATE = "spark.streaming.receiver.maxRate"
+SPARK_BACKPRESSURE_ENABLED = "spark.streaming.backpressure.enabled"
+
+INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
+METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
+
+
+def default_worker_id() -> str:
+    """Unique per process, readable in the lease table (the KCL uses a UUID alone)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def parse_duration_ms(value: str | int | float, key: str) -> int:
+    """Parse Spark-style durations ("100ms", "2s", "1min", bare number = ms)."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = str(value).strip().lower()
+    units = (("ms", 1), ("min", 60_000), ("s", 1000), ("m", 60_000), ("h", 3_600_000))
+    for suffix, factor in units:
+        if text.endswith(suffix):
+            number = text[: -len(suffix)].strip()
+            break
+    else:
+        number, factor = text, 1
+    try:
+        return int(float(number) * factor)
+    except ValueError:
+        raise ConfigurationError(f"{key}: cannot read {value!r} as a duration") from None
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Everything a worker needs; validated when built, immutable after."""
+
+    application_name: str
+    stream_name: str
+    region_name: str = field(
+        default_factory=lambda: os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1"
+    )
+    # Endpoints: None means boto3's own resolution, which honours
+    # AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL_DYNAMODB.
+    kinesis_endpoint: str | None = None
+    dynamodb_endpoint: str | None = None
+    cloudwatch_endpoint: str | None = None
+    # Credentials: None means boto3's default chain.
+    aws_access_key_id: str | None = None
+    aws_secret_key: str | None = None
+    sts_assume_role_arn: str | None = None
+    sts_session_name: str | None = None
+    sts_external_id: str | None = None
+
+    initial_position: str = "LATEST"
+    initial_position_timestamp: float | None = None  # epoch seconds, AT_TIMESTAMP only
+    worker_id: str = field(default_factory=default_worker_id)
+
+    # Retrieval (KCL PollingConfig names).
+    max_records: int = 10000
+    idle_time_between_reads_ms: int = 1000
+    call_process_records_even_for_empty_record_list: bool = False
+
+    # Leases (KCL LeaseManagementConfig names and defaults).
+    failover_time_ms: int = 10000
+    shard_sync_interval_ms: int = 60000
+    max_leases_for_worker: int = 2**31 - 1
+    max_leases_to_steal_at_one_time: int = 1
+    # The KCL takes leases every 2 x failover (20 s); we look every failover / 2 so that a
+    # joining worker gets its share in seconds. Still one steal per pass: no storms.
+    lease_taker_interval_ms: int | None = None
+    parent_shard_poll_interval_ms: int = 1000
+
+    # Retries (Spark's kinesis-asl names and defaults).
+    retry_wait_time_ms: int = 100
+    retry_max_attempts: int = 3
+    # Bounded time for every AWS call: a dead endpoint fails fast instead of hanging.
+    connect_timeout_s: float = 3.0
+    read_timeout_s: float = 10.0
+
+    checkpoint_interval_ms: int = 10000
+    shutdown_grace_ms: int = 20000
+    metrics_level: str = "DETAILED"
+
+    def __post_init__(self) -> None:
+        for name in ("application_name", "stream_name", "region_name"):
+            if not getattr(self, name):
+                raise ConfigurationError(f"{name} is required")
+        if self.initial_position not in INITIAL_POSITIONS:
+            raise ConfigurationError(
+                f"initial_position must be one of {INITIAL_POSITIONS}, got {self.initial_position!r}"
+            )
+        if self.initial_position == "AT_TIMESTAMP" and self.initial_position_timestamp is None:
+            raise ConfigurationError("initial_position AT_TIMESTAMP needs initial_position_timestamp")
+        if self.metrics_level not in METRICS_LEVELS:
+            raise ConfigurationError(
+                f"metrics_level must be one of {METRICS_LEVELS}, got {self.metrics_level!r}"
+            )
+        if (self.aws_access_key_id is None) != (self.aws_secret_key is None):
+            raise ConfigurationError("aws_access_key_id and aws_secret_key must be given together")
+        sts = (self.sts_assume_role_arn, self.sts_session_name, self.sts_external_id)
+        if any(v is not None for v in sts) and not all(v is not None for v in sts):
+            raise ConfigurationError(
+                "sts_assume_role_arn, sts_session_name and sts_external_id must be given together"
+            )
+        positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
+                    "retry_max_attempts", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name} must be positive, got {getattr(self, name)}")
+        non_negative = ("idle_time_between_reads_ms", "retry_wait_time_ms", "checkpoint_interval_ms",
+                        "shutdown_grace_ms", "parent_shard_poll_interval_ms")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{name} must not be negative, got {getattr(self, name)}")
+        if not 1 <= self.max_records <= 10000:
+            raise ConfigurationError(f"max_records must be within 1..10000, got {self.max_records}")
+
+    @property
+    def lease_table_name(self) -> str:
+        """The KCL names the lease table after the application."""
+        return self.application_name
+
+    @property
+    def renew_interval_ms(self) -> int:
+        """The KCL renews every failover / 3 (minus an epsilon)."""
+        return max(self.failover_time_ms // 3 - 25, 50)
+
+    @property
+    def taker_interval_ms(self) -> int:
+        if self.lease_taker_interval_ms is not None:
+            return self.lease_taker_interval_ms
+        return max(self.failover_time_ms // 2, 100)
+
+    def replace(self, **changes: Any) -> "ConsumerConfig":
+        """A copy with some fields changed; unknown names raise ConfigurationError."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigurationError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+    def with_spark_conf(self, conf: Mapping[str, str]) -> "ConsumerConfig":
+        """Apply the kinesis-asl retry keys from a Spark conf (a dict of its items)."""
+        changes: dict[str, Any] = {}
+        if SPARK_RETRY_WAIT_TIME in conf:
+            changes["retry_wait_time_ms"] = parse_duration_ms(conf[SPARK_RETRY_WAIT_TIME],
+                                                              SPARK_RETRY_WAIT_TIME)
+        if SPARK_RETRY_MAX_ATTEMPTS in conf:
+            try:
+                changes["retry_max_attempts"] = int(conf[SPARK_RETRY_MAX_ATTEMPTS])
+            except ValueError:
+                raise ConfigurationError(
+                    f"{SPARK_RETRY_MAX_ATTEMPTS}: not a whole number: {conf[SPARK_RETRY_MAX_ATTEMPTS]!r}"
+                ) from None
+        return self.replace(**changes) if changes else self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, for handing the config to a worker process as JSON."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ConsumerConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigurationError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        return cls(**data)

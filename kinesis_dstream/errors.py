@@ -1,0 +1,78 @@
+"""Errors raised by kinesis_dstream.
+
+The split follows the KCL's: an error is either worth retrying (throttling, transient
+network or server trouble) or it is not (wrong stream, bad credentials, bad argument).
+Retry code asks ``error.retryable`` instead of matching classes, so a new error kind
+only has to say which it is.
+"""
+from __future__ import annotations
+
+
+class KinesisDStreamError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    retryable: bool = False
+
+
+class ConfigurationError(KinesisDStreamError, ValueError):
+    """A setting is missing, unknown or invalid; the message names it."""
+
+
+class StreamNotFoundError(KinesisDStreamError):
+    """The stream does not exist (or is not visible with these credentials)."""
+
+
+class CredentialsError(KinesisDStreamError):
+    """No credentials were found, or AWS rejected them."""
+
+
+class EndpointUnreachableError(KinesisDStreamError):
+    """The service endpoint did not answer; retried, then raised with its URL."""
+
+    retryable = True
+
+
+class ThrottlingError(KinesisDStreamError):
+    """ProvisionedThroughputExceeded, LimitExceeded or a DynamoDB throttle."""
+
+    retryable = True
+
+
+class TransientServiceError(KinesisDStreamError):
+    """A 5xx answer or a dropped connection: worth another try."""
+
+    retryable = True
+
+
+class ExpiredIteratorError(KinesisDStreamError):
+    """A shard iterator aged out; the fetcher re-creates it from the last position."""
+
+
+class RetriesExhaustedError(KinesisDStreamError):
+    """Gave up after the configured attempts; ``last_error`` says why."""
+
+    def __init__(self, message: str, last_error: BaseException | None = None):
+        super().__init__(message)
+        self.last_error = last_error
+
+
+class LeaseLostError(KinesisDStreamError):
+    """Another worker holds the lease now (our conditional write failed)."""
+
+
+class CheckpointError(KinesisDStreamError):
+    """A checkpoint was refused.
+
+    ``value`` carries the KCL's exception name (``InvalidStateException``,
+    ``ShutdownException``, ``IllegalArgumentException``, ...), the same field that
+    amazon-kclpy's ``CheckpointError`` has, so processors written for kclpy can
+    inspect it unchanged.
+    """
+
+    def __init__(self, value: str, message: str = ""):
+        super().__init__(f"{value}: {message}" if message else value)
+        self.value = value
+
+
+class AggregationError(KinesisDStreamError):
+    """A KPL aggregate could not be split (bad magic, checksum or truncated)."""
