@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
-    from .records import Record
+    from ..records import Record
 
 
 class Checkpointer(Protocol):

@@ -1,0 +1,164 @@
+"""A thin Kinesis client: the four calls a polling consumer needs, with our errors.
+
+Every call goes through the one ``RetryPolicy`` (Spark's retry settings), and every
+botocore error is translated by ``translate_error`` so callers see ``StreamNotFoundError``,
+``ThrottlingError`` and friends instead of botocore's codes. Messages name the stream, the
+region and the endpoint, because "ResourceNotFoundException" alone does not tell a user
+which of their settings is wrong.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..config import ConsumerConfig
+from ..errors import EndpointUnreachableError, RetriesExhaustedError
+from ..retry import RetryPolicy
+from .clients import make_client, translate_error
+
+log = logging.getLogger(__name__)
+
+ITERATOR_TYPES = ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST",
+                  "AT_TIMESTAMP")
+
+
+class UnreachableAfterRetriesError(EndpointUnreachableError, RetriesExhaustedError):
+    """The endpoint stayed unreachable through every retry.
+
+    It is both kinds on purpose: start-up code that asks "is the endpoint dead?" and a shard
+    consumer that waits after ``RetriesExhaustedError`` both recognise it. Not retryable
+    itself: the retries already happened.
+    """
+
+    retryable = False
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard as ListShards describes it; hash keys are decimal strings as in the lease table."""
+
+    shard_id: str
+    parent_shard_id: str | None
+    adjacent_parent_shard_id: str | None
+    starting_hash_key: str
+    ending_hash_key: str
+    starting_sequence_number: str | None
+    ending_sequence_number: str | None
+
+    @property
+    def is_closed(self) -> bool:
+        """A closed shard (after a split or merge) has an ending sequence number."""
+        return self.ending_sequence_number is not None
+
+    @property
+    def parent_shard_ids(self) -> list[str]:
+        return [p for p in (self.parent_shard_id, self.adjacent_parent_shard_id) if p]
+
+    @classmethod
+    def from_api(cls, item: dict) -> "Shard":
+        hash_range = item.get("HashKeyRange", {})
+        seq_range = item.get("SequenceNumberRange", {})
+        return cls(
+            shard_id=item["ShardId"],
+            parent_shard_id=item.get("ParentShardId"),
+            adjacent_parent_shard_id=item.get("AdjacentParentShardId"),
+            starting_hash_key=hash_range.get("StartingHashKey", "0"),
+            ending_hash_key=hash_range.get("EndingHashKey", "0"),
+            starting_sequence_number=seq_range.get("StartingSequenceNumber"),
+            ending_sequence_number=seq_range.get("EndingSequenceNumber"),
+        )
+
+
+class KinesisClient:
+    """Kinesis calls for one stream, retried and translated.
+
+    ``client`` and ``sleep`` exist so unit tests can pass a stubbed boto3 client and a fake
+    clock; production code passes only the config.
+    """
+
+    def __init__(self, config: ConsumerConfig, client: Any = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._config = config
+        self._client = client if client is not None else make_client(config, "kinesis")
+        self._policy = RetryPolicy.from_config(config)
+        self._sleep = sleep
+        self.stream_name = config.stream_name
+
+    @property
+    def endpoint_url(self) -> str:
+        return str(getattr(self._client.meta, "endpoint_url", "") or "")
+
+    def _where(self) -> str:
+        return f"stream {self.stream_name!r} in {self._config.region_name} at {self.endpoint_url}"
+
+    def _call(self, operation: str, what: str, **kwargs: Any) -> dict:
+        method = getattr(self._client, operation)
+
+        def attempt() -> dict:
+            try:
+                return method(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - every botocore error is translated
+                raise translate_error(exc, what) from exc
+
+        try:
+            return self._policy.call(attempt, what, sleep=self._sleep)
+        except RetriesExhaustedError as exc:
+            if isinstance(exc.last_error, EndpointUnreachableError):
+                raise UnreachableAfterRetriesError(
+                    f"{exc.last_error} (no answer in {self._policy.max_attempts} attempts; check "
+                    "the Kinesis endpoint setting or AWS_ENDPOINT_URL_KINESIS)",
+                    exc.last_error) from exc
+            raise
+
+    def describe_stream_summary(self) -> dict:
+        """The stream's summary; called at start so a wrong name fails at once, clearly."""
+        answer = self._call("describe_stream_summary", f"describing {self._where()}",
+                            StreamName=self.stream_name)
+        return answer["StreamDescriptionSummary"]
+
+    def list_shards(self) -> list[Shard]:
+        """Every shard of the stream, open and closed, following NextToken."""
+        what = f"listing shards of {self._where()}"
+        answer = self._call("list_shards", what, StreamName=self.stream_name)
+        shards = [Shard.from_api(s) for s in answer.get("Shards", [])]
+        while answer.get("NextToken"):
+            # NextToken may not be combined with StreamName.
+            answer = self._call("list_shards", what, NextToken=answer["NextToken"])
+            shards.extend(Shard.from_api(s) for s in answer.get("Shards", []))
+        return shards
+
+    def get_shard_iterator(self, shard_id: str, iterator_type: str,
+                           sequence_number: str | None = None,
+                           timestamp: float | _dt.datetime | None = None) -> str:
+        if iterator_type not in ITERATOR_TYPES:
+            raise ValueError(f"unknown iterator type {iterator_type!r}")
+        kwargs: dict[str, Any] = {"StreamName": self.stream_name, "ShardId": shard_id,
+                                  "ShardIteratorType": iterator_type}
+        if iterator_type in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+            if not sequence_number:
+                raise ValueError(f"{iterator_type} needs a sequence number")
+            kwargs["StartingSequenceNumber"] = sequence_number
+        if iterator_type == "AT_TIMESTAMP":
+            if timestamp is None:
+                raise ValueError("AT_TIMESTAMP needs a timestamp")
+            if not isinstance(timestamp, _dt.datetime):
+                timestamp = _dt.datetime.fromtimestamp(float(timestamp), tz=_dt.timezone.utc)
+            kwargs["Timestamp"] = timestamp
+        position = f" {sequence_number}" if sequence_number else ""
+        answer = self._call(
+            "get_shard_iterator",
+            f"getting a {iterator_type}{position} iterator for shard {shard_id} of {self._where()}",
+            **kwargs)
+        return answer["ShardIterator"]
+
+    def get_records(self, iterator: str, limit: int, *, shard_id: str = "") -> dict:
+        """The raw GetRecords answer (Records, NextShardIterator, MillisBehindLatest, ChildShards).
+
+        Retrying with the same iterator is safe: an iterator can be read again until it expires.
+        """
+        shard = f" shard {shard_id}" if shard_id else ""
+        return self._call("get_records", f"reading{shard} of {self._where()}",
+                          ShardIterator=iterator, Limit=limit)

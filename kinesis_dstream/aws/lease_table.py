@@ -1,0 +1,257 @@
+"""The KCL 2.x lease table in DynamoDB: its item format and its conditional writes.
+
+The attribute names and types are the Java KCL's (DynamoDBLeaseSerializer), so a Java
+worker and ours can share one table. Every write is guarded by ``leaseCounter``, which the
+holder bumps on each take, renew and checkpoint: a failed guard means someone else wrote
+the lease since we last saw it, i.e. we lost it. This module only reads and writes items;
+who takes what and when is decided in ``worker.leases``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..config import ConsumerConfig
+from ..errors import LeaseLostError
+from ..retry import RetryPolicy
+from ..records import ExtendedSequenceNumber
+from .clients import is_conditional_check_failure, make_client, translate_error
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Lease:
+    lease_key: str
+    lease_owner: str | None = None
+    lease_counter: int = 0
+    checkpoint: ExtendedSequenceNumber = ExtendedSequenceNumber("TRIM_HORIZON")
+    owner_switches_since_checkpoint: int = 0
+    parent_shard_ids: frozenset[str] = frozenset()
+    child_shard_ids: frozenset[str] = frozenset()
+    starting_hash_key: str | None = None
+    ending_hash_key: str | None = None
+    pending_checkpoint: str | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.checkpoint.is_shard_end
+
+
+def _item_to_lease(item: dict[str, Any]) -> Lease:
+    def s(name: str) -> str | None:
+        return item[name]["S"] if name in item else None
+
+    def n(name: str, default: int = 0) -> int:
+        return int(item[name]["N"]) if name in item else default
+
+    def ss(name: str) -> frozenset[str]:
+        return frozenset(item[name]["SS"]) if name in item else frozenset()
+
+    return Lease(
+        lease_key=item["leaseKey"]["S"],
+        lease_owner=s("leaseOwner"),
+        lease_counter=n("leaseCounter"),
+        checkpoint=ExtendedSequenceNumber(s("checkpoint") or "TRIM_HORIZON",
+                                          n("checkpointSubSequenceNumber")),
+        owner_switches_since_checkpoint=n("ownerSwitchesSinceCheckpoint"),
+        parent_shard_ids=ss("parentShardId"),
+        child_shard_ids=ss("childShardIds"),
+        starting_hash_key=s("startingHashKey"),
+        ending_hash_key=s("endingHashKey"),
+        pending_checkpoint=s("pendingCheckpoint"),
+    )
+
+
+def _lease_to_item(lease: Lease) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "leaseKey": {"S": lease.lease_key},
+        "leaseCounter": {"N": str(lease.lease_counter)},
+        "checkpoint": {"S": lease.checkpoint.sequence_number},
+        "checkpointSubSequenceNumber": {"N": str(lease.checkpoint.sub_sequence_number)},
+        "ownerSwitchesSinceCheckpoint": {"N": str(lease.owner_switches_since_checkpoint)},
+    }
+    if lease.lease_owner:
+        item["leaseOwner"] = {"S": lease.lease_owner}
+    if lease.parent_shard_ids:
+        item["parentShardId"] = {"SS": sorted(lease.parent_shard_ids)}
+    if lease.child_shard_ids:
+        item["childShardIds"] = {"SS": sorted(lease.child_shard_ids)}
+    if lease.starting_hash_key is not None:
+        item["startingHashKey"] = {"S": lease.starting_hash_key}
+    if lease.ending_hash_key is not None:
+        item["endingHashKey"] = {"S": lease.ending_hash_key}
+    return item
+
+
+@dataclass
+class LeaseTable:
+    """``LeaseRefresher`` in the KCL: table lifecycle plus guarded item writes."""
+
+    config: ConsumerConfig
+    client: Any = None
+    retry: RetryPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.retry = RetryPolicy.from_config(self.config)
+        if self.client is None:
+            self.client = make_client(self.config, "dynamodb")
+
+    @property
+    def table_name(self) -> str:
+        return self.config.lease_table_name
+
+    def _call(self, what: str, operation: str, **kwargs: Any) -> Any:
+        """One DynamoDB call under the retry policy; conditional failures pass through raw."""
+        method = getattr(self.client, operation)
+
+        def attempt() -> Any:
+            try:
+                return method(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if is_conditional_check_failure(exc):
+                    raise
+                raise translate_error(exc, f"{what} (table {self.table_name})") from exc
+
+        return self.retry.call(attempt, what)
+
+    # -- table --------------------------------------------------------------------------
+    def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
+        """Create the table in the KCL 2.x shape; True if this call created it."""
+        created = False
+        try:
+            self._call("describing the lease table", "describe_table", TableName=self.table_name)
+        except Exception as exc:  # noqa: BLE001 - only 'not found' is expected
+            if "ResourceNotFoundException" not in str(exc) and type(exc).__name__ != "StreamNotFoundError":
+                raise
+            try:
+                self._call("creating the lease table", "create_table",
+                           TableName=self.table_name,
+                           KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
+                           AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
+                           BillingMode="PAY_PER_REQUEST")
+                created = True
+                log.info("created lease table %s", self.table_name)
+            except Exception as create_exc:  # noqa: BLE001 - a peer may have created it
+                if "ResourceInUseException" not in str(create_exc):
+                    raise
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self._call("describing the lease table", "describe_table",
+                                TableName=self.table_name)["Table"]["TableStatus"]
+            if status == "ACTIVE":
+                return created
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"lease table {self.table_name} not ACTIVE after {timeout_s} s")
+            time.sleep(0.1)
+
+    # -- reads --------------------------------------------------------------------------
+    def list_leases(self) -> list[Lease]:
+        leases: list[Lease] = []
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        while True:
+            page = self._call("listing leases", "scan", **kwargs)
+            leases.extend(_item_to_lease(item) for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return leases
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def get_lease(self, lease_key: str) -> Lease | None:
+        item = self._call(f"reading lease {lease_key}", "get_item", TableName=self.table_name,
+                          Key={"leaseKey": {"S": lease_key}}, ConsistentRead=True).get("Item")
+        return _item_to_lease(item) if item else None
+
+    # -- writes -------------------------------------------------------------------------
+    def create_lease_if_not_exists(self, lease: Lease) -> bool:
+        try:
+            self._call(f"creating lease {lease.lease_key}", "put_item", TableName=self.table_name,
+                       Item=_lease_to_item(lease),
+                       ConditionExpression="attribute_not_exists(leaseKey)")
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if is_conditional_check_failure(exc):
+                return False
+            raise
+
+    def _guarded_update(self, lease: Lease, what: str, update: str,
+                        values: dict[str, Any], names: dict[str, str] | None = None,
+                        require_owner: str | None = None) -> None:
+        condition = "leaseCounter = :expected"
+        values = {**values, ":expected": {"N": str(lease.lease_counter)}}
+        if require_owner is not None:
+            condition += " AND leaseOwner = :me"
+            values[":me"] = {"S": require_owner}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": {"leaseKey": {"S": lease.lease_key}},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        try:
+            self._call(f"{what} lease {lease.lease_key}", "update_item", **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            if is_conditional_check_failure(exc):
+                raise LeaseLostError(
+                    f"{what} lease {lease.lease_key}: it changed since counter {lease.lease_counter}"
+                ) from None
+            raise
+
+    def take_lease(self, lease: Lease, owner: str) -> Lease:
+        """Take an expired, unowned or stolen lease; a steal counts an owner switch."""
+        switches = lease.owner_switches_since_checkpoint
+        if lease.lease_owner and lease.lease_owner != owner:
+            switches += 1
+        self._guarded_update(
+            lease, "taking",
+            "SET leaseOwner = :owner, leaseCounter = :counter, ownerSwitchesSinceCheckpoint = :switches",
+            {":owner": {"S": owner}, ":counter": {"N": str(lease.lease_counter + 1)},
+             ":switches": {"N": str(switches)}})
+        return replace(lease, lease_owner=owner, lease_counter=lease.lease_counter + 1,
+                       owner_switches_since_checkpoint=switches)
+
+    def renew_lease(self, lease: Lease) -> Lease:
+        self._guarded_update(lease, "renewing", "SET leaseCounter = :counter",
+                             {":counter": {"N": str(lease.lease_counter + 1)}},
+                             require_owner=lease.lease_owner)
+        return replace(lease, lease_counter=lease.lease_counter + 1)
+
+    def update_checkpoint(self, lease: Lease, checkpoint: ExtendedSequenceNumber) -> Lease:
+        self._guarded_update(
+            lease, "checkpointing",
+            "SET #cp = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero,"
+            " leaseCounter = :counter"
+            " REMOVE pendingCheckpoint, pendingCheckpointSubSequenceNumber, pendingCheckpointState",
+            {":cp": {"S": checkpoint.sequence_number},
+             ":sub": {"N": str(checkpoint.sub_sequence_number)},
+             ":zero": {"N": "0"},
+             ":counter": {"N": str(lease.lease_counter + 1)}},
+            names={"#cp": "checkpoint"},
+            require_owner=lease.lease_owner)
+        return replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=0,
+                       lease_counter=lease.lease_counter + 1, pending_checkpoint=None)
+
+    def set_child_shard_ids(self, lease: Lease, child_shard_ids: list[str]) -> Lease:
+        """Record the children on a finished parent, as the KCL does at shard end."""
+        if not child_shard_ids:
+            return lease
+        self._guarded_update(lease, "recording children of",
+                             "SET childShardIds = :children, leaseCounter = :counter",
+                             {":children": {"SS": sorted(child_shard_ids)},
+                              ":counter": {"N": str(lease.lease_counter + 1)}})
+        return replace(lease, child_shard_ids=frozenset(child_shard_ids),
+                       lease_counter=lease.lease_counter + 1)
+
+    def evict_lease(self, lease: Lease) -> Lease:
+        """Give a lease up (graceful shutdown): the owner goes, the checkpoint stays."""
+        self._guarded_update(lease, "releasing", "REMOVE leaseOwner SET leaseCounter = :counter",
+                             {":counter": {"N": str(lease.lease_counter + 1)}},
+                             require_owner=lease.lease_owner)
+        return replace(lease, lease_owner=None, lease_counter=lease.lease_counter + 1)
+
+    def delete_table(self) -> None:
+        self._call("deleting the lease table", "delete_table", TableName=self.table_name)

@@ -1,0 +1,120 @@
+"""The checkpointer handed to record processors (RecordProcessorCheckpointer in the KCL).
+
+It accepts a position only between the last checkpoint and the last record delivered, so a
+processor can never checkpoint what it has not seen. Unlike the KCL, a sequence number
+given without a sub-sequence number that names a KPL aggregate means the whole aggregate
+as far as it was delivered, so that restarting does not replay an aggregate the processor
+said it had finished (SPARK-26866).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from ..errors import CheckpointError, LeaseLostError, RetriesExhaustedError, KinesisDStreamError
+from ..records import SHARD_END, ExtendedSequenceNumber, Record, is_valid_sequence_number
+
+log = logging.getLogger(__name__)
+
+# Write function: (shard_id, position) -> None, raising LeaseLostError when not ours.
+CheckpointWriter = Callable[[str, ExtendedSequenceNumber], object]
+
+
+class ShardCheckpointer:
+    def __init__(self, shard_id: str, writer: CheckpointWriter,
+                 last_checkpoint: ExtendedSequenceNumber):
+        self.shard_id = shard_id
+        self._writer = writer
+        self._lock = threading.Lock()
+        self._last_checkpoint = last_checkpoint
+        self._largest_permitted: ExtendedSequenceNumber | None = None
+        self._last_sub_of: dict[str, int] = {}
+        self._shard_ended = False
+        self._closed_reason: str | None = None
+
+    @property
+    def last_checkpoint(self) -> ExtendedSequenceNumber:
+        return self._last_checkpoint
+
+    @property
+    def largest_permitted(self) -> ExtendedSequenceNumber | None:
+        return self._largest_permitted
+
+    # -- called by the shard consumer -------------------------------------------------------
+    def delivered(self, records: list[Record]) -> None:
+        """Widen what may be checkpointed to the end of this batch."""
+        if not records:
+            return
+        with self._lock:
+            for record in records:
+                if record.aggregated:
+                    self._last_sub_of[record.sequence_number] = record.sub_sequence_number
+            self._largest_permitted = records[-1].extended_sequence_number
+            if len(self._last_sub_of) > 4096:
+                floor = int(self._last_checkpoint.sequence_number) if not self._last_checkpoint.is_sentinel else -1
+                self._last_sub_of = {k: v for k, v in self._last_sub_of.items() if int(k) > floor}
+
+    def reached_shard_end(self) -> None:
+        with self._lock:
+            self._shard_ended = True
+
+    def close(self, reason: str) -> None:
+        """After a lease loss or shutdown nothing more is written for this shard."""
+        with self._lock:
+            self._closed_reason = reason
+
+    # -- called by the processor -------------------------------------------------------------
+    def checkpoint(self, sequence_number: str | None = None,
+                   sub_sequence_number: int | None = None) -> None:
+        with self._lock:
+            if self._closed_reason is not None:
+                raise CheckpointError("ShutdownException",
+                                      f"shard {self.shard_id}: {self._closed_reason}")
+            target = self._target(sequence_number, sub_sequence_number)
+            if target == self._last_checkpoint:
+                return
+            try:
+                self._writer(self.shard_id, target)
+            except LeaseLostError as exc:
+                self._closed_reason = "lease lost"
+                raise CheckpointError("ShutdownException", str(exc)) from exc
+            except RetriesExhaustedError as exc:
+                raise CheckpointError("ThrottlingException", str(exc)) from exc
+            except KinesisDStreamError as exc:
+                raise CheckpointError("KinesisClientLibDependencyException", str(exc)) from exc
+            self._last_checkpoint = target
+            log.debug("checkpointed %s at %s", self.shard_id, target)
+
+    def _target(self, sequence_number: str | None,
+                sub_sequence_number: int | None) -> ExtendedSequenceNumber:
+        if sequence_number is None:
+            if self._shard_ended:
+                return ExtendedSequenceNumber(SHARD_END)
+            if self._largest_permitted is None:
+                return self._last_checkpoint
+            return self._largest_permitted
+        if sequence_number == SHARD_END:
+            if not self._shard_ended:
+                raise CheckpointError("IllegalArgumentException",
+                                      f"shard {self.shard_id} has not ended")
+            return ExtendedSequenceNumber(SHARD_END)
+        if not is_valid_sequence_number(sequence_number):
+            raise CheckpointError("IllegalArgumentException",
+                                  f"not a sequence number: {sequence_number!r}")
+        if sub_sequence_number is None:
+            sub = self._last_sub_of.get(sequence_number, 0)
+        else:
+            if not isinstance(sub_sequence_number, int) or sub_sequence_number < 0:
+                raise CheckpointError("IllegalArgumentException",
+                                      f"not a sub-sequence number: {sub_sequence_number!r}")
+            sub = sub_sequence_number
+        target = ExtendedSequenceNumber(sequence_number, sub)
+        if not self._last_checkpoint.is_sentinel and target < self._last_checkpoint:
+            raise CheckpointError("IllegalArgumentException",
+                                  f"{target} is before the last checkpoint {self._last_checkpoint}")
+        if self._largest_permitted is None or self._largest_permitted < target:
+            raise CheckpointError("IllegalArgumentException",
+                                  f"{target} is beyond the last record delivered "
+                                  f"({self._largest_permitted})")
+        return target

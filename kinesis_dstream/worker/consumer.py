@@ -1,0 +1,234 @@
+"""One shard lease's life on its own thread (the KCL's ShardConsumer and its states).
+
+WAITING_ON_PARENTS -> INITIALIZING -> PROCESSING -> SHUTTING_DOWN -> SHUT_DOWN.
+Fetch errors never drop a record: the fetcher keeps its iterator and the consumer waits
+and asks again. A processor that raises (or a multilang child that died) is replaced and
+fetching restarts from the last checkpoint, so what it had not checkpointed comes again.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..config import ConsumerConfig
+from ..errors import KinesisDStreamError
+from ..records import ExtendedSequenceNumber
+from .checkpoint import ShardCheckpointer
+from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
+                        ShardEndedInput, ShutdownRequestedInput)
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerState(enum.Enum):
+    WAITING_ON_PARENTS = "waiting on parents"
+    INITIALIZING = "initializing"
+    PROCESSING = "processing"
+    SHUTTING_DOWN = "shutting down"
+    SHUT_DOWN = "shut down"
+
+
+class ShutdownReason(enum.Enum):
+    LEASE_LOST = "lease lost"
+    SHARD_END = "shard end"
+    REQUESTED = "requested"
+
+
+@dataclass
+class ShardMetrics:
+    shard_id: str
+    state: str
+    records: int
+    millis_behind_latest: int | None
+    owner: str | None
+    last_checkpoint: str
+    last_delivered: str | None
+
+
+class ShardConsumer:
+    def __init__(self, config: ConsumerConfig, shard_id: str, processor_factory: ProcessorFactory,
+                 make_fetcher: Callable[[str], Any],
+                 read_checkpoint: Callable[[str], ExtendedSequenceNumber],
+                 write_checkpoint: Callable[[str, ExtendedSequenceNumber], object],
+                 parents_done: Callable[[str], bool],
+                 on_shard_end: Callable[[str, list[str]], None]):
+        self.config = config
+        self.shard_id = shard_id
+        self._processor_factory = processor_factory
+        self._make_fetcher = make_fetcher
+        self._read_checkpoint = read_checkpoint
+        self._write_checkpoint = write_checkpoint
+        self._parents_done = parents_done
+        self._on_shard_end = on_shard_end
+        self.state = ConsumerState.WAITING_ON_PARENTS
+        self.records_delivered = 0
+        self.millis_behind_latest: int | None = None
+        self.checkpointer: ShardCheckpointer | None = None
+        self._reason: ShutdownReason | None = None
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"shard-{shard_id}", daemon=True)
+
+    # -- control, from the scheduler ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def lease_lost(self) -> None:
+        self._reason = ShutdownReason.LEASE_LOST
+        if self.checkpointer is not None:
+            self.checkpointer.close("lease lost")
+        self._wake.set()
+
+    def request_shutdown(self) -> None:
+        if self._reason is None:
+            self._reason = ShutdownReason.REQUESTED
+        self._wake.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def done(self) -> bool:
+        return self.state is ConsumerState.SHUT_DOWN
+
+    @property
+    def shutdown_reason(self) -> ShutdownReason | None:
+        return self._reason
+
+    # -- the thread -------------------------------------------------------------------------------
+    def _sleep(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+
+    def _run(self) -> None:
+        try:
+            while self._reason is None and not self._parents_done(self.shard_id):
+                self._sleep(self.config.parent_shard_poll_interval_ms / 1000.0)
+            while self._reason is None:
+                if self._run_processor():
+                    break
+        except Exception:  # noqa: BLE001 - the thread must not die silently
+            log.exception("shard consumer %s failed; its lease will be released", self.shard_id)
+            if self._reason is None:
+                self._reason = ShutdownReason.REQUESTED
+        finally:
+            self.state = ConsumerState.SHUT_DOWN
+
+    def _run_processor(self) -> bool:
+        """Run one processor instance; True when the shard is finished with, False to restart it."""
+        self.state = ConsumerState.INITIALIZING
+        checkpoint = self._read_checkpoint(self.shard_id)
+        self.checkpointer = ShardCheckpointer(self.shard_id, self._write_checkpoint, checkpoint)
+        if self._reason is ShutdownReason.LEASE_LOST:
+            self.checkpointer.close("lease lost")
+        fetcher = self._make_fetcher(self.shard_id)
+        processor = self._processor_factory(self.shard_id)
+        try:
+            fetcher.initialize(checkpoint)
+            processor.initialize(InitializeInput(
+                shard_id=self.shard_id,
+                sequence_number=checkpoint.sequence_number,
+                sub_sequence_number=checkpoint.sub_sequence_number))
+            self.state = ConsumerState.PROCESSING
+            return self._process_loop(fetcher, processor)
+        except _ProcessorFailed as failure:
+            log.error("record processor for %s failed (%s); restarting it from checkpoint %s",
+                      self.shard_id, failure.__cause__, self.checkpointer.last_checkpoint)
+            self._close_quietly(processor)
+            self._sleep(self.config.retry_wait_time_ms / 1000.0)
+            return False
+
+    def _process_loop(self, fetcher: Any, processor: Any) -> bool:
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
+        failures = 0
+        while True:
+            if self._reason is not None:
+                return self._shut_down(processor)
+            try:
+                result = fetcher.get_records()
+                failures = 0
+            except KinesisDStreamError as exc:
+                failures += 1
+                wait = min(self.config.retry_wait_time_ms * 2 ** min(failures, 6), 10_000) / 1000.0
+                log.warning("shard %s: GetRecords failed (%s); trying again in %.1f s",
+                            self.shard_id, exc, wait)
+                self._sleep(wait)
+                continue
+            self.millis_behind_latest = result.millis_behind_latest
+            if result.records or self.config.call_process_records_even_for_empty_record_list:
+                checkpointer.delivered(result.records)
+                self._call(processor.process_records, ProcessRecordsInput(
+                    records=result.records, checkpointer=checkpointer,
+                    millis_behind_latest=result.millis_behind_latest))
+                self.records_delivered += len(result.records)
+            if result.shard_end:
+                return self._shard_end(processor, result.child_shard_ids)
+            if len(result.records) < self.config.max_records:
+                idle = self.config.idle_time_between_reads_ms / 1000.0
+                if result.records and (result.millis_behind_latest or 0) > 0:
+                    idle = min(idle, 0.2)  # behind: keep up, within Kinesis' 5 reads/s
+                self._sleep(idle)
+
+    def _call(self, method: Callable[[Any], None], argument: Any) -> None:
+        try:
+            method(argument)
+        except Exception as exc:  # noqa: BLE001 - re-raised as a restart request
+            raise _ProcessorFailed() from exc
+
+    def _shard_end(self, processor: Any, child_shard_ids: list[str]) -> bool:
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
+        self.state = ConsumerState.SHUTTING_DOWN
+        checkpointer.reached_shard_end()
+        attempt = 0
+        while self._reason is None:
+            self._call(processor.shard_ended, ShardEndedInput(checkpointer=checkpointer))
+            if checkpointer.last_checkpoint.is_shard_end:
+                self._reason = ShutdownReason.SHARD_END
+                self._on_shard_end(self.shard_id, child_shard_ids)
+                return True
+            attempt += 1
+            log.error("processor of %s did not checkpoint at shard end (attempt %d); its children "
+                      "wait until it does", self.shard_id, attempt)
+            self._sleep(min(self.config.retry_wait_time_ms * 2 ** attempt, 10_000) / 1000.0)
+        return self._shut_down(processor)
+
+    def _shut_down(self, processor: Any) -> bool:
+        self.state = ConsumerState.SHUTTING_DOWN
+        checkpointer = self.checkpointer
+        assert checkpointer is not None
+        try:
+            if self._reason is ShutdownReason.LEASE_LOST:
+                checkpointer.close("lease lost")
+                processor.lease_lost(LeaseLostInput())
+            elif self._reason is ShutdownReason.REQUESTED:
+                processor.shutdown_requested(ShutdownRequestedInput(checkpointer=checkpointer))
+                checkpointer.close("shut down")
+        except Exception:  # noqa: BLE001 - the shard is finishing anyway
+            log.exception("record processor of %s failed while shutting down", self.shard_id)
+        return True
+
+    def _close_quietly(self, processor: Any) -> None:
+        close = getattr(processor, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing the failed processor of %s", self.shard_id)
+
+    def metrics(self, owner: str | None) -> ShardMetrics:
+        checkpointer = self.checkpointer
+        return ShardMetrics(
+            shard_id=self.shard_id, state=self.state.value, records=self.records_delivered,
+            millis_behind_latest=self.millis_behind_latest, owner=owner,
+            last_checkpoint=str(checkpointer.last_checkpoint) if checkpointer else "",
+            last_delivered=str(checkpointer.largest_permitted)
+            if checkpointer and checkpointer.largest_permitted else None)
+
+
+class _ProcessorFailed(Exception):
+    """A processor callback raised: restart the processor from the last checkpoint."""

@@ -1,0 +1,156 @@
+"""KinesisDataFetcher: one shard's iterator, GetRecords and de-aggregation (the KCL's role).
+
+Positions are extended sequence numbers (sequence, sub-sequence). A checkpoint inside a KPL
+aggregate cannot be expressed as a shard iterator, so, as the KCL does, we read AT the
+checkpointed sequence number and drop the user records at or before the checkpoint. The same
+trick re-creates an expired iterator after the last delivered record without losing or
+repeating a user record of a half-delivered aggregate.
+
+The fetcher never sleeps and never swallows an error: throttling that outlasts the retry
+policy propagates, with the iterator kept, so the caller can wait and call again and nothing
+is skipped.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..config import ConsumerConfig
+from ..errors import ExpiredIteratorError
+from ..aws.kinesis import KinesisClient
+from .aggregation import deaggregate
+from ..records import (
+    AT_TIMESTAMP,
+    LATEST,
+    TRIM_HORIZON,
+    ExtendedSequenceNumber,
+    GetRecordsResult,
+    Record,
+)
+
+log = logging.getLogger(__name__)
+
+
+class KinesisDataFetcher:
+    """Reads one shard from a start position; call ``initialize`` once, then ``get_records``."""
+
+    def __init__(self, kinesis: KinesisClient, config: ConsumerConfig, shard_id: str) -> None:
+        self._kinesis = kinesis
+        self._config = config
+        self.shard_id = shard_id
+        self._start: ExtendedSequenceNumber | None = None
+        self._iterator: str | None = None
+        # User records at or before this position are dropped (a checkpoint, or what was
+        # delivered before an iterator had to be re-created). None once passed.
+        self._skip_through: ExtendedSequenceNumber | None = None
+        self._last_delivered: ExtendedSequenceNumber | None = None
+        self._millis_behind_latest: int | None = None
+        self._shard_end = False
+        self._child_shard_ids: list[str] = []
+
+    @property
+    def last_delivered(self) -> ExtendedSequenceNumber | None:
+        return self._last_delivered
+
+    @property
+    def millis_behind_latest(self) -> int | None:
+        return self._millis_behind_latest
+
+    @property
+    def shard_end(self) -> bool:
+        return self._shard_end
+
+    @property
+    def child_shard_ids(self) -> list[str]:
+        return list(self._child_shard_ids)
+
+    @property
+    def initialized(self) -> bool:
+        return self._start is not None
+
+    def initialize(self, checkpoint: ExtendedSequenceNumber) -> None:
+        """Position the fetcher at a lease's checkpoint (or the initial position sentinel)."""
+        self._start = checkpoint
+        self._last_delivered = None
+        self._shard_end = False
+        self._child_shard_ids = []
+        if checkpoint.is_shard_end:
+            self._shard_end = True
+            self._iterator = None
+            return
+        self._iterator = self._iterator_at(checkpoint)
+        self._skip_through = None if checkpoint.is_sentinel else checkpoint
+
+    def _iterator_at(self, position: ExtendedSequenceNumber) -> str:
+        if position.sequence_number in (TRIM_HORIZON, LATEST):
+            return self._kinesis.get_shard_iterator(self.shard_id, position.sequence_number)
+        if position.sequence_number == AT_TIMESTAMP:
+            return self._kinesis.get_shard_iterator(
+                self.shard_id, AT_TIMESTAMP, timestamp=self._config.initial_position_timestamp)
+        return self._kinesis.get_shard_iterator(self.shard_id, "AT_SEQUENCE_NUMBER",
+                                                sequence_number=position.sequence_number)
+
+    def _restart_iterator(self) -> None:
+        """A fresh iterator right after what was delivered, or at the start if nothing was."""
+        assert self._start is not None
+        if self._last_delivered is None:
+            log.info("shard %s: iterator expired before any record; re-creating it at %s",
+                     self.shard_id, self._start)
+            self.initialize(self._start)
+            return
+        log.info("shard %s: iterator expired; re-creating it after %s",
+                 self.shard_id, self._last_delivered)
+        # AT the last delivered sequence number, then skip through it: correct for a plain
+        # record and for a partly delivered aggregate alike.
+        self._iterator = self._iterator_at(self._last_delivered)
+        self._skip_through = self._last_delivered
+
+    def get_records(self) -> GetRecordsResult:
+        """The next batch of user records; ``shard_end`` once the shard is closed and read."""
+        if self._start is None:
+            raise RuntimeError(f"fetcher for shard {self.shard_id} used before initialize()")
+        if self._shard_end:
+            return GetRecordsResult(shard_end=True, child_shard_ids=list(self._child_shard_ids),
+                                    millis_behind_latest=self._millis_behind_latest)
+        assert self._iterator is not None
+        try:
+            answer = self._kinesis.get_records(self._iterator, self._config.max_records,
+                                               shard_id=self.shard_id)
+        except ExpiredIteratorError:
+            self._restart_iterator()
+            if self._shard_end:
+                return GetRecordsResult(shard_end=True)
+            assert self._iterator is not None
+            answer = self._kinesis.get_records(self._iterator, self._config.max_records,
+                                               shard_id=self.shard_id)
+        records = deaggregate(answer.get("Records", ()), self.shard_id)
+        if self._skip_through is not None and records:
+            records = self._drop_delivered(records)
+        if records:
+            self._last_delivered = records[-1].extended_sequence_number
+        self._millis_behind_latest = answer.get("MillisBehindLatest")
+        next_iterator = answer.get("NextShardIterator")
+        if next_iterator is None:
+            self._shard_end = True
+            self._iterator = None
+            self._child_shard_ids = [c["ShardId"] for c in answer.get("ChildShards") or ()]
+            log.info("shard %s reached its end; children %s", self.shard_id,
+                     self._child_shard_ids or "not reported")
+        else:
+            self._iterator = next_iterator
+        return GetRecordsResult(records=records,
+                                millis_behind_latest=self._millis_behind_latest,
+                                shard_end=self._shard_end,
+                                child_shard_ids=list(self._child_shard_ids))
+
+    def _drop_delivered(self, records: list[Record]) -> list[Record]:
+        """Drop the user records at or before ``_skip_through``; records come in shard order."""
+        assert self._skip_through is not None
+        limit_seq = int(self._skip_through.sequence_number)
+        limit_sub = self._skip_through.sub_sequence_number
+        for index, record in enumerate(records):
+            seq = int(record.sequence_number)
+            if seq < limit_seq or (seq == limit_seq and record.sub_sequence_number <= limit_sub):
+                continue
+            self._skip_through = None
+            return records[index:]
+        return []

@@ -1,0 +1,257 @@
+"""Lease coordination: which leases to take (LeaseTaker), keeping them (LeaseRenewer).
+
+Expiry is judged the KCL's way, on our own clock: a lease whose ``leaseCounter`` has not
+moved for ``failover_time_ms`` since we first saw that value is expired, whatever the
+owner's clock says. Taking aims at an even spread: each worker wants
+``ceil(leases / workers)``; free and expired leases are taken first, and only when none are
+left does a worker steal, ``max_leases_to_steal_at_one_time`` per pass, from the most
+loaded worker. One steal per pass keeps joins and leaves from turning into stealing storms.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..aws.lease_table import Lease, LeaseTable
+from ..config import ConsumerConfig
+from ..errors import KinesisDStreamError, LeaseLostError
+from ..records import ExtendedSequenceNumber
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Seen:
+    counter: int
+    since: float  # our monotonic clock when this counter value was first seen
+
+
+@dataclass
+class LeaseTaker:
+    """Pure decision logic: no I/O, the clock is passed in, so it is tested on its own."""
+
+    worker_id: str
+    failover_time_ms: int
+    max_leases_for_worker: int = 2**31 - 1
+    max_leases_to_steal_at_one_time: int = 1
+    _seen: dict[str, _Seen] = field(default_factory=dict)
+
+    def observe(self, leases: list[Lease], now: float) -> None:
+        """Track counter changes; a lease seen for the first time counts as fresh."""
+        current = {lease.lease_key for lease in leases}
+        for key in list(self._seen):
+            if key not in current:
+                del self._seen[key]
+        for lease in leases:
+            seen = self._seen.get(lease.lease_key)
+            if seen is None or seen.counter != lease.lease_counter:
+                self._seen[lease.lease_key] = _Seen(lease.lease_counter, now)
+
+    def is_expired(self, lease: Lease, now: float) -> bool:
+        if lease.lease_owner is None:
+            return True
+        seen = self._seen.get(lease.lease_key)
+        return seen is not None and (now - seen.since) * 1000 > self.failover_time_ms
+
+    def choose(self, leases: list[Lease], now: float) -> list[Lease]:
+        """The leases to take in this pass (free/expired first, else at most N steals)."""
+        self.observe(leases, now)
+        active = [lease for lease in leases if not lease.is_finished]
+        if not active:
+            return []
+        expired = [lease for lease in active
+                   if lease.lease_owner != self.worker_id and self.is_expired(lease, now)]
+        counts: dict[str, int] = {}
+        for lease in active:
+            if lease.lease_owner is not None and not self.is_expired(lease, now):
+                counts[lease.lease_owner] = counts.get(lease.lease_owner, 0) + 1
+        counts.setdefault(self.worker_id, 0)
+        target = min(math.ceil(len(active) / len(counts)), self.max_leases_for_worker)
+        needed = target - counts[self.worker_id]
+        if needed <= 0:
+            return []
+        if expired:
+            random.shuffle(expired)
+            return expired[:needed]
+        busiest, busiest_count = max(
+            ((owner, n) for owner, n in counts.items() if owner != self.worker_id),
+            key=lambda item: item[1], default=(None, 0))
+        if busiest is None:
+            return []
+        # Steal only from a worker above target, or at target when we are 2+ short:
+        # otherwise two workers would trade a lease back and forth.
+        if busiest_count > target:
+            steal = min(needed, busiest_count - target, self.max_leases_to_steal_at_one_time)
+        elif busiest_count == target and needed > 1:
+            steal = 1
+        else:
+            return []
+        candidates = [lease for lease in active if lease.lease_owner == busiest]
+        random.shuffle(candidates)
+        return candidates[:steal]
+
+
+class LeaseCoordinator:
+    """Holds this worker's leases: takes them, renews them, checkpoints and releases them.
+
+    All writes to one lease go through its lock so the counter we hold stays the counter
+    in the table; a failed guard drops the lease and tells ``on_lease_lost`` at once.
+    """
+
+    def __init__(self, config: ConsumerConfig, table: LeaseTable,
+                 on_lease_lost: Callable[[str], None] = lambda shard_id: None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.table = table
+        self.worker_id = config.worker_id
+        self.taker = LeaseTaker(config.worker_id, config.failover_time_ms,
+                                config.max_leases_for_worker, config.max_leases_to_steal_at_one_time)
+        self._on_lease_lost = on_lease_lost
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._owned: dict[str, Lease] = {}
+        self._last_renewed: dict[str, float] = {}
+        self._all: dict[str, Lease] = {}
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    # -- views ----------------------------------------------------------------------------
+    def owned_shard_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._owned)
+
+    def owned_lease(self, shard_id: str) -> Lease | None:
+        with self._lock:
+            return self._owned.get(shard_id)
+
+    def known_leases(self) -> dict[str, Lease]:
+        """Every lease as of the last table scan, ours as we hold them."""
+        with self._lock:
+            return {**self._all, **self._owned}
+
+    # -- taking ---------------------------------------------------------------------------
+    def refresh(self) -> list[Lease]:
+        leases = self.table.list_leases()
+        with self._lock:
+            self._all = {lease.lease_key: lease for lease in leases}
+        return leases
+
+    def take_leases(self) -> list[str]:
+        """One taker pass; returns the shard ids newly taken."""
+        leases = self.refresh()
+        with self._lock:
+            mine = set(self._owned)
+        # Leases we hold are renewed by us; don't let the taker see them as someone else's.
+        chosen = [lease for lease in self.taker.choose(leases, self._clock())
+                  if lease.lease_key not in mine]
+        taken = []
+        for lease in chosen:
+            try:
+                new = self.table.take_lease(lease, self.worker_id)
+            except LeaseLostError:
+                log.info("lease %s was taken by someone else first", lease.lease_key)
+                continue
+            except KinesisDStreamError as exc:
+                log.warning("could not take lease %s: %s", lease.lease_key, exc)
+                continue
+            verb = "stole" if lease.lease_owner and not self.taker.is_expired(lease, self._clock()) else "took"
+            log.info("%s %s lease %s (counter %d, checkpoint %s)", self.worker_id, verb,
+                     lease.lease_key, new.lease_counter, new.checkpoint)
+            with self._lock:
+                self._owned[new.lease_key] = new
+                self._last_renewed[new.lease_key] = self._clock()
+            taken.append(new.lease_key)
+        return taken
+
+    # -- renewing -------------------------------------------------------------------------
+    def start_renewer(self) -> None:
+        self._renewer = threading.Thread(target=self._renew_loop, name="lease-renewer", daemon=True)
+        self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        interval = self.config.renew_interval_ms / 1000.0
+        while not self._stop.wait(interval):
+            self.renew_leases()
+
+    def renew_leases(self) -> None:
+        for shard_id in self.owned_shard_ids():
+            with self._lock:
+                lease = self._owned.get(shard_id)
+                if lease is None:
+                    continue
+                try:
+                    self._owned[shard_id] = self.table.renew_lease(lease)
+                    self._last_renewed[shard_id] = self._clock()
+                    continue
+                except LeaseLostError:
+                    reason = "another worker took it"
+                except KinesisDStreamError as exc:
+                    # Past failover time without a renew, others may take it: stop
+                    # processing rather than risk two workers on one shard.
+                    age_ms = (self._clock() - self._last_renewed.get(shard_id, 0)) * 1000
+                    if age_ms < self.config.failover_time_ms:
+                        log.warning("renewing lease %s failed, will retry: %s", shard_id, exc)
+                        continue
+                    reason = f"no renew for {age_ms:.0f} ms ({exc})"
+            self._lose(shard_id, reason)
+
+    def _lose(self, shard_id: str, reason: str) -> None:
+        with self._lock:
+            if self._owned.pop(shard_id, None) is None:
+                return
+            self._last_renewed.pop(shard_id, None)
+        log.warning("lost lease %s: %s", shard_id, reason)
+        self._on_lease_lost(shard_id)
+
+    # -- checkpoint and release -------------------------------------------------------------
+    def checkpoint(self, shard_id: str, position: ExtendedSequenceNumber) -> Lease:
+        """Write a checkpoint under the lease guard; LeaseLostError if no longer ours."""
+        with self._lock:
+            lease = self._owned.get(shard_id)
+            if lease is None:
+                raise LeaseLostError(f"lease {shard_id} is not held by {self.worker_id}")
+            try:
+                new = self.table.update_checkpoint(lease, position)
+            except LeaseLostError:
+                lost = True
+            else:
+                lost = False
+                self._owned[shard_id] = new
+                self._last_renewed[shard_id] = self._clock()
+        if lost:
+            self._lose(shard_id, "checkpoint guard failed")
+            raise LeaseLostError(f"lease {shard_id} was lost before checkpointing {position}")
+        return new
+
+    def record_children(self, shard_id: str, child_shard_ids: list[str]) -> None:
+        with self._lock:
+            lease = self._owned.get(shard_id)
+            if lease is None or not child_shard_ids:
+                return
+            try:
+                self._owned[shard_id] = self.table.set_child_shard_ids(lease, child_shard_ids)
+            except KinesisDStreamError as exc:
+                log.warning("could not record children of %s: %s", shard_id, exc)
+
+    def release(self, shard_id: str) -> None:
+        """Give a lease back so another worker takes it at once (the Java KCL does not)."""
+        with self._lock:
+            lease = self._owned.pop(shard_id, None)
+            self._last_renewed.pop(shard_id, None)
+        if lease is None:
+            return
+        try:
+            self.table.evict_lease(lease)
+            log.info("released lease %s", shard_id)
+        except KinesisDStreamError as exc:
+            log.warning("could not release lease %s (it will expire): %s", shard_id, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)

@@ -1,0 +1,108 @@
+"""Shard sync: one lease per shard, parents before children (HierarchicalShardSyncer).
+
+Leases are created for shards that have none. A child shard's lease names its parents
+(``parentShardId``) and starts at TRIM_HORIZON, so nothing written after a split or merge
+is skipped; ``parents_done`` is what keeps a child from being read before its parents
+have checkpointed SHARD_END, which keeps per-key order across resharding.
+With LATEST on a fresh table, closed shards get no lease: their data is history.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ..aws.lease_table import Lease, LeaseTable
+from ..config import ConsumerConfig
+from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    shard_id: str
+    parent_shard_ids: tuple[str, ...]
+    starting_hash_key: str | None
+    ending_hash_key: str | None
+    closed: bool
+
+    @classmethod
+    def of(cls, shard: Any) -> "ShardInfo":
+        """Accept a boto3 ListShards dict or an object with snake_case attributes."""
+        if isinstance(shard, dict):
+            parents = tuple(p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p)
+            hash_range = shard.get("HashKeyRange", {})
+            return cls(shard["ShardId"], parents, hash_range.get("StartingHashKey"),
+                       hash_range.get("EndingHashKey"),
+                       "EndingSequenceNumber" in shard.get("SequenceNumberRange", {}))
+        parents = tuple(p for p in (getattr(shard, "parent_shard_id", None),
+                                    getattr(shard, "adjacent_parent_shard_id", None)) if p)
+        return cls(shard.shard_id, parents, getattr(shard, "starting_hash_key", None),
+                   getattr(shard, "ending_hash_key", None),
+                   getattr(shard, "ending_sequence_number", None) is not None)
+
+
+def initial_checkpoint(config: ConsumerConfig) -> ExtendedSequenceNumber:
+    return ExtendedSequenceNumber({"LATEST": LATEST, "TRIM_HORIZON": TRIM_HORIZON,
+                                   "AT_TIMESTAMP": AT_TIMESTAMP}[config.initial_position])
+
+
+def new_leases(shards: Iterable[ShardInfo], existing: dict[str, Lease],
+               config: ConsumerConfig) -> list[Lease]:
+    """The leases to create for shards that have none (pure: tested without AWS)."""
+    shards = list(shards)
+    known = {shard.shard_id for shard in shards} | set(existing)
+    fresh_table = not existing
+    leases = []
+    for shard in shards:
+        if shard.shard_id in existing:
+            continue
+        parents = frozenset(p for p in shard.parent_shard_ids if p in known)
+        if parents:
+            checkpoint = ExtendedSequenceNumber(TRIM_HORIZON)
+        else:
+            if shard.closed and config.initial_position == LATEST and fresh_table:
+                continue
+            checkpoint = initial_checkpoint(config)
+        leases.append(Lease(lease_key=shard.shard_id, checkpoint=checkpoint,
+                            parent_shard_ids=parents,
+                            starting_hash_key=shard.starting_hash_key,
+                            ending_hash_key=shard.ending_hash_key))
+    # With LATEST on a fresh table the closed parents got no lease: their children are
+    # roots now and start where the application asked, not at TRIM_HORIZON.
+    created = {lease.lease_key for lease in leases} | set(existing)
+    fixed = []
+    for lease in leases:
+        parents = frozenset(p for p in lease.parent_shard_ids if p in created)
+        if parents != lease.parent_shard_ids:
+            lease = Lease(lease_key=lease.lease_key, checkpoint=initial_checkpoint(config),
+                          parent_shard_ids=parents, starting_hash_key=lease.starting_hash_key,
+                          ending_hash_key=lease.ending_hash_key)
+        fixed.append(lease)
+    return fixed
+
+
+def parents_done(lease: Lease, leases: dict[str, Lease]) -> bool:
+    """A child may start once every parent that has a lease has checkpointed SHARD_END."""
+    return all(parent not in leases or leases[parent].is_finished
+               for parent in lease.parent_shard_ids)
+
+
+class ShardSyncer:
+    def __init__(self, config: ConsumerConfig, kinesis: Any, table: LeaseTable):
+        self.config = config
+        self.kinesis = kinesis
+        self.table = table
+
+    def sync(self) -> int:
+        """List shards and create missing leases; returns how many were created."""
+        shards = [ShardInfo.of(shard) for shard in self.kinesis.list_shards()]
+        existing = {lease.lease_key: lease for lease in self.table.list_leases()}
+        created = 0
+        for lease in new_leases(shards, existing, self.config):
+            if self.table.create_lease_if_not_exists(lease):
+                created += 1
+                log.info("created lease %s at %s (parents %s)", lease.lease_key, lease.checkpoint,
+                         sorted(lease.parent_shard_ids) or "none")
+        return created

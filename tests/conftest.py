@@ -1,0 +1,250 @@
+"""Shared fixtures: emulators (one of each per session, started on first use), names, producers.
+
+Emulator fixtures give endpoint URLs. Each emulator starts only when a test asks for it and is
+stopped at session end, failures included; the children also exit by themselves if pytest is
+killed. Helpers live in tests/emulators.py (``from emulators import ...``).
+
+Quick reference:
+    kinesis_local, kinesalite, dynamodb (moto server), dynalite  -> "http://127.0.0.1:PORT"
+    aws_env          dummy credentials + region in os.environ (function scope)
+    local_env        aws_env plus AWS_ENDPOINT_URL_KINESIS/DYNAMODB -> kinesis_local/dynamodb
+    kinesis_client, dynamodb_client     boto3 clients on kinesis_local / dynamodb
+    make_stream(n_shards, endpoint=None, prefix=None) -> name   (ACTIVE; deleted at teardown)
+    put_records(stream, records, endpoint=None) -> [PutResult]
+    put_aggregated(stream, records, per_aggregate=100, endpoint=None) -> [AggregatedPut]
+    unique_app_name  -> a fresh application (= lease table) name; table deleted at teardown
+    make_config(stream, **overrides) -> ConsumerConfig with short timings on these endpoints
+    make_fault_proxy(share=0.5, upstream=None) -> FaultProxy in front of kinesis_local
+"""
+from __future__ import annotations
+
+import atexit
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import emulators  # noqa: E402
+from emulators import AggregatedPut, PutResult, RecordSpec  # noqa: E402
+from fault_proxy import FaultProxy  # noqa: E402
+
+from kinesis_dstream.config import ConsumerConfig  # noqa: E402
+from kinesis_dstream.local import (  # noqa: E402
+    DUMMY_ACCESS_KEY_ID,
+    DUMMY_REGION,
+    DUMMY_SECRET_ACCESS_KEY,
+    Emulator,
+)
+
+_started: dict[str, Emulator] = {}
+
+
+def _stop_all() -> None:
+    for emulator in list(_started.values()):
+        emulator.stop()
+    _started.clear()
+
+
+atexit.register(_stop_all)  # belt and braces; the fixtures below stop them first
+
+
+def _emulator(kind: str) -> Iterator[str]:
+    emulator = Emulator(kind)
+    _started[kind] = emulator
+    try:
+        emulator.start(timeout=90)
+        yield emulator.endpoint
+    finally:
+        emulator.stop()
+        _started.pop(kind, None)
+
+
+@pytest.fixture(scope="session")
+def kinesis_local() -> Iterator[str]:
+    """kinesis-local (kinesis-mock): the faithful Kinesis, for behaviour tests."""
+    yield from _emulator("kinesis-local")
+
+
+@pytest.fixture(scope="session")
+def kinesalite() -> Iterator[str]:
+    """kinesalite: fast, for volume; MillisBehindLatest is always 0 and no ChildShards."""
+    yield from _emulator("kinesalite")
+
+
+@pytest.fixture(scope="session")
+def dynamodb() -> Iterator[str]:
+    """moto server: the complete DynamoDB (transactions, ReturnValuesOnConditionCheckFailure)."""
+    yield from _emulator("moto")
+
+
+@pytest.fixture(scope="session")
+def dynalite() -> Iterator[str]:
+    """dynalite: a faster DynamoDB lacking TransactWriteItems and a few newer options."""
+    yield from _emulator("dynalite")
+
+
+_AWS_VARS_TO_CLEAR = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                      "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB",
+                      "AWS_ENDPOINT_URL_CLOUDWATCH")
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Dummy credentials and region in os.environ (children inherit them); nothing else AWS."""
+    for name in _AWS_VARS_TO_CLEAR:
+        monkeypatch.delenv(name, raising=False)
+    values = {
+        "AWS_ACCESS_KEY_ID": DUMMY_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET_ACCESS_KEY,
+        "AWS_DEFAULT_REGION": DUMMY_REGION,
+        "AWS_REGION": DUMMY_REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return values
+
+
+@pytest.fixture
+def local_env(aws_env: dict[str, str], kinesis_local: str, dynamodb: str,
+              monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """aws_env plus the standard endpoint variables, as `kinesis-dstream local` prints them."""
+    values = dict(aws_env, AWS_ENDPOINT_URL_KINESIS=kinesis_local,
+                  AWS_ENDPOINT_URL_DYNAMODB=dynamodb)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KINESIS", kinesis_local)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamodb)
+    return values
+
+
+@pytest.fixture
+def kinesis_client(kinesis_local: str) -> Any:
+    return emulators.client("kinesis", kinesis_local)
+
+
+@pytest.fixture
+def dynamodb_client(dynamodb: str) -> Any:
+    return emulators.client("dynamodb", dynamodb)
+
+
+def _test_prefix(request: pytest.FixtureRequest, default: str) -> str:
+    name = getattr(request.node, "originalname", None) or request.node.name
+    return (name.removeprefix("test_") or default)[:30]
+
+
+@pytest.fixture
+def make_stream(request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """make_stream(n_shards, endpoint=None, prefix=None) -> a new ACTIVE stream's name.
+
+    endpoint None means kinesis-local (started on first use). Streams are deleted at teardown.
+    """
+    created: list[tuple[str, str]] = []
+
+    def make(n_shards: int = 1, endpoint: str | None = None, prefix: str | None = None) -> str:
+        endpoint = endpoint or request.getfixturevalue("kinesis_local")
+        name = emulators.unique_name(prefix or _test_prefix(request, "stream"))
+        created.append((endpoint, name))
+        emulators.create_stream(endpoint, name, n_shards)
+        return name
+
+    yield make
+    for endpoint, name in created:
+        emulators.delete_stream(endpoint, name)
+
+
+@pytest.fixture
+def put_records(request: pytest.FixtureRequest) -> Callable[..., list[PutResult]]:
+    """put_records(stream, records, endpoint=None); records are bytes/str or (key, data)."""
+
+    def put(stream: str, records: list[RecordSpec], endpoint: str | None = None) -> list[PutResult]:
+        endpoint = endpoint or request.getfixturevalue("kinesis_local")
+        return emulators.put_records(endpoint, stream, records)
+
+    return put
+
+
+@pytest.fixture
+def put_aggregated(request: pytest.FixtureRequest) -> Callable[..., list[AggregatedPut]]:
+    """put_aggregated(stream, records, per_aggregate=100, endpoint=None): KPL aggregates."""
+
+    def put(stream: str, records: list[RecordSpec], per_aggregate: int = 100,
+            endpoint: str | None = None) -> list[AggregatedPut]:
+        endpoint = endpoint or request.getfixturevalue("kinesis_local")
+        return emulators.put_aggregated(endpoint, stream, records, per_aggregate)
+
+    return put
+
+
+@pytest.fixture
+def unique_app_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh application name; its lease table is dropped from moto (if started) afterwards."""
+    name = emulators.unique_name("app-" + _test_prefix(request, "app"))
+    yield name
+    moto = _started.get("moto")
+    if moto is not None and moto.process is not None:
+        ddb = emulators.client("dynamodb", moto.endpoint)
+        for table in (name, f"{name}-WorkerMetricStats", f"{name}-CoordinatorState"):
+            try:
+                ddb.delete_table(TableName=table)
+            except ddb.exceptions.ResourceNotFoundException:
+                pass
+
+
+@pytest.fixture
+def make_config(kinesis_local: str, dynamodb: str,
+                unique_app_name: str) -> Callable[..., ConsumerConfig]:
+    """make_config(stream, **overrides) -> ConsumerConfig on kinesis-local + moto.
+
+    Short timings so lease and shard tests finish in seconds; TRIM_HORIZON so records put
+    before the worker starts are read. Overrides are ConsumerConfig field names.
+    """
+
+    def make(stream: str, **overrides: Any) -> ConsumerConfig:
+        settings: dict[str, Any] = dict(
+            application_name=unique_app_name,
+            stream_name=stream,
+            region_name=DUMMY_REGION,
+            kinesis_endpoint=kinesis_local,
+            dynamodb_endpoint=dynamodb,
+            aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+            aws_secret_key=DUMMY_SECRET_ACCESS_KEY,
+            initial_position="TRIM_HORIZON",
+            failover_time_ms=3000,
+            idle_time_between_reads_ms=100,
+            shard_sync_interval_ms=2000,
+            parent_shard_poll_interval_ms=200,
+            checkpoint_interval_ms=1000,
+            shutdown_grace_ms=5000,
+            metrics_level="NONE",
+        )
+        settings.update(overrides)
+        return ConsumerConfig(**settings)
+
+    return make
+
+
+@pytest.fixture
+def make_fault_proxy(request: pytest.FixtureRequest) -> Iterator[Callable[..., FaultProxy]]:
+    """make_fault_proxy(share=0.5, upstream=None, seed=None) -> a started FaultProxy.
+
+    It answers ``share`` of GetRecords calls with ProvisionedThroughputExceededException and
+    forwards the rest to ``upstream`` (kinesis-local by default); stopped at teardown.
+    """
+    proxies: list[FaultProxy] = []
+
+    def make(share: float = 0.5, upstream: str | None = None, seed: int | None = None) -> FaultProxy:
+        upstream = upstream or request.getfixturevalue("kinesis_local")
+        proxy = FaultProxy(upstream, share=share, seed=seed).start()
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Fixture teardown has normally stopped them; this covers an interrupted session.
+    _stop_all()

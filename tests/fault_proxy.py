@@ -1,0 +1,171 @@
+"""A loopback HTTP proxy in front of a Kinesis emulator that throttles a share of GetRecords.
+
+No emulator throttles (emulators.md), so throttling tests put this between the consumer and
+kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
+``{"__type": "ProvisionedThroughputExceededException", ...}``. Speaks HTTP/1.1 JSON (boto3),
+not the HTTP/2 the Java KCL uses.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+GET_RECORDS_TARGET = "Kinesis_20131202.GetRecords"
+THROTTLE_BODY = json.dumps({
+    "__type": "ProvisionedThroughputExceededException",
+    "message": "Rate exceeded for shard in account 000000000000.",
+}).encode()
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade",
+               "te", "trailer", "content-length"}
+
+
+class FaultProxy:
+    """Forwards everything to ``upstream`` except ``share`` (0..1) of GetRecords calls.
+
+    Counters: ``injected`` (throttled GetRecords), ``get_records_forwarded``, ``forwarded``
+    (all calls). ``max_injections`` caps the throttles; ``max_lifetime_s`` stops the proxy by
+    itself so a forgotten one cannot outlive its test run by long.
+    """
+
+    def __init__(self, upstream: str, *, share: float = 0.5, seed: int | None = None,
+                 max_injections: int | None = None, max_lifetime_s: float = 900.0) -> None:
+        parsed = urllib.parse.urlsplit(upstream)
+        if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
+            raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
+        self.upstream_host, self.upstream_port = parsed.hostname, parsed.port
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+        self.share = share
+        self.max_injections = max_injections
+        self.max_lifetime_s = max_lifetime_s
+        self.injected = 0
+        self.get_records_forwarded = 0
+        self.forwarded = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._timer: threading.Timer | None = None
+
+    @property
+    def share(self) -> float:
+        return self._share
+
+    @share.setter
+    def share(self, value: float) -> None:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"share must be within 0..1, got {value}")
+        self._share = value
+
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("proxy not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def should_throttle(self, target: str) -> bool:
+        if target != GET_RECORDS_TARGET:
+            return False
+        with self._lock:
+            if self.max_injections is not None and self.injected >= self.max_injections:
+                inject = False
+            else:
+                inject = self._random.random() < self._share
+            if inject:
+                self.injected += 1
+            else:
+                self.get_records_forwarded += 1
+            return inject
+
+    def start(self) -> "FaultProxy":
+        proxy = self
+
+        class Handler(_ProxyHandler):
+            owner = proxy
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.1},
+                                        name="fault-proxy", daemon=True)
+        self._thread.start()
+        self._timer = threading.Timer(self.max_lifetime_s, self.stop)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.cancel()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FaultProxy":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    owner: FaultProxy
+    protocol_version = "HTTP/1.1"  # keep-alive, as boto3 expects
+    _upstream = threading.local()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+        pass
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._upstream, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self.owner.upstream_host, self.owner.upstream_port,
+                                              timeout=60)
+            self._upstream.conn = conn
+        return conn
+
+    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in _HOP_BY_HOP:
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if self.owner.should_throttle(self.headers.get("X-Amz-Target", "")):
+            self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
+                             ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
+                       THROTTLE_BODY)
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
+            conn = self._connection()
+            try:
+                conn.request(self.command, self.path, body=body, headers=headers)
+                reply = conn.getresponse()
+                data = reply.read()
+                break
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                self._upstream.conn = None
+                if attempt == 2:
+                    self._send(502, [("Content-Type", "text/plain")], b"upstream unreachable")
+                    return
+        with self.owner._lock:
+            self.owner.forwarded += 1
+        self._send(reply.status, reply.getheaders(), data)
+
+    do_POST = _handle
+    do_GET = _handle

@@ -1,0 +1,172 @@
+"""KinesisClient: retries with the Spark settings, errors translated and naming what failed.
+
+A stubbed boto3 client (botocore's Stubber) plays Kinesis; the retry sleeps are recorded, not
+slept. The unreachable-endpoint case uses a real client against a closed loopback port.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import socket
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from kinesis_dstream.aws.kinesis import KinesisClient, Shard, UnreachableAfterRetriesError
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.errors import (
+    EndpointUnreachableError,
+    ExpiredIteratorError,
+    RetriesExhaustedError,
+    StreamNotFoundError,
+)
+
+STREAM = "orders-stream"
+ENDPOINT = "http://127.0.0.1:4568"
+
+
+def make_config(**overrides) -> ConsumerConfig:
+    settings = dict(application_name="app", stream_name=STREAM, region_name="eu-west-1",
+                    kinesis_endpoint=ENDPOINT, aws_access_key_id="AKIAIOSFODNN7EXAMPLE",
+                    aws_secret_key="secret")
+    settings.update(overrides)
+    return ConsumerConfig(**settings)
+
+
+@pytest.fixture()
+def stubbed():
+    """(KinesisClient, Stubber, recorded sleeps) with the default retry settings."""
+    config = make_config()
+    raw = boto3.client("kinesis", region_name="eu-west-1", endpoint_url=ENDPOINT,
+                       aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="secret")
+    sleeps: list[float] = []
+    with Stubber(raw) as stubber:
+        yield KinesisClient(config, client=raw, sleep=sleeps.append), stubber, sleeps
+        stubber.assert_no_pending_responses()
+
+
+SUMMARY = {"StreamDescriptionSummary": {
+    "StreamName": STREAM, "StreamARN": f"arn:aws:kinesis:eu-west-1:000000000000:stream/{STREAM}",
+    "StreamStatus": "ACTIVE", "RetentionPeriodHours": 24,
+    "StreamCreationTimestamp": dt.datetime(2024, 1, 1), "EnhancedMonitoring": [],
+    "OpenShardCount": 1}}
+
+
+def test_missing_stream_fails_at_once_naming_stream_region_and_endpoint(stubbed):
+    client, stubber, sleeps = stubbed
+    stubber.add_client_error("describe_stream_summary", "ResourceNotFoundException",
+                             f"Stream {STREAM} under account 000000000000 not found.")
+    with pytest.raises(StreamNotFoundError) as info:
+        client.describe_stream_summary()
+    message = str(info.value)
+    assert STREAM in message and "eu-west-1" in message and ENDPOINT in message
+    assert sleeps == []
+
+
+def test_throttling_is_retried_with_doubling_waits_then_succeeds(stubbed):
+    client, stubber, sleeps = stubbed
+    stubber.add_client_error("describe_stream_summary", "ProvisionedThroughputExceededException")
+    stubber.add_client_error("describe_stream_summary", "LimitExceededException")
+    stubber.add_response("describe_stream_summary", SUMMARY, {"StreamName": STREAM})
+    assert client.describe_stream_summary()["StreamStatus"] == "ACTIVE"
+    assert sleeps == [0.1, 0.2]
+
+
+def test_throttling_past_max_attempts_raises_retries_exhausted(stubbed):
+    client, stubber, sleeps = stubbed
+    for _ in range(3):
+        stubber.add_client_error("get_records", "ProvisionedThroughputExceededException",
+                                 http_status_code=400)
+    with pytest.raises(RetriesExhaustedError) as info:
+        client.get_records("iter-1", 100, shard_id="shardId-000000000001")
+    assert "Gave up after 3 attempts" in str(info.value)
+    assert "shardId-000000000001" in str(info.value)
+    assert not isinstance(info.value, EndpointUnreachableError)
+    assert sleeps == [0.1, 0.2]
+
+
+def test_spark_retry_settings_are_honoured():
+    config = make_config().with_spark_conf({"spark.streaming.kinesis.retry.waitTime": "50ms",
+                                            "spark.streaming.kinesis.retry.maxAttempts": "5"})
+    raw = boto3.client("kinesis", region_name="eu-west-1", endpoint_url=ENDPOINT,
+                       aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="secret")
+    sleeps: list[float] = []
+    client = KinesisClient(config, client=raw, sleep=sleeps.append)
+    with Stubber(raw) as stubber:
+        for _ in range(5):
+            stubber.add_client_error("get_records", "InternalFailure", http_status_code=500)
+        with pytest.raises(RetriesExhaustedError):
+            client.get_records("iter", 10)
+    assert sleeps == [0.05, 0.1, 0.2, 0.4]
+
+
+def test_expired_iterator_is_not_retried(stubbed):
+    client, stubber, sleeps = stubbed
+    stubber.add_client_error("get_records", "ExpiredIteratorException", "Iterator expired")
+    with pytest.raises(ExpiredIteratorError):
+        client.get_records("old-iterator", 10)
+    assert sleeps == []
+
+
+def _shard(shard_id: str, parent: str | None = None, ending: str | None = None) -> dict:
+    item = {"ShardId": shard_id,
+            "HashKeyRange": {"StartingHashKey": "0",
+                             "EndingHashKey": "340282366920938463463374607431768211455"},
+            "SequenceNumberRange": {"StartingSequenceNumber": "100"}}
+    if parent:
+        item["ParentShardId"] = parent
+    if ending:
+        item["SequenceNumberRange"]["EndingSequenceNumber"] = ending
+    return item
+
+
+def test_list_shards_follows_next_token(stubbed):
+    client, stubber, _ = stubbed
+    stubber.add_response("list_shards", {"Shards": [_shard("shardId-000000000000", ending="199")],
+                                         "NextToken": "page-2"}, {"StreamName": STREAM})
+    stubber.add_response("list_shards", {"Shards": [_shard("shardId-000000000001",
+                                                           parent="shardId-000000000000")]},
+                         {"NextToken": "page-2"})
+    shards = client.list_shards()
+    assert [s.shard_id for s in shards] == ["shardId-000000000000", "shardId-000000000001"]
+    assert shards[0].is_closed and shards[0].ending_sequence_number == "199"
+    assert not shards[1].is_closed
+    assert shards[1].parent_shard_ids == ["shardId-000000000000"]
+    assert shards[1].ending_hash_key == "340282366920938463463374607431768211455"
+    assert isinstance(shards[0], Shard)
+
+
+def test_get_shard_iterator_parameters(stubbed):
+    client, stubber, _ = stubbed
+    stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"},
+                         {"StreamName": STREAM, "ShardId": "s-1",
+                          "ShardIteratorType": "AT_SEQUENCE_NUMBER",
+                          "StartingSequenceNumber": "12345"})
+    stubber.add_response("get_shard_iterator", {"ShardIterator": "it-2"},
+                         {"StreamName": STREAM, "ShardId": "s-1", "ShardIteratorType": "AT_TIMESTAMP",
+                          "Timestamp": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)})
+    assert client.get_shard_iterator("s-1", "AT_SEQUENCE_NUMBER", sequence_number="12345") == "it-1"
+    epoch = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    assert client.get_shard_iterator("s-1", "AT_TIMESTAMP", timestamp=epoch) == "it-2"
+    with pytest.raises(ValueError):
+        client.get_shard_iterator("s-1", "AT_SEQUENCE_NUMBER")
+    with pytest.raises(ValueError):
+        client.get_shard_iterator("s-1", "SOMEWHERE")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.timeout(20)
+def test_unreachable_endpoint_fails_naming_the_url_in_bounded_time():
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    client = KinesisClient(make_config(kinesis_endpoint=endpoint, connect_timeout_s=1.0))
+    with pytest.raises(EndpointUnreachableError) as info:
+        client.describe_stream_summary()
+    assert endpoint in str(info.value)
+    # Also what a shard consumer catches to wait and try later.
+    assert isinstance(info.value, RetriesExhaustedError)
+    assert isinstance(info.value, UnreachableAfterRetriesError)
