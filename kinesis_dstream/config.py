@@ -86,8 +86,9 @@ class ConsumerConfig:
     shard_sync_interval_ms: int = 60000
     max_leases_for_worker: int = 2**31 - 1
     max_leases_to_steal_at_one_time: int = 1
-    # The KCL takes leases every 2 x failover (20 s); we look every failover / 2 so that a
-    # joining worker gets its share in seconds. Still one steal per pass: no storms.
+    # The KCL takes leases every 2 x failover (20 s); we look as often as we renew
+    # (failover / 3) so that a dead worker's shards move within failover + 2 renew periods
+    # and a joining worker gets its share in seconds. Still one steal per pass: no storms.
     lease_taker_interval_ms: int | None = None
     parent_shard_poll_interval_ms: int = 1000
 
@@ -150,7 +151,7 @@ class ConsumerConfig:
     def taker_interval_ms(self) -> int:
         if self.lease_taker_interval_ms is not None:
             return self.lease_taker_interval_ms
-        return max(self.failover_time_ms // 2, 100)
+        return self.renew_interval_ms
 
     def replace(self, **changes: Any) -> "ConsumerConfig":
         """A copy with some fields changed; unknown names raise ConfigurationError."""

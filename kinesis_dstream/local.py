@@ -231,7 +231,9 @@ class Emulator:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise EmulatorError(f"{self.kind} exited with {self.process.returncode}")
-            if _answers(self.host, self.port):
+            # Checking the process again after an answer catches a foreign server that took
+            # the port first (our emulator then exits at once with EADDRINUSE).
+            if _answers(self.host, self.port) and self.process.poll() is None:
                 return
             time.sleep(0.05)
         raise EmulatorError(f"{self.kind} start timed out")

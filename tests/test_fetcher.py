@@ -5,7 +5,6 @@ user records inside each aggregate), so every assertion is on keys and numbers, 
 """
 from __future__ import annotations
 
-import datetime as dt
 import socket
 import time
 from typing import Any
@@ -16,6 +15,7 @@ from emulators import client as boto_client, wait_stream_active
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import (
+    ConfigurationError,
     EndpointUnreachableError,
     ExpiredIteratorError,
     RetriesExhaustedError,
@@ -27,6 +27,7 @@ from kinesis_dstream.worker.fetcher import KinesisDataFetcher
 
 pytestmark = pytest.mark.timeout(120)
 
+UNUSED_ENDPOINT = "http://127.0.0.1:9"
 Key = tuple  # (sequence_number, sub_sequence_number, partition_key, data, aggregated)
 
 
@@ -132,12 +133,15 @@ def test_latest_and_at_timestamp(kinesis_local, make_stream, put_records):
     assert before[0].sequence_number not in {a.sequence_number for a in after}
 
 
-def test_shard_end_checkpoint_reports_shard_end_without_reading(kinesis_local):
-    class NoCalls:
-        def __getattr__(self, name):
-            raise AssertionError(f"unexpected Kinesis call {name}")
+class NoCalls:
+    """A Kinesis client that must not be called."""
 
-    fetcher = KinesisDataFetcher(NoCalls(), config_for(kinesis_local, "unused"), "shardId-1")
+    def __getattr__(self, name):
+        raise AssertionError(f"unexpected Kinesis call {name}")
+
+
+def test_shard_end_checkpoint_reports_shard_end_without_reading():
+    fetcher = KinesisDataFetcher(NoCalls(), config_for(UNUSED_ENDPOINT, "unused"), "shardId-1")
     fetcher.initialize(ExtendedSequenceNumber.SHARD_END)
     result = fetcher.get_records()
     assert result.shard_end and result.records == []
@@ -286,3 +290,9 @@ def test_throttling_past_the_retries_loses_nothing(kinesis_local, shard_with_mix
             break
     assert [key(r) for r in records] == expected
     assert exhausted > 0 and proxy.injected > exhausted
+
+
+def test_at_timestamp_checkpoint_without_a_timestamp_is_a_clear_configuration_error():
+    fetcher = KinesisDataFetcher(NoCalls(), config_for(UNUSED_ENDPOINT, "unused"), "shardId-9")
+    with pytest.raises(ConfigurationError, match="shardId-9.*initial_position_timestamp"):
+        fetcher.initialize(ExtendedSequenceNumber.AT_TIMESTAMP)

@@ -140,6 +140,12 @@ class MultiLangRecordProcessor(RecordProcessor):
         self._finish("shutdownRequested",
                      lambda p: p.shutdown_requested(shutdown_requested_input.checkpointer))
 
+    def close(self) -> None:
+        """Kill the child if one is left (the shard consumer calls this after a failure)."""
+        child, self._child, self._protocol = self._child, None, None
+        if child is not None:
+            child.kill()
+
     # -- machinery -------------------------------------------------------------------
     def _call(self, action: str, step: Callable[[MultiLangProtocol], None]) -> None:
         if self._protocol is None or self._child is None:

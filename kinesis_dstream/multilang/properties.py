@@ -346,6 +346,12 @@ def _build_config(config_changes: dict[str, Any], overrides: Mapping[str, Any],
         return ConsumerConfig(**merged)
     except TypeError as exc:  # an unknown override name
         raise ConfigurationError(f"{source}: {exc}") from exc
+    except ConfigurationError as exc:
+        # ConsumerConfig's cross-field checks name its fields; name the file's keys too.
+        keys = [key for key, (_, target) in _KEYS.items()
+                if target.startswith("config:") and str(exc).startswith(target[7:])]
+        prefix = f"{keys[0]}: " if keys else ""
+        raise ConfigurationError(f"{source}: {prefix}{exc}") from None
 
 
 def consumer_config_from_properties(path: str | os.PathLike, **overrides: Any) -> ConsumerConfig:
@@ -360,8 +366,8 @@ def consumer_config_from_properties(path: str | os.PathLike, **overrides: Any) -
 def resolve_command(executable_name: str, base_dir: Path | None = None) -> tuple[str, ...]:
     """argv for the child. Split like a shell command (the Java daemon splits on spaces);
     a relative program is looked up next to the properties file, then in the working
-    directory, then on PATH; a ``.py`` script is run with this interpreter so the child
-    sees the same installed amazon_kclpy."""
+    directory, then on PATH; a ``.py`` script, and a ``python``/``python3`` command, run
+    with this interpreter so the child sees the same installed amazon_kclpy."""
     try:
         argv = shlex.split(executable_name)
     except ValueError as exc:
@@ -369,6 +375,9 @@ def resolve_command(executable_name: str, base_dir: Path | None = None) -> tuple
     if not argv:
         raise ConfigurationError(f"executableName: empty command {executable_name!r}")
     program = argv[0]
+    if program in ("python", "python3"):
+        # Ours only: the daemon's own interpreter, which has amazon_kclpy installed.
+        return (sys.executable, *argv[1:])
     candidates = [Path(program)] if os.path.isabs(program) else \
         [p for p in ((base_dir / program) if base_dir else None, Path.cwd() / program) if p]
     found = next((p for p in candidates if p.is_file()), None)

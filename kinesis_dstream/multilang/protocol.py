@@ -116,12 +116,14 @@ class StderrDrain:
                     break
                 pending += chunk
                 *lines, pending = pending.split("\n")
-                while len(pending) > self._max_line:
+                while len(pending) > self._max_line:  # bounded memory for an endless line
                     lines.append(pending[: self._max_line])
                     pending = pending[self._max_line:]
                 for line in lines:
-                    if line.strip():
-                        child_log.info("[%s] %s", self._shard_id, line.rstrip())
+                    for start in range(0, len(line), self._max_line):
+                        piece = line[start:start + self._max_line].rstrip()
+                        if piece.strip():
+                            child_log.info("[%s] %s", self._shard_id, piece)
         except (OSError, ValueError) as exc:
             log.debug("stderr of child for %s closed: %s", self._shard_id, exc)
         if pending.strip():

@@ -126,8 +126,9 @@ class ShardConsumer:
             self.checkpointer.close("lease lost")
         fetcher = self._make_fetcher(self.shard_id)
         processor = self._processor_factory(self.shard_id)
+        if not self._initialize_fetcher(fetcher, checkpoint):
+            return True
         try:
-            fetcher.initialize(checkpoint)
             processor.initialize(InitializeInput(
                 shard_id=self.shard_id,
                 sequence_number=checkpoint.sequence_number,
@@ -141,6 +142,24 @@ class ShardConsumer:
             self._sleep(self.config.retry_wait_time_ms / 1000.0)
             return False
 
+    def _initialize_fetcher(self, fetcher: Any, checkpoint: ExtendedSequenceNumber) -> bool:
+        """Get the first iterator, waiting out throttling and outages; False if told to stop."""
+        failures = 0
+        while self._reason is None:
+            try:
+                fetcher.initialize(checkpoint)
+                return True
+            except KinesisDStreamError as exc:
+                failures += 1
+                wait = self._backoff_s(failures)
+                log.warning("shard %s: getting an iterator at %s failed (%s); trying again in %.1f s",
+                            self.shard_id, checkpoint, exc, wait)
+                self._sleep(wait)
+        return False
+
+    def _backoff_s(self, failures: int) -> float:
+        return min(self.config.retry_wait_time_ms * 2 ** min(failures, 6), 10_000) / 1000.0
+
     def _process_loop(self, fetcher: Any, processor: Any) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
@@ -153,7 +172,7 @@ class ShardConsumer:
                 failures = 0
             except KinesisDStreamError as exc:
                 failures += 1
-                wait = min(self.config.retry_wait_time_ms * 2 ** min(failures, 6), 10_000) / 1000.0
+                wait = self._backoff_s(failures)
                 log.warning("shard %s: GetRecords failed (%s); trying again in %.1f s",
                             self.shard_id, exc, wait)
                 self._sleep(wait)
@@ -194,7 +213,7 @@ class ShardConsumer:
             attempt += 1
             log.error("processor of %s did not checkpoint at shard end (attempt %d); its children "
                       "wait until it does", self.shard_id, attempt)
-            self._sleep(min(self.config.retry_wait_time_ms * 2 ** attempt, 10_000) / 1000.0)
+            self._sleep(self._backoff_s(attempt))
         return self._shut_down(processor)
 
     def _shut_down(self, processor: Any) -> bool:

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from ..config import ConsumerConfig
-from ..errors import ExpiredIteratorError
 from ..aws.kinesis import KinesisClient
-from .aggregation import deaggregate
+from ..config import ConsumerConfig
+from ..errors import ConfigurationError, ExpiredIteratorError
 from ..records import (
     AT_TIMESTAMP,
     LATEST,
@@ -26,6 +25,7 @@ from ..records import (
     GetRecordsResult,
     Record,
 )
+from .aggregation import deaggregate
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,10 @@ class KinesisDataFetcher:
         if position.sequence_number in (TRIM_HORIZON, LATEST):
             return self._kinesis.get_shard_iterator(self.shard_id, position.sequence_number)
         if position.sequence_number == AT_TIMESTAMP:
+            if self._config.initial_position_timestamp is None:
+                raise ConfigurationError(
+                    f"shard {self.shard_id} starts AT_TIMESTAMP but initial_position_timestamp "
+                    "is not set")
             return self._kinesis.get_shard_iterator(
                 self.shard_id, AT_TIMESTAMP, timestamp=self._config.initial_position_timestamp)
         return self._kinesis.get_shard_iterator(self.shard_id, "AT_SEQUENCE_NUMBER",

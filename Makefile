@@ -1,0 +1,51 @@
+# Developer entry points. `make test` on a fresh clone creates .venv, installs the package with
+# its test extra and the npm emulators (package.json), then runs pytest. Stamp files keep
+# `make setup` idempotent: it reinstalls only when setup.cfg / package.json change.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PY_STAMP := $(VENV)/.kinesis-dstream-setup
+NPM_STAMP := node_modules/.kinesis-dstream-setup
+PYTEST_ARGS ?=
+# Set by .ci/run so it can report pytest's own exit code (make itself only says 2).
+PYTEST_EXIT_FILE ?=
+
+.PHONY: setup test demo bench local clean
+
+setup: $(PY_STAMP) $(NPM_STAMP)
+
+$(PY_STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+# The leveldown / classic-level native modules ship linux-x64 prebuilds, so their install
+# scripts (which npm 11 does not run unless allowed) are not needed: the emulators start.
+$(NPM_STAMP): package.json $(wildcard package-lock.json)
+	npm install --no-audit --no-fund
+	test -f node_modules/kinesis-local/main.js
+	touch $@
+
+test: setup
+	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	exit $$rc
+
+demo: setup
+	@if [ -x samples/demo.sh ]; then samples/demo.sh; \
+	else echo "make demo: samples/demo.sh is missing" >&2; exit 1; fi
+
+bench: setup
+	@set -e; for f in bench/*.py; do \
+	  [ -e "$$f" ] || { echo "make bench: no bench/*.py" >&2; exit 1; }; \
+	  echo "== $$f" >&2; $(PY) "$$f"; \
+	done
+
+# Emulators in the foreground; prints `export ...` lines for another shell.
+local: setup
+	$(VENV)/bin/kinesis-dstream local
+
+clean:
+	rm -rf $(VENV) node_modules .pytest_cache

@@ -1,0 +1,237 @@
+"""The record processor that runs in each worker process and forwards records to the driver.
+
+``python -m kinesis_dstream worker ... --processor-factory
+kinesis_dstream.spark.forwarder:make_factory --factory-args JSON`` runs it. Each shard's
+``process_records`` sends its records over the channel and waits for the driver's ack,
+so a full driver buffer stops that shard's fetching. Checkpoints come *from* the driver,
+once the batch holding a position has completed; ``shard_ended`` and
+``shutdown_requested`` wait until the driver says the shard's records are processed.
+If the driver goes away the worker shuts itself down without checkpointing (the next
+owner re-reads from the last checkpoint). No pyspark import here.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from queue import Empty, Queue
+from typing import Any
+
+from ..errors import CheckpointError
+from ..worker.processor import (
+    Checkpointer,
+    InitializeInput,
+    LeaseLostInput,
+    ProcessorFactory,
+    ProcessRecordsInput,
+    RecordProcessor,
+    ShardEndedInput,
+    ShutdownRequestedInput,
+)
+from . import channel
+
+log = logging.getLogger(__name__)
+
+# After the driver is gone the worker shuts down gracefully; this bounds how long.
+ORPHAN_EXIT_AFTER_S = 30.0
+
+
+class DriverLink:
+    """This worker process's connection to the driver, shared by its shard processors."""
+
+    def __init__(self, address: tuple[str, int], authkey_path: str, worker_id: str):
+        self.worker_id = worker_id
+        self._conn = channel.connect(address, authkey_path)
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._replies: dict[str, Queue] = {}  # shard_id -> acks and drain replies
+        self._checkpointers: dict[str, Checkpointer] = {}
+        self._commands: Queue = Queue()
+        self.driver_gone = threading.Event()
+        self.send((channel.HELLO, worker_id, os.getpid()))
+        threading.Thread(target=self._read_loop, name="driver-link-reader", daemon=True).start()
+        threading.Thread(target=self._checkpoint_loop, name="driver-link-checkpoints",
+                         daemon=True).start()
+
+    # --- sending -------------------------------------------------------------------------
+    def send(self, message: tuple) -> bool:
+        if self.driver_gone.is_set():
+            return False
+        with self._send_lock:
+            try:
+                self._conn.send(message)
+                return True
+            except (OSError, EOFError, ValueError) as exc:
+                self._lost_driver(f"send failed: {exc}")
+                return False
+
+    def request(self, shard_id: str, message: tuple, timeout_s: float | None = None) -> tuple | None:
+        """Send and wait for this shard's next reply; None if the driver is gone or time ran out."""
+        replies = self._reply_queue(shard_id)
+        if not self.send(message):
+            return None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                return None
+            try:
+                reply = replies.get(timeout=wait)
+            except Empty:
+                if self.driver_gone.is_set():
+                    return None
+                continue
+            if reply is None:  # the driver went away
+                return None
+            return reply
+
+    def _reply_queue(self, shard_id: str) -> Queue:
+        with self._lock:
+            return self._replies.setdefault(shard_id, Queue())
+
+    # --- checkpointers -------------------------------------------------------------------
+    def hold_checkpointer(self, shard_id: str, checkpointer: Checkpointer) -> None:
+        with self._lock:
+            self._checkpointers[shard_id] = checkpointer
+
+    def forget(self, shard_id: str) -> None:
+        """The lease is gone: no checkpoint of this shard from now on."""
+        with self._lock:
+            self._checkpointers.pop(shard_id, None)
+
+    def checkpoint(self, shard_id: str, sequence_number: str | None,
+                   sub_sequence_number: int | None) -> str | None:
+        """Write a checkpoint; returns the KCL error name instead of raising."""
+        with self._lock:
+            checkpointer = self._checkpointers.get(shard_id)
+        if checkpointer is None:
+            log.info("%s: not checkpointing %s/%s: lease no longer held",
+                     shard_id, sequence_number, sub_sequence_number)
+            return "ShutdownException"
+        try:
+            checkpointer.checkpoint(sequence_number, sub_sequence_number)
+        except CheckpointError as exc:
+            log.warning("%s: checkpoint at %s/%s refused: %s",
+                        shard_id, sequence_number, sub_sequence_number, exc)
+            if exc.value == "ShutdownException":
+                self.forget(shard_id)
+            return exc.value
+        position = "SHARD_END" if sequence_number is None else sequence_number
+        self.send((channel.CHECKPOINTED, shard_id, position, sub_sequence_number, None))
+        return None
+
+    # --- background loops ----------------------------------------------------------------
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                self._lost_driver(f"connection closed ({exc or 'EOF'})")
+                return
+            kind = message[0]
+            if kind == channel.CHECKPOINT:
+                self._commands.put(message)
+            elif kind in (channel.ACK, channel.DRAINED):
+                self._reply_queue(message[1]).put(message)
+            else:
+                log.warning("ignoring unknown message %r from the driver", kind)
+
+    def _checkpoint_loop(self) -> None:
+        while True:
+            message = self._commands.get()
+            if message is None:
+                return
+            _, shard_id, sequence_number, sub_sequence_number = message
+            error = self.checkpoint(shard_id, sequence_number, sub_sequence_number)
+            if error is not None:
+                self.send((channel.CHECKPOINTED, shard_id, sequence_number, sub_sequence_number, error))
+
+    def _lost_driver(self, why: str) -> None:
+        if self.driver_gone.is_set():
+            return
+        self.driver_gone.set()
+        log.warning("worker %s: lost the Spark driver (%s); shutting down without checkpointing",
+                    self.worker_id, why)
+        with self._lock:
+            self._checkpointers.clear()
+            queues = list(self._replies.values())
+        for q in queues:
+            q.put(None)
+        self._commands.put(None)
+        # The worker's own SIGTERM handling shuts the scheduler down and releases the leases.
+        os.kill(os.getpid(), signal.SIGTERM)
+        timer = threading.Timer(ORPHAN_EXIT_AFTER_S, os._exit, args=(3,))
+        timer.daemon = True
+        timer.start()
+
+
+class ForwardingProcessor(RecordProcessor):
+    """One per shard lease: forwards records, checkpoints only when the driver says so."""
+
+    def __init__(self, link: DriverLink, shard_id: str, drain_timeout_s: float):
+        self.link = link
+        self.shard_id = shard_id
+        self.drain_timeout_s = drain_timeout_s
+
+    def initialize(self, initialize_input: InitializeInput) -> None:
+        self.shard_id = initialize_input.shard_id or self.shard_id
+        self.link.send((channel.INIT, self.shard_id, initialize_input.sequence_number,
+                        initialize_input.sub_sequence_number))
+
+    def process_records(self, process_records_input: ProcessRecordsInput) -> None:
+        self.link.hold_checkpointer(self.shard_id, process_records_input.checkpointer)
+        records = process_records_input.records
+        lag = process_records_input.millis_behind_latest
+        if not records:
+            self.link.send((channel.LAG, self.shard_id, lag))
+            return
+        wire = [(r.binary_data, r.partition_key, r.sequence_number, r.sub_sequence_number,
+                 r.approximate_arrival_timestamp) for r in records]
+        # Blocks while the driver's buffer is full: backpressure on this shard's fetching.
+        self.link.request(self.shard_id, (channel.RECORDS, self.shard_id, wire, lag))
+
+    def lease_lost(self, lease_lost_input: LeaseLostInput) -> None:
+        self.link.forget(self.shard_id)
+        self.link.send((channel.LOST, self.shard_id))
+
+    def shard_ended(self, shard_ended_input: ShardEndedInput) -> None:
+        self.link.hold_checkpointer(self.shard_id, shard_ended_input.checkpointer)
+        reply = self.link.request(self.shard_id, (channel.DRAIN, self.shard_id, "shard_end"))
+        self._final_checkpoint(reply, at_shard_end=True)
+
+    def shutdown_requested(self, shutdown_requested_input: ShutdownRequestedInput) -> None:
+        self.link.hold_checkpointer(self.shard_id, shutdown_requested_input.checkpointer)
+        reply = self.link.request(self.shard_id, (channel.DRAIN, self.shard_id, "shutdown"),
+                                  timeout_s=self.drain_timeout_s)
+        self._final_checkpoint(reply, at_shard_end=False)
+
+    def _final_checkpoint(self, reply: tuple | None, at_shard_end: bool) -> None:
+        if reply is None:
+            log.warning("%s: driver gone or not answering; no final checkpoint", self.shard_id)
+            self.link.forget(self.shard_id)
+            return
+        _, _, sequence_number, sub_sequence_number, complete = reply
+        if at_shard_end and complete:
+            self.link.checkpoint(self.shard_id, None, None)  # SHARD_END: children may start
+        elif sequence_number is not None:
+            self.link.checkpoint(self.shard_id, sequence_number, sub_sequence_number)
+        self.link.forget(self.shard_id)
+
+
+_link: DriverLink | None = None
+
+
+def make_factory(address: Any, authkey_file: str, worker_id: str,
+                 drain_timeout_s: float = 15.0) -> ProcessorFactory:
+    """Entry point named by ``--processor-factory``; connects to the driver once per process."""
+    global _link
+    if _link is None:
+        _link = DriverLink(tuple(address), authkey_file, worker_id)
+    link = _link
+
+    def factory(shard_id: str) -> RecordProcessor:
+        return ForwardingProcessor(link, shard_id, drain_timeout_s)
+
+    return factory
