@@ -45,7 +45,7 @@ def parse_duration_ms(value: str | int | float, key: str) -> int:
         number, factor = text, 1
     try:
         return int(float(number) * factor)
-    except ValueError:
+    except (ValueError, OverflowError):  # "inf" and "1e400s" overflow int()
         raise ConfigurationError(f"{key}: cannot read {value!r} as a duration") from None
 
 

@@ -14,6 +14,7 @@ import argparse
 import http.client
 import logging
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -344,7 +345,7 @@ class LocalStack:
 
 
 def export_lines(environment: dict[str, str]) -> list[str]:
-    return [f"export {name}={value}" for name, value in environment.items()]
+    return [f"export {name}={shlex.quote(value)}" for name, value in environment.items()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -100,8 +100,13 @@ ExtendedSequenceNumber.SHARD_END = ExtendedSequenceNumber(SHARD_END)  # type: ig
 
 
 def is_valid_sequence_number(value: object) -> bool:
-    """Kinesis sequence numbers are decimal strings of up to 128 digits."""
-    return isinstance(value, str) and value.isdigit() and 0 < len(value) <= 128
+    """Kinesis sequence numbers are decimal strings of up to 128 ASCII digits.
+
+    ``str.isdigit`` alone accepts "²" or Arabic-Indic digits, which ``int()`` rejects or
+    which no Kinesis API accepts.
+    """
+    return (isinstance(value, str) and value.isascii() and value.isdigit()
+            and 0 < len(value) <= 128)
 
 
 @dataclass

@@ -339,3 +339,9 @@ def test_fault_proxy_stops(kinesis_local):
     proxy.stop()
     with pytest.raises(Exception):
         _no_retry_client(endpoint).list_streams()
+
+
+def test_local_env_points_plain_boto3_clients_at_the_emulators(local_env, make_stream):
+    stream = make_stream(1)
+    assert stream in boto3.client("kinesis").list_streams()["StreamNames"]
+    assert boto3.client("dynamodb").meta.endpoint_url == local_env["AWS_ENDPOINT_URL_DYNAMODB"]

@@ -356,3 +356,41 @@ def test_missing_credentials_fail_with_a_clear_error(monkeypatch, kinesis_local,
     config = make_config("any-stream", aws_access_key_id=None, aws_secret_key=None)
     with pytest.raises(CredentialsError, match="credentials"):
         Scheduler(config, lambda shard_id: RecordProcessor()).start()
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_stops_a_worker_gracefully_and_releases_its_leases(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
+    stream = make_stream(2)
+    expected = put_mixed(kinesis_local, stream, 500, aggregated_share=0.5)
+    config = make_config(stream, worker_id="graceful")
+    log_path = tmp_path / "events.jsonl"
+    worker = start_worker(config, log_path, tmp_path, "graceful")
+    try:
+        wait_for(lambda: {e["data"] for e in records_of(read_events(str(log_path)))} >= set(expected),
+                 timeout=60, what="every record")
+        assert set(owners(dynamodb, config.application_name).values()) == {"graceful"}
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=config.shutdown_grace_ms / 1000 + 10) == 0
+    finally:
+        stop_all([worker])
+    events = read_events(str(log_path))
+    assert sorted(e["shard"] for e in events if e["event"] == "shutdown_requested") == \
+        sorted(owners(dynamodb, config.application_name))
+    assert set(owners(dynamodb, config.application_name).values()) == {None}
+    items = lease_items(dynamodb, config.application_name)
+    last = {}
+    for e in records_of(events):
+        last[e["shard"]] = max(last.get(e["shard"], esn(e)), esn(e))
+    for shard, item in items.items():
+        assert ExtendedSequenceNumber(item["checkpoint"]["S"],
+                                      int(item["checkpointSubSequenceNumber"]["N"])) == last[shard]
+
+
+@pytest.mark.timeout(60)
+def test_worker_process_with_a_wrong_stream_exits_naming_it(
+        aws_env, kinesis_local, dynamodb, make_config, tmp_path):
+    config = make_config("missing-stream-for-process")
+    worker = start_worker(config, tmp_path / "events.jsonl", tmp_path, "bad")
+    assert worker.wait(timeout=30) == 3
+    assert "missing-stream-for-process" in (tmp_path / "bad.stderr").read_text()

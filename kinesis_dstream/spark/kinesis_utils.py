@@ -1,0 +1,249 @@
+"""Drop-in ``KinesisUtils.createStream``: PySpark's signature, no Kinesis ASL jar.
+
+``from kinesis_dstream import KinesisUtils, InitialPositionInStream`` replaces
+``from pyspark.streaming.kinesis import ...``; the positional parameters, their order and
+defaults are PySpark's. What Scala users have and Python users lack comes as keyword-only
+extensions. How the stream is fed and checkpointed: ``streaming.py`` and ``receiver.py``.
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+import uuid
+from datetime import datetime
+from typing import Any, Callable, Mapping, Optional
+
+from pyspark.storagelevel import StorageLevel
+from pyspark.streaming import DStream, StreamingContext
+
+from ..config import ConsumerConfig
+from ..errors import ConfigurationError
+from .rate import RateSettings
+from .receiver import StreamSpec, receiver_for, receivers
+from .records import KinesisRecord
+from .streaming import attach, make_batch_function
+
+log = logging.getLogger(__name__)
+
+__all__ = ["KinesisUtils", "InitialPositionInStream", "MetricsLevel", "utf8_decoder", "KinesisRecord"]
+
+# Spark's receiver polls every second; a DStream batch waits for its slowest shard, so we
+# read more often by default (still far under the 5 reads/s/shard limit).
+SPARK_IDLE_TIME_BETWEEN_READS_MS = 200
+
+
+class InitialPositionInStream:
+    LATEST, TRIM_HORIZON = (0, 1)
+    AT_TIMESTAMP = 2  # extension: give initialPositionTimestamp too
+
+
+class MetricsLevel:
+    DETAILED, SUMMARY, NONE = (0, 1, 2)
+
+
+def utf8_decoder(s: Optional[bytes]) -> Optional[str]:
+    """Decode the unicode as UTF-8"""
+    if s is None:
+        return None
+    return s.decode("utf-8")
+
+
+_POSITIONS = {0: "LATEST", 1: "TRIM_HORIZON", 2: "AT_TIMESTAMP"}
+_METRICS = {0: "DETAILED", 1: "SUMMARY", 2: "NONE"}
+
+
+def _initial_position(value: Any, timestamp: Any) -> tuple[str, float | None]:
+    if isinstance(value, datetime):
+        value, timestamp = InitialPositionInStream.AT_TIMESTAMP, value
+    if isinstance(value, str) and value.upper() in _POSITIONS.values():
+        name = value.upper()
+    elif isinstance(value, int) and not isinstance(value, bool) and value in _POSITIONS:
+        name = _POSITIONS[value]
+    else:
+        raise ConfigurationError(
+            "initialPositionInStream must be InitialPositionInStream.LATEST, TRIM_HORIZON or "
+            f"AT_TIMESTAMP, got {value!r}")
+    if name != "AT_TIMESTAMP":
+        if timestamp is not None:
+            raise ConfigurationError("initialPositionTimestamp is only for "
+                                     "InitialPositionInStream.AT_TIMESTAMP")
+        return name, None
+    if timestamp is None:
+        raise ConfigurationError("InitialPositionInStream.AT_TIMESTAMP needs "
+                                 "initialPositionTimestamp (a datetime or epoch seconds)")
+    if isinstance(timestamp, datetime):
+        return name, timestamp.timestamp()
+    if isinstance(timestamp, (int, float)) and not isinstance(timestamp, bool):
+        return name, float(timestamp)
+    raise ConfigurationError(f"initialPositionTimestamp must be a datetime or epoch seconds, "
+                             f"got {timestamp!r}")
+
+
+def _check_credentials(key: Any, secret: Any, role: Any, session: Any, external: Any) -> None:
+    """The rules of Spark's KinesisUtilsPythonHelper, with its wording."""
+    if key is not None and secret is None:
+        raise ConfigurationError("awsAccessKeyId is set but awsSecretKey is null")
+    if key is None and secret is not None:
+        raise ConfigurationError("awsSecretKey is set but awsAccessKeyId is null")
+    sts = (role, session, external)
+    if any(v is not None for v in sts) and not all(v is not None for v in sts):
+        raise ConfigurationError("stsAssumeRoleArn, stsSessionName, and stsExternalId "
+                                 "must all be defined or all be null")
+
+
+def _batch_interval_ms(ssc: StreamingContext) -> int:
+    return int(ssc._jssc.ssc().graph().batchDuration().milliseconds())
+
+
+class KinesisUtils:
+    @staticmethod
+    def createStream(
+        ssc: StreamingContext,
+        kinesisAppName: str,
+        streamName: str,
+        endpointUrl: str,
+        regionName: str,
+        initialPositionInStream: int,
+        checkpointInterval: int,
+        metricsLevel: int = MetricsLevel.DETAILED,
+        storageLevel: StorageLevel = StorageLevel.MEMORY_AND_DISK_2,
+        awsAccessKeyId: Optional[str] = None,
+        awsSecretKey: Optional[str] = None,
+        decoder: Callable[[Optional[bytes]], Any] = utf8_decoder,
+        stsAssumeRoleArn: Optional[str] = None,
+        stsSessionName: Optional[str] = None,
+        stsExternalId: Optional[str] = None,
+        *,
+        initialPositionTimestamp: Optional[datetime | float] = None,
+        messageHandler: Optional[Callable[[KinesisRecord], Any]] = None,
+        dynamoDBEndpoint: Optional[str] = None,
+        cloudWatchEndpoint: Optional[str] = None,
+        propertiesFile: Optional[str] = None,
+        numWorkers: int = 1,
+        maxBufferedRecords: int = 100_000,
+        configOverrides: Optional[Mapping[str, Any]] = None,
+    ) -> DStream:
+        """Create an input stream that pulls messages from a Kinesis stream.
+
+        Parameters as ``pyspark.streaming.kinesis.KinesisUtils.createStream``. A position is
+        checkpointed (``checkpointInterval`` seconds at most once per shard) only after the
+        batch holding it completed, with its KPL sub-sequence number. ``storageLevel`` is
+        accepted for compatibility: records wait in the driver's bounded buffer until a
+        batch takes them, and are re-read from Kinesis after a failure.
+
+        Keyword-only extensions:
+        initialPositionTimestamp: with ``InitialPositionInStream.AT_TIMESTAMP`` (a datetime or
+            epoch seconds; a datetime as initialPositionInStream also means AT_TIMESTAMP).
+        messageHandler: called with a ``KinesisRecord`` (data, partition_key,
+            sequence_number, sub_sequence_number, approximate_arrival_timestamp, shard_id)
+            instead of ``decoder(data)``.
+        dynamoDBEndpoint, cloudWatchEndpoint: endpoints of the lease table and metrics.
+        propertiesFile: a KCL properties file as the source of settings; the non-None
+            arguments above override it.
+        numWorkers: worker processes sharing the shards (default 1).
+        maxBufferedRecords: the driver buffer's bound; beyond it the shards stop fetching.
+        configOverrides: ConsumerConfig fields by name (e.g. max_records,
+            idle_time_between_reads_ms, failover_time_ms), for tuning.
+        """
+        _check_credentials(awsAccessKeyId, awsSecretKey, stsAssumeRoleArn, stsSessionName,
+                           stsExternalId)
+        if not isinstance(storageLevel, StorageLevel):
+            raise ConfigurationError(f"storageLevel must be a pyspark StorageLevel, got {storageLevel!r}")
+        if decoder is not None and not callable(decoder):
+            raise ConfigurationError("decoder must be callable")
+        if messageHandler is not None:
+            if not callable(messageHandler):
+                raise ConfigurationError("messageHandler must be callable")
+            if decoder is not utf8_decoder and decoder is not None:
+                raise ConfigurationError("give either decoder or messageHandler, not both")
+        if isinstance(numWorkers, bool) or not isinstance(numWorkers, int) or numWorkers < 1:
+            raise ConfigurationError(f"numWorkers must be a whole number >= 1, got {numWorkers!r}")
+        if (isinstance(maxBufferedRecords, bool) or not isinstance(maxBufferedRecords, int)
+                or maxBufferedRecords < 1):
+            raise ConfigurationError(f"maxBufferedRecords must be >= 1, got {maxBufferedRecords!r}")
+        if (isinstance(checkpointInterval, bool) or not isinstance(checkpointInterval, (int, float))
+                or checkpointInterval <= 0):
+            raise ConfigurationError(
+                f"checkpointInterval must be a positive number of seconds, got {checkpointInterval!r}")
+        if metricsLevel not in _METRICS:
+            raise ConfigurationError(
+                f"metricsLevel must be MetricsLevel.DETAILED, SUMMARY or NONE, got {metricsLevel!r}")
+
+        settings: dict[str, Any] = dict(
+            application_name=kinesisAppName,
+            stream_name=streamName,
+            region_name=regionName,
+            kinesis_endpoint=endpointUrl or None,
+            dynamodb_endpoint=dynamoDBEndpoint,
+            cloudwatch_endpoint=cloudWatchEndpoint,
+            aws_access_key_id=awsAccessKeyId,
+            aws_secret_key=awsSecretKey,
+            sts_assume_role_arn=stsAssumeRoleArn,
+            sts_session_name=stsSessionName,
+            sts_external_id=stsExternalId,
+            checkpoint_interval_ms=int(checkpointInterval * 1000),
+            metrics_level=_METRICS[metricsLevel],
+        )
+        if initialPositionInStream is not None or propertiesFile is None:
+            position, timestamp = _initial_position(initialPositionInStream, initialPositionTimestamp)
+            settings.update(initial_position=position, initial_position_timestamp=timestamp)
+        config = _build_config(settings, propertiesFile, configOverrides)
+        conf = dict(ssc.sparkContext.getConf().getAll())
+        config = config.with_spark_conf(conf)
+
+        spec = StreamSpec(
+            key=uuid.uuid4().hex,
+            config=config.to_dict(),
+            num_workers=numWorkers,
+            max_buffered_records=maxBufferedRecords,
+            batch_interval_ms=_batch_interval_ms(ssc),
+            rate=RateSettings.from_spark_conf(conf),
+            stop_timeout_s=config.shutdown_grace_ms / 1000.0 + 10.0,
+        )
+        empty_dir = tempfile.mkdtemp(prefix="kinesis-dstream-input-")
+        receiver = receiver_for(spec)
+        attach(ssc, receiver)
+        base = ssc.textFileStream("file://" + empty_dir)
+        stream = base.transform(make_batch_function(
+            spec, empty_dir, None if messageHandler is not None else decoder, messageHandler))
+        stream.metrics = lambda: receiver_for(spec).metrics()  # type: ignore[attr-defined]
+        log.info("Kinesis DStream on %s (application %s, %s, %d worker(s)); workers start with "
+                 "the StreamingContext", config.stream_name, config.application_name,
+                 config.initial_position, numWorkers)
+        return stream
+
+    @staticmethod
+    def metrics(streamName: Optional[str] = None) -> dict[str, dict[str, Any]]:
+        """Per-shard view of this driver's Kinesis streams (of ``streamName`` if given).
+
+        shard id -> records (received), millis_behind_latest, owner (worker id),
+        last_checkpoint (as written to the lease table), processed (highest position of a
+        completed batch), buffered (waiting for a batch), state.
+        """
+        view: dict[str, dict[str, Any]] = {}
+        for receiver in receivers():
+            if receiver.closed and not receiver.started:
+                continue
+            if streamName is None or receiver.config.stream_name == streamName:
+                view.update(receiver.metrics())
+        return view
+
+
+def _build_config(settings: dict[str, Any], properties_file: Optional[str],
+                  overrides: Optional[Mapping[str, Any]]) -> ConsumerConfig:
+    """One ConsumerConfig: properties file (if any) < createStream arguments < configOverrides."""
+    settings = dict(settings)
+    settings.setdefault("idle_time_between_reads_ms", SPARK_IDLE_TIME_BETWEEN_READS_MS)
+    if properties_file is not None:
+        from ..multilang.properties import consumer_config_from_properties
+
+        given = {k: v for k, v in settings.items() if v is not None}
+        given.pop("idle_time_between_reads_ms", None)  # the file's value wins over our default
+        if given.get("metrics_level") == "DETAILED":  # createStream's default: the file's wins
+            given.pop("metrics_level")
+        config = consumer_config_from_properties(properties_file, **given)
+    else:
+        config = ConsumerConfig(**settings)
+    if overrides:
+        config = config.replace(**dict(overrides))
+    return config

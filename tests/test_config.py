@@ -1,0 +1,220 @@
+"""ConsumerConfig: cross-field validation, Spark conf keys, dict round trip (tier 1, no I/O)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kinesis_dstream.config import (
+    SPARK_RETRY_MAX_ATTEMPTS,
+    SPARK_RETRY_WAIT_TIME,
+    ConsumerConfig,
+    parse_duration_ms,
+)
+from kinesis_dstream.errors import ConfigurationError
+
+
+def make(**overrides) -> ConsumerConfig:
+    settings = dict(application_name="app", stream_name="stream", region_name="eu-west-1",
+                    worker_id="w1")
+    settings.update(overrides)
+    return ConsumerConfig(**settings)
+
+
+def test_defaults_are_the_kcl_and_spark_ones():
+    config = make()
+    assert config.initial_position == "LATEST"
+    assert config.failover_time_ms == 10000
+    assert config.max_leases_to_steal_at_one_time == 1
+    assert config.max_records == 10000
+    assert config.retry_wait_time_ms == 100
+    assert config.retry_max_attempts == 3
+    assert config.lease_table_name == "app"
+    # The KCL renews every failover / 3 minus an epsilon.
+    assert 3000 <= config.renew_interval_ms + 25 <= 3334
+    assert config.renew_interval_ms < config.failover_time_ms / 3
+
+
+def test_explicit_taker_interval_wins():
+    assert make(lease_taker_interval_ms=1234).taker_interval_ms == 1234
+    # Whatever the default is, a worker must look for leases well within failover time.
+    assert 0 < make().taker_interval_ms < make().failover_time_ms
+
+
+def test_region_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    config = ConsumerConfig(application_name="a", stream_name="s")
+    assert config.region_name == "ap-south-1"
+
+
+def test_worker_ids_are_unique_by_default():
+    a = ConsumerConfig(application_name="a", stream_name="s", region_name="r")
+    b = ConsumerConfig(application_name="a", stream_name="s", region_name="r")
+    assert a.worker_id and b.worker_id and a.worker_id != b.worker_id
+
+
+@pytest.mark.parametrize("name", ["application_name", "stream_name", "region_name"])
+def test_required_names(name):
+    with pytest.raises(ConfigurationError, match=name):
+        make(**{name: ""})
+
+
+def test_initial_position_must_be_known():
+    with pytest.raises(ConfigurationError, match="initial_position") as info:
+        make(initial_position="EARLIEST")
+    assert "EARLIEST" in str(info.value)
+    for ok in ("LATEST", "TRIM_HORIZON"):
+        assert make(initial_position=ok).initial_position == ok
+
+
+def test_at_timestamp_needs_a_timestamp():
+    with pytest.raises(ConfigurationError, match="initial_position_timestamp"):
+        make(initial_position="AT_TIMESTAMP")
+    config = make(initial_position="AT_TIMESTAMP", initial_position_timestamp=1700000000.5)
+    assert config.initial_position_timestamp == 1700000000.5
+
+
+def test_metrics_level_must_be_known():
+    with pytest.raises(ConfigurationError, match="metrics_level"):
+        make(metrics_level="VERBOSE")
+    assert make(metrics_level="NONE").metrics_level == "NONE"
+
+
+@pytest.mark.parametrize("given", [dict(aws_access_key_id="AKIA"), dict(aws_secret_key="secret")])
+def test_key_and_secret_come_as_a_pair(given):
+    with pytest.raises(ConfigurationError) as info:
+        make(**given)
+    assert "aws_access_key_id" in str(info.value) and "aws_secret_key" in str(info.value)
+    assert make(aws_access_key_id="AKIA", aws_secret_key="secret").aws_secret_key == "secret"
+
+
+@pytest.mark.parametrize("given", [
+    dict(sts_assume_role_arn="arn:aws:iam::1:role/r"),
+    dict(sts_session_name="s"),
+    dict(sts_external_id="x"),
+    dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s"),
+])
+def test_sts_arguments_all_or_none(given):
+    with pytest.raises(ConfigurationError) as info:
+        make(**given)
+    for name in ("sts_assume_role_arn", "sts_session_name", "sts_external_id"):
+        assert name in str(info.value)
+
+
+def test_all_three_sts_arguments_accepted():
+    config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s",
+                  sts_external_id="x")
+    assert config.sts_external_id == "x"
+
+
+@pytest.mark.parametrize("name", ["max_records", "failover_time_ms", "shard_sync_interval_ms",
+                                  "retry_max_attempts", "max_leases_to_steal_at_one_time",
+                                  "max_leases_for_worker"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_positive_settings(name, value):
+    with pytest.raises(ConfigurationError, match=name) as info:
+        make(**{name: value})
+    assert str(value) in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["idle_time_between_reads_ms", "retry_wait_time_ms",
+                                  "checkpoint_interval_ms", "shutdown_grace_ms",
+                                  "parent_shard_poll_interval_ms"])
+def test_non_negative_settings(name):
+    with pytest.raises(ConfigurationError, match=name):
+        make(**{name: -1})
+    assert getattr(make(**{name: 0}), name) == 0
+
+
+def test_max_records_is_capped_at_the_kinesis_limit():
+    with pytest.raises(ConfigurationError, match="max_records"):
+        make(max_records=10001)
+    assert make(max_records=1).max_records == 1
+
+
+def test_config_is_frozen():
+    config = make()
+    with pytest.raises(Exception):
+        config.max_records = 5  # type: ignore[misc]
+
+
+def test_replace_validates_and_rejects_unknown_names():
+    config = make()
+    assert config.replace(max_records=50).max_records == 50
+    assert config.max_records == 10000
+    with pytest.raises(ConfigurationError, match="maxRecords"):
+        config.replace(maxRecords=50)
+    with pytest.raises(ConfigurationError, match="max_records"):
+        config.replace(max_records=0)
+
+
+# -- Spark conf ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("250ms", 250), ("2s", 2000), ("1.5s", 1500), ("1min", 60000), ("2m", 120000),
+    ("1h", 3600000), ("300", 300), (" 40 MS ", 40),
+])
+def test_parse_duration(text, expected):
+    assert parse_duration_ms(text, "k") == expected
+
+
+@pytest.mark.parametrize("bad", ["fast", "ms", "", "1x", "inf", "nan", "1e400s"])
+def test_parse_duration_rejects_garbage_naming_the_key(bad):
+    with pytest.raises(ConfigurationError, match="my.key"):
+        parse_duration_ms(bad, "my.key")
+
+
+def test_with_spark_conf_reads_the_kinesis_asl_keys():
+    config = make().with_spark_conf({SPARK_RETRY_WAIT_TIME: "250ms", SPARK_RETRY_MAX_ATTEMPTS: "5"})
+    assert config.retry_wait_time_ms == 250
+    assert config.retry_max_attempts == 5
+    assert make().with_spark_conf({SPARK_RETRY_WAIT_TIME: "2s"}).retry_wait_time_ms == 2000
+
+
+def test_with_spark_conf_ignores_other_keys_and_returns_self_when_nothing_applies():
+    config = make()
+    assert config.with_spark_conf({"spark.app.name": "x"}) is config
+
+
+@pytest.mark.parametrize("conf, key", [
+    ({SPARK_RETRY_WAIT_TIME: "soon"}, SPARK_RETRY_WAIT_TIME),
+    ({SPARK_RETRY_MAX_ATTEMPTS: "three"}, SPARK_RETRY_MAX_ATTEMPTS),
+    ({SPARK_RETRY_MAX_ATTEMPTS: "2.5"}, SPARK_RETRY_MAX_ATTEMPTS),
+])
+def test_with_spark_conf_bad_values_name_the_key(conf, key):
+    with pytest.raises(ConfigurationError) as info:
+        make().with_spark_conf(conf)
+    assert key in str(info.value)
+
+
+def test_with_spark_conf_values_are_validated():
+    with pytest.raises(ConfigurationError, match="retry_max_attempts"):
+        make().with_spark_conf({SPARK_RETRY_MAX_ATTEMPTS: "0"})
+    with pytest.raises(ConfigurationError, match="retry_wait_time_ms"):
+        make().with_spark_conf({SPARK_RETRY_WAIT_TIME: "-5ms"})
+
+
+# -- dict round trip ----------------------------------------------------------------------------
+def test_to_dict_from_dict_round_trip_through_json():
+    config = make(initial_position="AT_TIMESTAMP", initial_position_timestamp=1.5,
+                  aws_access_key_id="k", aws_secret_key="s", max_records=77,
+                  lease_taker_interval_ms=500, kinesis_endpoint="http://127.0.0.1:1")
+    data = json.loads(json.dumps(config.to_dict()))
+    again = ConsumerConfig.from_dict(data)
+    assert again == config
+    assert again.worker_id == "w1"
+
+
+def test_from_dict_rejects_unknown_keys_by_name():
+    data = make().to_dict()
+    data["streamName"] = "x"
+    data["bogus_ms"] = 1
+    with pytest.raises(ConfigurationError) as info:
+        ConsumerConfig.from_dict(data)
+    assert "streamName" in str(info.value) and "bogus_ms" in str(info.value)
+
+
+def test_from_dict_validates():
+    data = make().to_dict()
+    data["max_records"] = 0
+    with pytest.raises(ConfigurationError, match="max_records"):
+        ConsumerConfig.from_dict(data)

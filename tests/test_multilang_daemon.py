@@ -1,0 +1,193 @@
+"""`python -m kinesis_dstream multilang` running amazon-kclpy's own sample app, unmodified,
+against kinesis-local and moto's DynamoDB server."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import emulators
+
+TESTS_DIR = Path(__file__).resolve().parent
+RECORDER = TESTS_DIR / "kclpy_sample_recorder.py"
+
+
+def write_properties(tmp_path: Path, stream: str, app: str, kinesis: str, dynamodb: str,
+                     **extra: str) -> Path:
+    lines = {
+        "executableName": str(RECORDER),
+        "streamName": stream,
+        "applicationName": app,
+        "AWSCredentialsProvider": "DefaultAWSCredentialsProviderChain",
+        "processingLanguage": "python/3",
+        "regionName": "us-east-1",
+        "initialPositionInStream": "TRIM_HORIZON",
+        # without a scheme on purpose: the reader adds http:// for loopback hosts
+        "kinesisEndpoint": kinesis.removeprefix("http://"),
+        "dynamoDBEndpoint": dynamodb,
+        "metricsLevel": "NONE",
+        "retrievalMode": "POLLING",
+        "failoverTimeMillis": "3000",
+        "shardSyncIntervalMillis": "2000",
+        "idleTimeBetweenReadsInMillis": "100",
+        "parentShardPollIntervalMillis": "200",
+        "shutdownGraceMillis": "15000",
+        "timeoutInSeconds": "30",
+        **extra,
+    }
+    path = tmp_path / f"{app}.properties"
+    path.write_text("# written by test_multilang_daemon\n"
+                    + "".join(f"{k} = {v}\n" for k, v in lines.items()))
+    return path
+
+
+class Daemon:
+    def __init__(self, properties: Path, tmp_path: Path, name: str, **env: str):
+        self.stderr_path = tmp_path / f"{name}.stderr"
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kinesis_dstream", "multilang", "--properties-file",
+             str(properties)],
+            env=dict(os.environ, **env), stdout=subprocess.DEVNULL, stderr=self._stderr)
+
+    def stop(self, timeout: float = 40.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._stderr.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._stderr.close()
+
+    def log(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def daemons():
+    started: list[Daemon] = []
+    yield started
+    for daemon in started:
+        daemon.kill()
+
+
+def read_log(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for_records(path: Path, wanted: set[str], daemon: Daemon, timeout: float = 90.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = read_log(path)
+        if wanted <= {r["seq"] for r in seen}:
+            return seen
+        if daemon.proc.poll() is not None:
+            pytest.fail(f"daemon exited with {daemon.proc.returncode}:\n{daemon.log()[-4000:]}")
+        if time.monotonic() > deadline:
+            missing = wanted - {r["seq"] for r in seen}
+            pytest.fail(f"{len(missing)} of {len(wanted)} records never reached the sample app; "
+                        f"daemon log:\n{daemon.log()[-4000:]}")
+        time.sleep(0.3)
+
+
+def lease_items(dynamodb: str, table: str) -> dict[str, dict]:
+    items = emulators.client("dynamodb", dynamodb).scan(TableName=table, ConsistentRead=True)["Items"]
+    return {item["leaseKey"]["S"]: item for item in items}
+
+
+def last_put_per_shard(puts) -> dict[str, str]:
+    last: dict[str, str] = {}
+    for put in puts:
+        if put.shard_id not in last or int(put.sequence_number) > int(last[put.shard_id]):
+            last[put.shard_id] = put.sequence_number
+    return last
+
+
+@pytest.mark.timeout(240)
+def test_sample_kclpy_app_processes_every_record_checkpoints_and_resumes(
+        aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
+        daemons):
+    stream = make_stream(4)
+    first = put_records(stream, [f"first-{i}".encode() for i in range(400)])
+    assert len({p.shard_id for p in first}) == 4
+    properties = write_properties(tmp_path, stream, unique_app_name, kinesis_local, dynamodb)
+
+    # Run 1: every record reaches the sample; SIGTERM -> shutdownRequested -> it checkpoints.
+    log1 = tmp_path / "run1.jsonl"
+    daemon = Daemon(properties, tmp_path, "run1", KCLPY_RECORD_LOG=str(log1))
+    daemons.append(daemon)
+    seen = wait_for_records(log1, {p.sequence_number for p in first}, daemon)
+    assert {(r["seq"], r["data"]) for r in seen} == {(p.sequence_number, p.data.decode())
+                                                     for p in first}
+    assert daemon.stop() == 0, daemon.log()[-4000:]
+
+    items = lease_items(dynamodb, unique_app_name)
+    assert set(items) == {p.shard_id for p in first}
+    for shard_id, sequence_number in last_put_per_shard(first).items():
+        assert items[shard_id]["checkpoint"]["S"] == sequence_number
+        assert items[shard_id]["checkpointSubSequenceNumber"]["N"] == "0"
+        assert "leaseOwner" not in items[shard_id]  # released on graceful shutdown
+    log_text = daemon.log()
+    assert "Shutdown has been requested, checkpointing." in log_text  # the sample's own stderr
+
+    # Run 2: resumes from those checkpoints; only new records are delivered.
+    second = put_records(stream, [f"second-{i}".encode() for i in range(100)])
+    log2 = tmp_path / "run2.jsonl"
+    daemon = Daemon(properties, tmp_path, "run2", KCLPY_RECORD_LOG=str(log2))
+    daemons.append(daemon)
+    wait_for_records(log2, {p.sequence_number for p in second}, daemon)
+    time.sleep(1.0)  # anything replayed would have shown up by now
+    seen2 = read_log(log2)
+    assert {r["seq"] for r in seen2} == {p.sequence_number for p in second}
+    assert daemon.stop() == 0, daemon.log()[-4000:]
+    items = lease_items(dynamodb, unique_app_name)
+    for shard_id, sequence_number in last_put_per_shard(first + second).items():
+        assert items[shard_id]["checkpoint"]["S"] == sequence_number
+
+
+@pytest.mark.timeout(180)
+def test_a_child_that_exits_mid_batch_is_restarted_and_nothing_is_lost(
+        aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
+        daemons):
+    stream = make_stream(2)
+    puts = put_records(stream, [f"rec-{i}".encode() for i in range(200)])
+    properties = write_properties(tmp_path, stream, unique_app_name, kinesis_local, dynamodb,
+                                  maxRecords="25")
+    log = tmp_path / "records.jsonl"
+    marker = tmp_path / "crashed"
+    daemon = Daemon(properties, tmp_path, "crash", KCLPY_RECORD_LOG=str(log),
+                    KCLPY_CRASH_MARKER=str(marker))
+    daemons.append(daemon)
+    seen = wait_for_records(log, {p.sequence_number for p in puts}, daemon)
+    assert marker.exists()  # one child did die mid-batch
+    assert "exit code 7" in daemon.log() and "restarts from its last checkpoint" in daemon.log()
+    # Per shard, the records reached the sample in order, from the start, after the restart.
+    for shard_id in {p.shard_id for p in puts}:
+        expected = sorted((p.sequence_number for p in puts if p.shard_id == shard_id), key=int)
+        got = [r["seq"] for r in seen if r["shard"] == shard_id]
+        assert sorted(set(got), key=int) == expected
+    assert daemon.stop() == 0, daemon.log()[-4000:]
+
+
+def test_bad_properties_file_exits_2_naming_the_key(tmp_path, aws_env):
+    path = tmp_path / "bad.properties"
+    path.write_text(f"executableName = {RECORDER}\nstreamName = s\napplicationName = a\n"
+                    "maxRecords = many\n")
+    proc = subprocess.run([sys.executable, "-m", "kinesis_dstream", "multilang",
+                           "--properties-file", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert "maxRecords" in proc.stderr and "'many'" in proc.stderr
