@@ -7,10 +7,11 @@ JSON-lines file named by KCLPY_RECORD_LOG. The sample's class and code are not c
 
 KCLPY_CRASH_MARKER (optional): the first child to see a batch creates this file and exits
 at once, before the sample processes the batch (a child dying mid-batch); later children
-run normally.
+run normally. KCLPY_HANG_MARKER: the same, but that child hangs instead of exiting.
 """
 import json
 import os
+import time
 
 from amazon_kclpy import kcl
 from samples import sample_kclpy_app
@@ -26,14 +27,19 @@ def initialize(initialize_input):
     original_initialize(initialize_input)
 
 
+def first_to_create(marker):
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
 def process_records(process_records_input):
-    marker = os.environ.get("KCLPY_CRASH_MARKER")
-    if marker:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            os._exit(7)
-        except FileExistsError:
-            pass
+    if os.environ.get("KCLPY_CRASH_MARKER") and first_to_create(os.environ["KCLPY_CRASH_MARKER"]):
+        os._exit(7)
+    if os.environ.get("KCLPY_HANG_MARKER") and first_to_create(os.environ["KCLPY_HANG_MARKER"]):
+        time.sleep(3600)
     original_process_records(process_records_input)
     with open(os.environ["KCLPY_RECORD_LOG"], "a") as log:
         for record in process_records_input.records:

@@ -116,12 +116,19 @@ def test_dead_worker_leases_are_all_taken_by_the_survivor():
     assert keys(chosen) == {"shard-000", "shard-001"}
 
 
-def test_our_own_leases_are_never_chosen():
+def test_our_own_renewed_leases_are_not_chosen():
     t = taker("B")
     leases = leases_owned("B", None)
     t.choose(leases, now=0.0)
-    # Even if our own lease looks expired to the taker, it is not "taken" again.
-    assert keys(t.choose(leases, now=50.0)) == {"shard-001"}
+    assert keys(t.choose(renew(leases, "B"), now=5.0)) == {"shard-001"}
+
+
+def test_our_own_expired_lease_is_taken_back():
+    # We stopped renewing it (a renew outage past failover): alone, nobody else would take it.
+    t = taker("B")
+    leases = leases_owned("B", None)
+    t.choose(leases, now=0.0)
+    assert keys(t.choose(leases, now=10.5)) == {"shard-000", "shard-001"}
 
 
 @pytest.mark.parametrize("n_leases, n_workers", [(4, 2), (5, 2), (7, 3), (10, 4), (3, 3)])

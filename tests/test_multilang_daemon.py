@@ -159,21 +159,23 @@ def test_sample_kclpy_app_processes_every_record_checkpoints_and_resumes(
 
 
 @pytest.mark.timeout(180)
-def test_a_child_that_exits_mid_batch_is_restarted_and_nothing_is_lost(
+@pytest.mark.parametrize("failure, evidence", [("CRASH", "exit code 7"),
+                                               ("HANG", "no answer from the child for 2 s")])
+def test_a_child_that_exits_or_hangs_mid_batch_is_restarted_and_nothing_is_lost(
         aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
-        daemons):
+        daemons, failure, evidence):
     stream = make_stream(2)
     puts = put_records(stream, [f"rec-{i}".encode() for i in range(200)])
     properties = write_properties(tmp_path, stream, unique_app_name, kinesis_local, dynamodb,
-                                  maxRecords="25")
+                                  maxRecords="25", timeoutInSeconds="2")
     log = tmp_path / "records.jsonl"
-    marker = tmp_path / "crashed"
-    daemon = Daemon(properties, tmp_path, "crash", KCLPY_RECORD_LOG=str(log),
-                    KCLPY_CRASH_MARKER=str(marker))
+    marker = tmp_path / "failed-once"
+    daemon = Daemon(properties, tmp_path, failure.lower(), KCLPY_RECORD_LOG=str(log),
+                    **{f"KCLPY_{failure}_MARKER": str(marker)})
     daemons.append(daemon)
     seen = wait_for_records(log, {p.sequence_number for p in puts}, daemon)
-    assert marker.exists()  # one child did die mid-batch
-    assert "exit code 7" in daemon.log() and "restarts from its last checkpoint" in daemon.log()
+    assert marker.exists()  # one child did fail mid-batch
+    assert evidence in daemon.log() and "restarts from its last checkpoint" in daemon.log()
     # Per shard, the records reached the sample in order, from the start, after the restart.
     for shard_id in {p.shard_id for p in puts}:
         expected = sorted((p.sequence_number for p in puts if p.shard_id == shard_id), key=int)
@@ -191,3 +193,101 @@ def test_bad_properties_file_exits_2_naming_the_key(tmp_path, aws_env):
                           timeout=60)
     assert proc.returncode == 2
     assert "maxRecords" in proc.stderr and "'many'" in proc.stderr
+
+
+@pytest.mark.timeout(180)
+def test_shard_split_sample_checkpoints_shard_end_and_children_follow(
+        aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
+        daemons):
+    stream = make_stream(1)
+    before = put_records(stream, [f"before-{i}".encode() for i in range(50)])
+    properties = write_properties(tmp_path, stream, unique_app_name, kinesis_local, dynamodb)
+    log = tmp_path / "records.jsonl"
+    daemon = Daemon(properties, tmp_path, "split", KCLPY_RECORD_LOG=str(log))
+    daemons.append(daemon)
+    wait_for_records(log, {p.sequence_number for p in before}, daemon)
+
+    kinesis = emulators.client("kinesis", kinesis_local)
+    parent = before[0].shard_id
+    kinesis.split_shard(StreamName=stream, ShardToSplit=parent,
+                        NewStartingHashKey=str(2 ** 127))
+    emulators.wait_stream_active(kinesis, stream)
+    after = put_records(stream, [f"after-{i}".encode() for i in range(100)])
+    assert parent not in {p.shard_id for p in after}
+    seen = wait_for_records(log, {p.sequence_number for p in before + after}, daemon)
+
+    # The sample's shard_ended called checkpoint() -> SHARD_END; every parent record came
+    # before any child record.
+    items = lease_items(dynamodb, unique_app_name)
+    assert items[parent]["checkpoint"]["S"] == "SHARD_END"
+    order = [r["shard"] for r in seen]
+    assert max(i for i, s in enumerate(order) if s == parent) < \
+        min(i for i, s in enumerate(order) if s != parent)
+    assert "Shard has ended checkpointing" in daemon.log()
+    assert daemon.stop() == 0, daemon.log()[-4000:]
+
+
+@pytest.mark.timeout(180)
+def test_two_daemons_share_the_shards_and_lease_lost_reaches_the_sample(
+        aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
+        daemons):
+    stream = make_stream(4)
+    puts = put_records(stream, [f"r-{i}".encode() for i in range(200)])
+    properties = write_properties(tmp_path, stream, unique_app_name, kinesis_local, dynamodb)
+    log = tmp_path / "records.jsonl"
+    first = Daemon(properties, tmp_path, "first", KCLPY_RECORD_LOG=str(log))
+    daemons.append(first)
+    wait_for_records(log, {p.sequence_number for p in puts}, first)
+    second = Daemon(properties, tmp_path, "second", KCLPY_RECORD_LOG=str(log))
+    daemons.append(second)
+
+    deadline = time.monotonic() + 60
+    while True:
+        owners = [item.get("leaseOwner", {}).get("S")
+                  for item in lease_items(dynamodb, unique_app_name).values()]
+        if len(set(owners)) == 2 and None not in owners and \
+                sorted(owners.count(o) for o in set(owners)) == [2, 2]:
+            break
+        assert time.monotonic() < deadline, f"shards never split 2/2: {owners}"
+        time.sleep(0.5)
+    # The stolen shards' children in the first daemon got leaseLost.
+    deadline = time.monotonic() + 20
+    while "Lease has been lost" not in first.log():
+        assert time.monotonic() < deadline, first.log()[-4000:]
+        time.sleep(0.3)
+
+    more = put_records(stream, [f"more-{i}".encode() for i in range(100)])
+    seen = wait_for_records(log, {p.sequence_number for p in more}, second)
+    assert {p.sequence_number for p in puts + more} <= {r["seq"] for r in seen}
+    assert first.stop() == 0 and second.stop() == 0
+
+
+@pytest.mark.timeout(120)
+def test_shipped_sample_properties_run_the_bare_sample_on_the_harness_environment(
+        local_env, make_stream, put_records, unique_app_name, tmp_path, daemons, dynamodb):
+    """kcl_properties/sample_kclpy_app.properties as shipped (names made unique), endpoints
+    from AWS_ENDPOINT_URL_* as `kinesis-dstream local` exports them, running the sample
+    itself (`python -m samples.sample_kclpy_app`), which logs each record to stderr."""
+    stream = make_stream(2)
+    puts = put_records(stream, [f"bare-{i}".encode() for i in range(40)])
+    shipped = (TESTS_DIR.parent / "kcl_properties" / "sample_kclpy_app.properties").read_text()
+    text = shipped.replace("streamName = kclpysample", f"streamName = {stream}") \
+                  .replace("applicationName = PythonKCLSample", f"applicationName = {unique_app_name}")
+    assert text.count(stream) == 1 and text.count(unique_app_name) == 1
+    properties = tmp_path / "sample.properties"
+    properties.write_text(text)
+    daemon = Daemon(properties, tmp_path, "bare")
+    daemons.append(daemon)
+    # The sample's stderr has no newlines, so its record lines stay in the child's buffer
+    # until it exits: wait for both children, give them a few polls, then stop and look.
+    deadline = time.monotonic() + 60
+    while daemon.log().count("started child pid") < 2:
+        assert daemon.proc.poll() is None and time.monotonic() < deadline, daemon.log()[-3000:]
+        time.sleep(0.3)
+    time.sleep(5)
+    assert daemon.stop() == 0, daemon.log()[-3000:]
+    log_text = daemon.log()
+    assert all(f"Sequence Number: {p.sequence_number}," in log_text for p in puts), log_text[-3000:]
+    items = lease_items(dynamodb, unique_app_name)
+    for shard_id, sequence_number in last_put_per_shard(puts).items():
+        assert items[shard_id]["checkpoint"]["S"] == sequence_number

@@ -7,7 +7,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from kinesis_dstream.multilang.messages import (
     CheckpointMessage,
     InitializeMessage,
     MalformedMessageError,
-    ProcessRecordsMessage,
     ProtocolError,
     StatusMessage,
     decode_message,
@@ -373,6 +371,21 @@ def test_processor_kills_a_failed_child_and_raises(child_script, mode, match):
     processor.shutdown_requested(ShutdownRequestedInput(FakeCheckpointer()))
     with pytest.raises(ChildFailedError):
         processor.shard_ended(ShardEndedInput(FakeCheckpointer()))
+
+
+def test_a_child_that_stops_reading_is_killed_when_a_write_blocks(tmp_path):
+    # The child answers initialize, then sleeps without reading: our big processRecords
+    # line fills the pipe. The write is bounded by the action timeout too.
+    script = tmp_path / "deaf.py"
+    script.write_text("import sys, time\n"
+                      "sys.stdin.readline()\n"
+                      "print('{\"action\":\"status\",\"responseFor\":\"initialize\"}', flush=True)\n"
+                      "time.sleep(60)\n")
+    processor = MultiLangRecordProcessor([sys.executable, str(script)], action_timeout_s=1.0)
+    processor.initialize(InitializeInput("s", None, None))
+    big = [Record(b"x" * 50_000, "pk", str(10 ** 20 + i)) for i in range(10)]
+    with pytest.raises(ChildFailedError, match="read nothing for 1 s while we wrote processRecords"):
+        processor.process_records(ProcessRecordsInput(big, FakeCheckpointer(), 0))
 
 
 def test_processor_reports_a_command_that_cannot_start():

@@ -117,7 +117,8 @@ class MultiLangRecordProcessor(RecordProcessor):
                 f"shard {self._shard_id}: cannot start {' '.join(self._command)!r}: {exc}") from exc
         self._protocol = MultiLangProtocol(self._child.stdin, self._child.stdout,
                                            shard_id=self._shard_id,
-                                           timeout_s=self._action_timeout_s)
+                                           timeout_s=self._action_timeout_s,
+                                           kill=self._child.proc.kill)
         self._call("initialize", lambda p: p.initialize(initialize_input.sequence_number,
                                                         initialize_input.sub_sequence_number))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import IO, Any, Optional, Sequence
+from typing import IO, Any, Callable, Optional, Sequence
 
 from ..errors import CheckpointError, KinesisDStreamError, LeaseLostError, ThrottlingError
 from ..worker.processor import Checkpointer
@@ -137,10 +137,13 @@ class MultiLangProtocol:
     """Speaks to one child; every method returns when the child reported ``status``."""
 
     def __init__(self, child_stdin: IO[str], child_stdout: IO[str], *, shard_id: str,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, kill: Callable[[], None] | None = None):
+        """``kill`` ends the child; it bounds a write to a child that stopped reading
+        (a big processRecords line blocks on a full pipe) by ``timeout_s``."""
         self._out = child_stdin
         self._shard_id = shard_id
         self._timeout_s = timeout_s
+        self._kill = kill
         self._reader = LineReader(child_stdout, name=f"stdout-{shard_id}")
 
     # -- the five actions --------------------------------------------------------------
@@ -165,13 +168,25 @@ class MultiLangProtocol:
 
     # -- machinery -------------------------------------------------------------------
     def _write(self, message: Message) -> None:
+        timer = None
+        if self._kill is not None and self._timeout_s is not None:
+            timer = threading.Timer(self._timeout_s, self._kill)
+            timer.daemon = True
+            timer.start()
         try:
             self._out.write(message.to_line())
             self._out.flush()
         except (OSError, ValueError) as exc:  # BrokenPipeError, or stdin already closed
+            if timer is not None and timer.finished.is_set():
+                raise ChildTimeoutError(
+                    f"shard {self._shard_id}: the child read nothing for {self._timeout_s:g} s "
+                    f"while we wrote {message.action}; killed") from exc
             raise ChildExitedError(
                 f"shard {self._shard_id}: cannot write {message.action} to the child: {exc}"
             ) from exc
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _next_message(self, waiting_for: str) -> Message:
         while True:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from pyspark.storagelevel import StorageLevel
 from pyspark.streaming import DStream, StreamingContext
+from pyspark.streaming import kinesis as _pyspark_kinesis  # pure Python: needs no ASL jar
 
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError
@@ -41,11 +42,8 @@ class MetricsLevel:
     DETAILED, SUMMARY, NONE = (0, 1, 2)
 
 
-def utf8_decoder(s: Optional[bytes]) -> Optional[str]:
-    """Decode the unicode as UTF-8"""
-    if s is None:
-        return None
-    return s.decode("utf-8")
+# PySpark's own function: the default compares equal, and executors unpickle it from pyspark.
+utf8_decoder = _pyspark_kinesis.utf8_decoder
 
 
 _POSITIONS = {0: "LATEST", 1: "TRIM_HORIZON", 2: "AT_TIMESTAMP"}

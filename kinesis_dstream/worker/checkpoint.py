@@ -110,7 +110,9 @@ class ShardCheckpointer:
                                       f"not a sub-sequence number: {sub_sequence_number!r}")
             sub = sub_sequence_number
         target = ExtendedSequenceNumber(sequence_number, sub)
-        if not self._last_checkpoint.is_sentinel and target < self._last_checkpoint:
+        # TRIM_HORIZON/LATEST/AT_TIMESTAMP sort below every real position and SHARD_END
+        # above: no sentinel exemption, or a finished shard could be moved back from SHARD_END.
+        if target < self._last_checkpoint:
             raise CheckpointError("IllegalArgumentException",
                                   f"{target} is before the last checkpoint {self._last_checkpoint}")
         if self._largest_permitted is None or self._largest_permitted < target:

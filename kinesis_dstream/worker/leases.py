@@ -64,8 +64,10 @@ class LeaseTaker:
         active = [lease for lease in leases if not lease.is_finished]
         if not active:
             return []
-        expired = [lease for lease in active
-                   if lease.lease_owner != self.worker_id and self.is_expired(lease, now)]
+        # Our own name on an expired lease counts too (as in the KCL): after a renew outage
+        # longer than failover we dropped it, and alone we would never get it back.
+        # Leases we still hold are filtered out by the coordinator.
+        expired = [lease for lease in active if self.is_expired(lease, now)]
         counts: dict[str, int] = {}
         for lease in active:
             if lease.lease_owner is not None and not self.is_expired(lease, now):

@@ -58,12 +58,14 @@ def new_leases(shards: Iterable[ShardInfo], existing: dict[str, Lease],
     for shard in shards:
         if shard.shard_id in existing:
             continue
+        # Every closed shard, not only closed roots: a leased closed middle generation
+        # would make the open shards its children, read from TRIM_HORIZON (a full replay).
+        if shard.closed and config.initial_position == LATEST and fresh_table:
+            continue
         parents = frozenset(p for p in shard.parent_shard_ids if p in known)
         if parents:
             checkpoint = ExtendedSequenceNumber(TRIM_HORIZON)
         else:
-            if shard.closed and config.initial_position == LATEST and fresh_table:
-                continue
             checkpoint = initial_checkpoint(config)
         leases.append(Lease(lease_key=shard.shard_id, checkpoint=checkpoint,
                             parent_shard_ids=parents,

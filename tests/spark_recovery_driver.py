@@ -1,0 +1,58 @@
+"""A Spark driver run as a subprocess by test_spark_recovery.py (so it can be killed -9).
+
+usage: spark_recovery_driver.py CHECKPOINT_DIR APP STREAM KINESIS_URL DYNAMODB_URL
+Appends "shard seq sub data" per record to $RECOVERY_OUT; stops gracefully once the file
+$RECOVERY_STOP exists. Recovers through StreamingContext.getOrCreate.
+"""
+import os
+import sys
+import time
+import warnings
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+from pyspark import SparkConf, SparkContext  # noqa: E402
+from pyspark.streaming import StreamingContext  # noqa: E402
+
+from kinesis_dstream import InitialPositionInStream, KinesisUtils  # noqa: E402
+
+checkpoint_dir, app, stream, kinesis_url, dynamodb_url = sys.argv[1:6]
+
+
+def write_rows(rdd):
+    rows = rdd.collect()
+    if rows:
+        with open(os.environ["RECOVERY_OUT"], "a") as f:
+            f.write("".join(f"{s} {q} {u} {d}\n" for s, q, u, d in rows))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def setup():
+    conf = (SparkConf().setMaster("local[2]").setAppName("recovery")
+            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+            .set("spark.driver.bindAddress", "127.0.0.1"))
+    sc = SparkContext.getOrCreate(conf)
+    sc.setLogLevel("WARN")
+    ssc = StreamingContext(sc, 1)
+    ssc.checkpoint(checkpoint_dir)
+    kstream = KinesisUtils.createStream(
+        ssc, app, stream, kinesis_url, "us-east-1", InitialPositionInStream.TRIM_HORIZON,
+        float(os.environ.get("RECOVERY_CHECKPOINT_INTERVAL", "1")),
+        dynamoDBEndpoint=dynamodb_url,
+        messageHandler=lambda r: (r.shard_id, r.sequence_number, r.sub_sequence_number,
+                                  r.data.decode()),
+        configOverrides=dict(failover_time_ms=3000, shard_sync_interval_ms=2000,
+                             shutdown_grace_ms=8000, idle_time_between_reads_ms=100))
+    kstream.foreachRDD(write_rows)
+    return ssc
+
+
+ssc = StreamingContext.getOrCreate(checkpoint_dir, setup)
+ssc.sparkContext.setLogLevel("WARN")
+ssc.start()
+print("STARTED", flush=True)
+while not os.path.exists(os.environ["RECOVERY_STOP"]):
+    time.sleep(0.2)
+ssc.stop(stopSparkContext=True, stopGraceFully=True)
+print("STOPPED", flush=True)

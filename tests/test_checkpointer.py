@@ -1,0 +1,259 @@
+"""ShardCheckpointer: which positions may be checkpointed and when (tier 1, fake writer)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kinesis_dstream.errors import (
+    CheckpointError,
+    LeaseLostError,
+    RetriesExhaustedError,
+    TransientServiceError,
+)
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN, Record
+from kinesis_dstream.worker.checkpoint import ShardCheckpointer
+
+BASE = 49590338271490256608559692538361571095921575989136588898
+
+
+def seq(n: int) -> str:
+    return str(BASE + n)
+
+
+def rec(n: int, sub: int = 0, aggregated: bool = False) -> Record:
+    return Record(binary_data=b"x", partition_key="k", sequence_number=seq(n),
+                  sub_sequence_number=sub, aggregated=aggregated)
+
+
+class Writer:
+    def __init__(self):
+        self.writes: list[tuple[str, ESN]] = []
+        self.fail_with: BaseException | None = None
+
+    def __call__(self, shard_id: str, position: ESN) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.writes.append((shard_id, position))
+
+
+@pytest.fixture
+def writer() -> Writer:
+    return Writer()
+
+
+def make(writer: Writer, last: ESN = ESN.TRIM_HORIZON) -> ShardCheckpointer:
+    return ShardCheckpointer("shard-1", writer, last)
+
+
+def error_value(fn, *args) -> str:
+    with pytest.raises(CheckpointError) as info:
+        fn(*args)
+    return info.value.value
+
+
+def test_none_means_last_delivered(writer):
+    cp = make(writer)
+    cp.delivered([rec(1), rec(2), rec(3)])
+    cp.checkpoint()
+    assert writer.writes == [("shard-1", ESN(seq(3)))]
+    assert cp.last_checkpoint == ESN(seq(3))
+
+
+def test_none_before_anything_delivered_writes_nothing(writer):
+    cp = make(writer)
+    cp.checkpoint()
+    assert writer.writes == []
+    assert cp.last_checkpoint == ESN.TRIM_HORIZON
+
+
+def test_same_position_twice_is_written_once(writer):
+    cp = make(writer)
+    cp.delivered([rec(1)])
+    cp.checkpoint()
+    cp.checkpoint()
+    cp.checkpoint(seq(1))
+    assert len(writer.writes) == 1
+
+
+def test_explicit_position_within_the_delivered_range(writer):
+    cp = make(writer)
+    cp.delivered([rec(1), rec(2), rec(3)])
+    cp.checkpoint(seq(2))
+    cp.checkpoint(seq(3), 0)
+    assert [w[1] for w in writer.writes] == [ESN(seq(2)), ESN(seq(3))]
+
+
+def test_beyond_last_delivered_is_illegal(writer):
+    cp = make(writer)
+    assert error_value(cp.checkpoint, seq(1)) == "IllegalArgumentException"  # nothing delivered
+    cp.delivered([rec(1), rec(2)])
+    assert error_value(cp.checkpoint, seq(3)) == "IllegalArgumentException"
+    assert error_value(cp.checkpoint, seq(2), 1) == "IllegalArgumentException"
+    assert writer.writes == []
+
+
+def test_below_last_checkpoint_is_illegal(writer):
+    cp = make(writer, last=ESN(seq(5)))
+    cp.delivered([rec(6), rec(7)])
+    assert error_value(cp.checkpoint, seq(4)) == "IllegalArgumentException"
+    cp.checkpoint(seq(7))
+    assert error_value(cp.checkpoint, seq(6)) == "IllegalArgumentException"
+    assert cp.last_checkpoint == ESN(seq(7))
+    assert [w[1] for w in writer.writes] == [ESN(seq(7))]
+
+
+@pytest.mark.parametrize("bad", ["abc", "", "-5", "1.5", " 12", "TRIM_HORIZON", "LATEST",
+                                 "\u00b2", 12345])
+def test_malformed_sequence_numbers_are_illegal(writer, bad):
+    cp = make(writer)
+    cp.delivered([rec(1)])
+    assert error_value(cp.checkpoint, bad) == "IllegalArgumentException"
+    assert writer.writes == []
+
+
+@pytest.mark.parametrize("bad_sub", [-1, "3", 1.5])
+def test_malformed_sub_sequence_numbers_are_illegal(writer, bad_sub):
+    cp = make(writer)
+    cp.delivered([rec(1, 5, aggregated=True)])
+    assert error_value(cp.checkpoint, seq(1), bad_sub) == "IllegalArgumentException"
+
+
+def test_shard_end_only_after_the_shard_ended(writer):
+    cp = make(writer)
+    cp.delivered([rec(1)])
+    assert error_value(cp.checkpoint, "SHARD_END") == "IllegalArgumentException"
+    cp.reached_shard_end()
+    cp.checkpoint()  # None at shard end means SHARD_END
+    assert writer.writes == [("shard-1", ESN.SHARD_END)]
+    assert cp.last_checkpoint.is_shard_end
+
+
+def test_explicit_shard_end_after_the_shard_ended(writer):
+    cp = make(writer)
+    cp.reached_shard_end()
+    cp.checkpoint("SHARD_END")
+    assert writer.writes == [("shard-1", ESN.SHARD_END)]
+
+
+def test_nothing_goes_back_from_shard_end(writer):
+    cp = make(writer)
+    cp.delivered([rec(1), rec(2)])
+    cp.reached_shard_end()
+    cp.checkpoint()
+    assert error_value(cp.checkpoint, seq(2)) == "IllegalArgumentException"
+    assert cp.last_checkpoint.is_shard_end
+    assert writer.writes == [("shard-1", ESN.SHARD_END)]
+
+
+def test_aggregated_sequence_without_sub_means_its_last_delivered_sub(writer):
+    cp = make(writer)
+    cp.delivered([rec(1, 0, True), rec(1, 1, True), rec(1, 2, True), rec(2, 0, True),
+                  rec(2, 1, True)])
+    cp.checkpoint(seq(1))
+    assert writer.writes[-1][1] == ESN(seq(1), 2)
+    cp.checkpoint(seq(2))
+    assert writer.writes[-1][1] == ESN(seq(2), 1)
+
+
+def test_aggregate_delivered_in_parts_uses_the_latest_part(writer):
+    cp = make(writer)
+    cp.delivered([rec(1, 0, True), rec(1, 1, True)])
+    cp.checkpoint(seq(1))
+    assert writer.writes[-1][1] == ESN(seq(1), 1)
+    cp.delivered([rec(1, 2, True), rec(1, 3, True)])
+    cp.checkpoint(seq(1))
+    assert writer.writes[-1][1] == ESN(seq(1), 3)
+
+
+def test_explicit_sub_inside_an_aggregate(writer):
+    cp = make(writer)
+    cp.delivered([rec(1, s, True) for s in range(5)])
+    cp.checkpoint(seq(1), 2)
+    assert writer.writes[-1][1] == ESN(seq(1), 2)
+    assert error_value(cp.checkpoint, seq(1), 1) == "IllegalArgumentException"
+    assert error_value(cp.checkpoint, seq(1), 5) == "IllegalArgumentException"
+
+
+def test_plain_record_without_sub_is_sub_zero(writer):
+    cp = make(writer)
+    cp.delivered([rec(1), rec(2)])
+    cp.checkpoint(seq(1))
+    assert writer.writes[-1][1] == ESN(seq(1), 0)
+
+
+def test_after_close_every_checkpoint_is_a_shutdown_exception(writer):
+    cp = make(writer)
+    cp.delivered([rec(1)])
+    cp.close("lease lost")
+    assert error_value(cp.checkpoint) == "ShutdownException"
+    assert error_value(cp.checkpoint, seq(1)) == "ShutdownException"
+    assert writer.writes == []
+
+
+def test_writer_lease_lost_becomes_shutdown_and_later_calls_are_refused(writer):
+    cp = make(writer)
+    cp.delivered([rec(1), rec(2)])
+    writer.fail_with = LeaseLostError("stolen")
+    assert error_value(cp.checkpoint, seq(1)) == "ShutdownException"
+    writer.fail_with = None
+    assert error_value(cp.checkpoint) == "ShutdownException"
+    assert writer.writes == []
+    assert cp.last_checkpoint == ESN.TRIM_HORIZON
+
+
+def test_writer_retries_exhausted_is_a_throttling_error_and_may_be_retried(writer):
+    cp = make(writer)
+    cp.delivered([rec(1)])
+    writer.fail_with = RetriesExhaustedError("Gave up after 3 attempts while checkpointing")
+    value = error_value(cp.checkpoint)
+    assert value == "ThrottlingException"
+    assert cp.last_checkpoint == ESN.TRIM_HORIZON
+    writer.fail_with = None
+    cp.checkpoint()
+    assert cp.last_checkpoint == ESN(seq(1))
+
+
+def test_other_writer_errors_are_dependency_errors(writer):
+    cp = make(writer)
+    cp.delivered([rec(1)])
+    writer.fail_with = TransientServiceError("500")
+    assert error_value(cp.checkpoint) == "KinesisClientLibDependencyException"
+
+
+def test_checkpoint_error_message_names_the_kcl_exception(writer):
+    cp = make(writer)
+    with pytest.raises(CheckpointError, match="IllegalArgumentException"):
+        cp.checkpoint("nope")
+
+
+def test_resuming_from_a_checkpoint_inside_an_aggregate(writer):
+    cp = make(writer, last=ESN(seq(1), 2))
+    cp.delivered([rec(1, 3, True), rec(1, 4, True)])
+    assert error_value(cp.checkpoint, seq(1), 1) == "IllegalArgumentException"
+    cp.checkpoint()
+    assert writer.writes[-1][1] == ESN(seq(1), 4)
+
+
+def test_checkpoint_from_another_thread_is_serialised(writer):
+    cp = make(writer)
+    cp.delivered([rec(n) for n in range(1, 201)])
+    errors: list[BaseException] = []
+
+    def hammer(start: int) -> None:
+        for n in range(start, 201, 4):
+            try:
+                cp.checkpoint(seq(n))
+            except CheckpointError as exc:  # a lower one after a higher one: allowed to fail
+                if exc.value != "IllegalArgumentException":
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(s,)) for s in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert errors == []
+    positions = [w[1] for w in writer.writes]
+    assert positions == sorted(positions)  # never written backwards
+    assert cp.last_checkpoint == positions[-1]

@@ -1,0 +1,269 @@
+"""Interop with the real Java KCL 2.5.8 MultiLangDaemon (issue 2, "Interop").
+
+The Java daemon (tests/java_kcl.py) runs tests/java_child_processor.py per shard; our worker
+runs tests/recording_processor.py. Each side appends what it delivered and checkpointed to its
+own JSON-lines file, so the tests can tell who delivered what, even after a kill -9.
+Endpoints: kinesis-local (the only emulator speaking the Java SDK's HTTP/2) and moto's
+DynamoDB. Timings are shortened on both sides alike (failoverTimeMillis = FAILOVER_MS).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import emulators
+from java_kcl import JavaDaemon
+from recording_processor import make_factory, read_events
+
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+from kinesis_dstream.records import ExtendedSequenceNumber
+from kinesis_dstream.worker.scheduler import Scheduler
+
+TESTS_DIR = Path(__file__).resolve().parent
+FAILOVER_MS = 5000
+# Attributes a KCL 2.x writer puts on an item only in some states: resharding
+# (parentShardId, childShardIds) and a two-phase checkpoint (pendingCheckpoint*).
+STATE_DEPENDENT = {"parentShardId", "childShardIds", "pendingCheckpoint",
+                   "pendingCheckpointSubSequenceNumber", "pendingCheckpointState"}
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def java_daemon(tmp_path: Path, name: str, stream: str, application: str, kinesis_local: str,
+                dynamodb: str, worker_id: str) -> JavaDaemon:
+    return JavaDaemon(tmp_path, name=name, stream=stream, application=application,
+                      kinesis_endpoint=kinesis_local, dynamodb_endpoint=dynamodb,
+                      region=DUMMY_REGION, access_key_id=DUMMY_ACCESS_KEY_ID,
+                      secret_key=DUMMY_SECRET_ACCESS_KEY, worker_id=worker_id,
+                      failover_time_ms=FAILOVER_MS)
+
+
+def start_our_worker(config: ConsumerConfig, events_path: Path, tmp_path: Path) -> subprocess.Popen:
+    config_path = tmp_path / "ours.json"
+    config_path.write_text(json.dumps(config.to_dict()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p))
+    with open(tmp_path / "ours.stderr", "wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kinesis_dstream", "worker", "--config", str(config_path),
+             "--processor-factory", "recording_processor:make_factory",
+             "--factory-args", json.dumps({"path": str(events_path)})],
+            env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def scan(dynamodb: str, table: str) -> list[dict[str, Any]]:
+    return emulators.client("dynamodb", dynamodb).scan(TableName=table, ConsistentRead=True)["Items"]
+
+
+def owners(dynamodb: str, table: str) -> dict[str, str | None]:
+    try:
+        items = scan(dynamodb, table)
+    except Exception:  # noqa: BLE001 - the table may not exist yet
+        return {}
+    return {item["leaseKey"]["S"]: item.get("leaseOwner", {}).get("S") for item in items}
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
+             on_timeout: Callable[[], str] = lambda: "", interval: float = 0.25) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{on_timeout()}")
+
+
+def records_of(events: list[dict]) -> list[dict]:
+    return [e for e in events if e["event"] == "record"]
+
+
+def esn(event: dict) -> ExtendedSequenceNumber:
+    return ExtendedSequenceNumber(event["seq"], event.get("sub") or 0)
+
+
+def type_map(items: list[dict[str, Any]]) -> dict[str, str]:
+    """attribute name -> DynamoDB type, over all items; a name with two types fails."""
+    types: dict[str, set[str]] = {}
+    for item in items:
+        for name, value in item.items():
+            types.setdefault(name, set()).update(value)
+    mixed = {name: kinds for name, kinds in types.items() if len(kinds) > 1}
+    assert not mixed, f"attributes with more than one type: {mixed}"
+    return {name: next(iter(kinds)) for name, kinds in types.items()}
+
+
+def all_checkpointed(dynamodb: str, table: str, n_shards: int) -> bool:
+    try:
+        items = scan(dynamodb, table)
+    except Exception:  # noqa: BLE001 - not created yet
+        return False
+    return len(items) == n_shards and all(
+        item.get("checkpoint", {}).get("S", "").isdigit() and "leaseOwner" in item for item in items)
+
+
+def put_batch(endpoint: str, stream: str, prefix: str, count: int) -> dict[str, str]:
+    batch = {f"{prefix}-{i}": f"pk-{prefix}-{i % 37}" for i in range(count)}
+    emulators.put_records(endpoint, stream, [(pk, data) for data, pk in batch.items()])
+    return batch
+
+
+# -- 1. lease item format ----------------------------------------------------------------------
+
+@pytest.mark.timeout(150)
+def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, unique_app_name, tmp_path):
+    java_stream, our_stream = make_stream(4), make_stream(4)
+    for stream in (java_stream, our_stream):
+        put_batch(kinesis_local, stream, "fmt", 40)
+    java_app = emulators.unique_name("app-java-fmt")
+    ddb = emulators.client("dynamodb", dynamodb)
+    java = java_daemon(tmp_path, "java", java_stream, java_app, kinesis_local, dynamodb, "java-fmt")
+    config = make_config(our_stream, failover_time_ms=FAILOVER_MS, worker_id="ours-fmt")
+    scheduler = Scheduler(config, make_factory(str(tmp_path / "ours.events.jsonl")))
+    try:
+        java.start()  # it alone creates its table and leases (slow: 1-30 s random wait)
+        scheduler.start()
+        wait_for(lambda: all_checkpointed(dynamodb, config.application_name, 4), 30,
+                 "our worker to checkpoint every shard")
+        wait_for(lambda: all_checkpointed(dynamodb, java_app, 4), 90,
+                 "the Java daemon to checkpoint every shard", java.log_tail)
+        java_items, our_items = scan(dynamodb, java_app), scan(dynamodb, config.application_name)
+        java_table = ddb.describe_table(TableName=java_app)["Table"]
+        our_table = ddb.describe_table(TableName=config.application_name)["Table"]
+    finally:
+        scheduler.shutdown(timeout_s=10)
+        java.stop()
+        try:
+            ddb.delete_table(TableName=java_app)
+        except ddb.exceptions.ResourceNotFoundException:
+            pass
+
+    java_types, our_types = type_map(java_items), type_map(our_items)
+    differ = {name: (java_types.get(name), our_types.get(name))
+              for name in set(java_types) | set(our_types)
+              if name not in STATE_DEPENDENT and java_types.get(name) != our_types.get(name)}
+    assert not differ, f"attribute name -> (Java type, our type) that differ: {differ}"
+    # Item by item too: every lease of ours has exactly the attributes a Java lease has.
+    java_names = {frozenset(item) - STATE_DEPENDENT for item in java_items}
+    our_names = {frozenset(item) - STATE_DEPENDENT for item in our_items}
+    assert our_names == java_names, f"per-item attribute sets: Java {java_names}, ours {our_names}"
+    # Same stream layout, so the values that do not depend on timing must be equal.
+    by_key = {item["leaseKey"]["S"]: item for item in java_items}
+    for item in our_items:
+        twin = by_key[item["leaseKey"]["S"]]
+        for name in ("startingHashKey", "endingHashKey"):
+            assert item[name] == twin[name], f"{item['leaseKey']['S']} {name}"
+        assert item["ownerSwitchesSinceCheckpoint"] == twin["ownerSwitchesSinceCheckpoint"] == {"N": "0"}
+        assert item["checkpointSubSequenceNumber"] == twin["checkpointSubSequenceNumber"] == {"N": "0"}
+    assert our_table["KeySchema"] == java_table["KeySchema"] == [
+        {"AttributeName": "leaseKey", "KeyType": "HASH"}]
+    assert our_table["AttributeDefinitions"] == java_table["AttributeDefinitions"]
+    assert (our_table["BillingModeSummary"]["BillingMode"]
+            == java_table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST")
+    assert not our_table.get("GlobalSecondaryIndexes") and not java_table.get("GlobalSecondaryIndexes")
+    assert not our_table.get("LocalSecondaryIndexes") and not java_table.get("LocalSecondaryIndexes")
+
+
+# -- 2 + 3. one lease table, shared; kill -9 either side ---------------------------------------
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("killed", ["java", "ours"])
+def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
+        killed, aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
+    stream = make_stream(4)
+    table_name = None
+    expected = put_batch(kinesis_local, stream, "before", 400)
+    tag = uuid.uuid4().hex[:6]
+    our_id, java_id = f"ours-{tag}", f"java-{tag}"
+    config = make_config(stream, failover_time_ms=FAILOVER_MS, worker_id=our_id)
+    table_name = config.application_name
+    our_events = tmp_path / "ours.events.jsonl"
+    ours = start_our_worker(config, our_events, tmp_path)
+    java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
+
+    def logs() -> str:
+        ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
+        return f"owners: {owners(dynamodb, table_name)}\n--- ours.stderr ---\n{ours_log}\n{java.log_tail()}"
+
+    def delivered() -> list[dict]:
+        return (records_of(read_events(str(our_events)))
+                + records_of(read_events(str(java.events_path))))
+
+    try:
+        # Ours creates the table and leases and takes all four; then the Java daemon joins.
+        wait_for(lambda: list(owners(dynamodb, table_name).values()) == [our_id] * 4, 30,
+                 "our worker to own all four leases", logs)
+        java.start()
+        split = wait_for(
+            lambda: sorted(owners(dynamodb, table_name).values()) == sorted([our_id, our_id, java_id, java_id]),
+            60, "a 2/2 split between our worker and the Java daemon", logs)
+        expected.update(put_batch(kinesis_local, stream, "shared", 400))
+        wait_for(lambda: {e["data"] for e in delivered()} >= set(expected), 30,
+                 "every record while sharing", logs)
+        # No stealing back and forth: the split holds over a full Java taker period.
+        held = owners(dynamodb, table_name)
+        stable_until = time.monotonic() + 2 * FAILOVER_MS / 1000 + 1
+        while time.monotonic() < stable_until:
+            assert owners(dynamodb, table_name) == held, f"ownership moved after the split\n{logs()}"
+            time.sleep(0.5)
+        java_shards = {shard for shard, owner in held.items() if owner == java_id}
+        assert {e["shard"] for e in records_of(read_events(str(java.events_path)))} >= java_shards
+
+        # kill -9 one side while records keep coming.
+        victim_id, survivor_id = (java_id, our_id) if killed == "java" else (our_id, java_id)
+        victim_events = java.events_path if killed == "java" else our_events
+        survivor_events = our_events if killed == "java" else java.events_path
+        expected.update(put_batch(kinesis_local, stream, "prekill", 200))
+        time.sleep(0.5)
+        if killed == "java":
+            java.kill()
+        else:
+            ours.send_signal(signal.SIGKILL)
+            ours.wait(timeout=10)
+        expected.update(put_batch(kinesis_local, stream, "postkill", 200))
+        takeover = wait_for(lambda: set(owners(dynamodb, table_name).values()) == {survivor_id}, 45,
+                            f"{survivor_id} to own every lease", logs)
+        wait_for(lambda: {e["data"] for e in delivered()} >= set(expected), 30,
+                 "every record after the takeover", logs)
+    finally:
+        java.stop()
+        if ours.poll() is None:
+            ours.kill()
+        ours.wait(timeout=10)
+
+    # Nothing lost, keys intact.
+    everything = delivered()
+    assert {e["data"]: e["pk"] for e in everything} == expected
+
+    # The survivor restarted each of the victim's shards from the victim's last checkpoint:
+    # no record at or before it came again; only records after it may repeat.
+    victim_log, survivor_log = read_events(str(victim_events)), read_events(str(survivor_events))
+    victim_checkpoints: dict[str, ExtendedSequenceNumber] = {}
+    for e in victim_log:
+        if e["event"] == "checkpoint":
+            victim_checkpoints[e["shard"]] = max(victim_checkpoints.get(e["shard"], esn(e)), esn(e))
+    victim_shards = {shard for shard, owner in held.items() if owner == victim_id}
+    assert victim_shards and victim_shards <= set(victim_checkpoints), victim_checkpoints
+    for shard in victim_shards:
+        last_init = max(i for i, e in enumerate(survivor_log)
+                        if e["event"] == "initialize" and e["shard"] == shard)
+        start = esn(survivor_log[last_init])
+        assert start >= victim_checkpoints[shard], (
+            f"{shard}: {survivor_id} started at {start}, before {victim_id}'s checkpoint "
+            f"{victim_checkpoints[shard]}")
+        after = [e for e in survivor_log[last_init:] if e["event"] == "record" and e["shard"] == shard]
+        assert after, f"{survivor_id} delivered nothing on {shard} after taking it over"
+        early = [e for e in after if esn(e) <= victim_checkpoints[shard]]
+        assert not early, f"{shard}: re-delivered at or before the checkpoint: {early[:3]}"
+    print(f"2/2 split {split:.1f} s after the Java daemon started; "
+          f"{survivor_id} owned every lease {takeover:.1f} s after the kill of {victim_id}")

@@ -1,0 +1,79 @@
+"""createStream's signature and argument rules match PySpark's (no SparkContext needed)."""
+from __future__ import annotations
+
+import inspect
+import sys
+from datetime import datetime
+
+import pytest
+
+import pyspark.streaming.kinesis as pyspark_kinesis
+
+import kinesis_dstream
+from kinesis_dstream import ConfigurationError
+from kinesis_dstream.spark import kinesis_utils
+
+
+def test_signature_matches_pyspark() -> None:
+    ours = inspect.signature(kinesis_dstream.KinesisUtils.createStream).parameters
+    theirs = inspect.signature(pyspark_kinesis.KinesisUtils.createStream).parameters
+    positional = [p for p in ours.values() if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert [(p.name, p.kind, p.default) for p in positional] == \
+        [(p.name, p.kind, p.default) for p in theirs.values()]
+    # the defaults that are objects are the equivalent ones
+    assert ours["decoder"].default is kinesis_dstream.utf8_decoder
+    assert ours["storageLevel"].default == theirs["storageLevel"].default
+    extensions = [p.name for p in ours.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert {"initialPositionTimestamp", "messageHandler", "dynamoDBEndpoint",
+            "cloudWatchEndpoint", "propertiesFile", "numWorkers"} <= set(extensions)
+
+
+def test_constants_match_pyspark() -> None:
+    ip, ml = kinesis_dstream.InitialPositionInStream, kinesis_dstream.MetricsLevel
+    assert (ip.LATEST, ip.TRIM_HORIZON) == (pyspark_kinesis.InitialPositionInStream.LATEST,
+                                            pyspark_kinesis.InitialPositionInStream.TRIM_HORIZON)
+    assert ip.AT_TIMESTAMP == 2
+    assert (ml.DETAILED, ml.SUMMARY, ml.NONE) == (0, 1, 2)
+    assert kinesis_dstream.utf8_decoder("é".encode()) == "é"
+    assert kinesis_dstream.utf8_decoder(None) is None
+
+
+def _create(**kwargs):
+    args = dict(ssc=None, kinesisAppName="app", streamName="s", endpointUrl="http://127.0.0.1:1",
+                regionName="us-east-1", initialPositionInStream=0, checkpointInterval=2)
+    args.update(kwargs)
+    return kinesis_dstream.KinesisUtils.createStream(**args)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(awsAccessKeyId="AK"), "awsAccessKeyId is set but awsSecretKey is null"),
+    (dict(awsSecretKey="SK"), "awsSecretKey is set but awsAccessKeyId is null"),
+    (dict(stsAssumeRoleArn="arn:aws:iam::1:role/r"), "must all be defined or all be null"),
+    (dict(stsAssumeRoleArn="arn", stsSessionName="s"), "must all be defined or all be null"),
+    (dict(initialPositionInStream=7), "initialPositionInStream must be"),
+    (dict(initialPositionInStream=2), "needs initialPositionTimestamp"),
+    (dict(initialPositionTimestamp=datetime(2024, 1, 1)), "only for"),
+    (dict(checkpointInterval=0), "checkpointInterval must be"),
+    (dict(metricsLevel=9), "metricsLevel must be"),
+    (dict(numWorkers=0), "numWorkers must be"),
+    (dict(storageLevel="MEMORY"), "storageLevel must be"),
+    (dict(messageHandler=len, decoder=bytes.hex), "not both"),
+])
+def test_argument_rules(kwargs, message) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _create(**kwargs)
+
+
+def test_at_timestamp_position() -> None:
+    when = datetime(2024, 1, 2, 3, 4, 5)
+    assert kinesis_utils._initial_position(2, when) == ("AT_TIMESTAMP", when.timestamp())
+    assert kinesis_utils._initial_position(when, None) == ("AT_TIMESTAMP", when.timestamp())
+    assert kinesis_utils._initial_position("trim_horizon", None) == ("TRIM_HORIZON", None)
+
+
+def test_worker_side_never_imports_pyspark() -> None:
+    import subprocess
+
+    code = ("import sys, kinesis_dstream.spark.forwarder, kinesis_dstream.worker.process;"
+            "sys.exit(1 if any(m.startswith('pyspark') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

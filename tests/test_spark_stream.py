@@ -1,0 +1,178 @@
+"""createStream end to end on kinesis-local + moto, master local[2], 1 s batches.
+
+One SparkContext for the whole session; each test makes its own StreamingContext and stops
+it with stopSparkContext=False.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from emulators import client, list_shard_ids
+
+from kinesis_dstream import InitialPositionInStream, KinesisUtils
+
+warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
+
+FAST = dict(failover_time_ms=3000, shard_sync_interval_ms=2000, shutdown_grace_ms=8000,
+            idle_time_between_reads_ms=100, parent_shard_poll_interval_ms=200)
+
+
+@pytest.fixture(scope="session")
+def sc() -> Iterator[Any]:
+    from pyspark import SparkConf, SparkContext
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = (SparkConf().setMaster("local[2]").setAppName("kinesis-dstream-tests")
+            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+            .set("spark.driver.bindAddress", "127.0.0.1"))
+    context = SparkContext(conf=conf)
+    context.setLogLevel("WARN")
+    yield context
+    context.stop()
+
+
+@pytest.fixture
+def env(aws_env, kinesis_local, dynamodb):
+    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
+
+
+def make_ssc(sc):
+    from pyspark.streaming import StreamingContext
+
+    return StreamingContext(sc, 1)
+
+
+def create(ssc, app, stream, env, **kwargs):
+    overrides = dict(FAST, **kwargs.pop("configOverrides", {}))
+    kwargs.setdefault("initialPositionInStream", InitialPositionInStream.TRIM_HORIZON)
+    return KinesisUtils.createStream(
+        ssc, app, stream, env["kinesis"], "us-east-1", kwargs.pop("initialPositionInStream"), 1,
+        dynamoDBEndpoint=env["dynamodb"], configOverrides=overrides, **kwargs)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def leases(env, app: str) -> dict[str, dict]:
+    ddb = client("dynamodb", env["dynamodb"])
+    items = ddb.scan(TableName=app, ConsistentRead=True)["Items"]
+    return {i["leaseKey"]["S"]: i for i in items}
+
+
+def collect_into(stream, sink: list, lock: threading.Lock) -> None:
+    def save(rdd):
+        rows = rdd.collect()
+        with lock:
+            sink.extend(rows)
+
+    stream.foreachRDD(save)
+
+
+def test_word_count_exact_then_graceful_stop(sc, env, make_stream, put_records, unique_app_name):
+    stream = make_stream(2)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    lines = [" ".join(words[(i + j) % 5] for j in range(1 + i % 4)) for i in range(600)]
+    expected = Counter(w for line in lines for w in line.split())
+    put_records(stream, [(f"pk{i}", line) for i, line in enumerate(lines[:300])])
+
+    ssc = make_ssc(sc)
+    counts: Counter = Counter()
+    lock = threading.Lock()
+    kstream = create(ssc, unique_app_name, stream, env)
+    pairs = kstream.flatMap(lambda line: line.split(" ")).map(lambda w: (w, 1)) \
+        .reduceByKey(lambda a, b: a + b)
+
+    def add(rdd):
+        got = rdd.collect()
+        with lock:
+            counts.update(dict(got))
+
+    pairs.foreachRDD(add)
+    ssc.start()
+    try:
+        wait_until(lambda: sum(counts.values()) >= sum(Counter(
+            w for line in lines[:300] for w in line.split()).values()), 60, "the first records")
+        put_records(stream, [(f"pk{i}", line) for i, line in enumerate(lines[300:], 300)])
+        wait_until(lambda: sum(counts.values()) >= sum(expected.values()), 60, "all records")
+        metrics = KinesisUtils.metrics(stream)
+        assert set(metrics) == set(list_shard_ids(env["kinesis"], stream))
+        assert sum(m["records"] for m in metrics.values()) == len(lines)
+        assert all(m["owner"] for m in metrics.values())
+        time.sleep(2)  # a few more (empty) batches: nothing counted twice
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert counts == expected
+
+    # graceful stop: every processed position checkpointed, no lease owned
+    kinesis = client("kinesis", env["kinesis"])
+    for shard_id, item in leases(env, unique_app_name).items():
+        assert "leaseOwner" not in item, item
+        it = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard_id,
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        records = kinesis.get_records(ShardIterator=it, Limit=10000)["Records"]
+        assert item["checkpoint"]["S"] == records[-1]["SequenceNumber"]
+
+
+def test_failed_batch_is_not_checkpointed_and_comes_again(sc, env, make_stream, put_records,
+                                                          unique_app_name):
+    stream = make_stream(1)
+    first = [f"a{i}" for i in range(50)]
+    later = [f"b{i}" for i in range(50)]
+    put_records(stream, [("k", r) for r in first])
+
+    ssc = make_ssc(sc)
+    seen: list[str] = []
+    failed: list[str] = []
+    lock = threading.Lock()
+    kstream = create(ssc, unique_app_name, stream, env)
+
+    def flaky(rdd):
+        rows = rdd.collect()
+        with lock:
+            if rows and not failed:
+                failed.extend(rows)
+                raise RuntimeError("output operation fails once")
+            seen.extend(rows)
+
+    kstream.foreachRDD(flaky)
+    ssc.start()
+    try:
+        wait_until(lambda: bool(failed), 60, "the failing batch")
+        put_records(stream, [("k", r) for r in later])
+        wait_until(lambda: set(later) <= set(seen), 60, "the later records")
+        time.sleep(2.5)  # past the checkpoint interval: a wrong checkpoint would be written now
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    item = leases(env, unique_app_name)[list_shard_ids(env["kinesis"], stream)[0]]
+    assert "leaseOwner" not in item
+    first_failed = min(failed, key=lambda r: int(r[1:]) if r[0] == "a" else 10**6)
+    kinesis = client("kinesis", env["kinesis"])
+    it = kinesis.get_shard_iterator(StreamName=stream, ShardId=item["leaseKey"]["S"],
+                                    ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    by_data = {r["Data"].decode(): r["SequenceNumber"]
+               for r in kinesis.get_records(ShardIterator=it)["Records"]}
+    checkpoint = item["checkpoint"]["S"]
+    assert checkpoint == "TRIM_HORIZON" or int(checkpoint) < int(by_data[first_failed])
+
+    # a restart with the same application name reads the failed batch's records again
+    ssc2 = make_ssc(sc)
+    again: list[str] = []
+    collect_into(create(ssc2, unique_app_name, stream, env), again, lock)
+    ssc2.start()
+    try:
+        wait_until(lambda: set(failed) <= set(again), 60, "the failed records again")
+    finally:
+        ssc2.stop(stopSparkContext=False, stopGraceFully=True)
