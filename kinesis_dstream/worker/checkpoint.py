@@ -26,7 +26,9 @@ class ShardCheckpointer:
                  last_checkpoint: ExtendedSequenceNumber):
         self.shard_id = shard_id
         self._writer = writer
-        self._lock = threading.Lock()
+        # Re-entrant: a failed write reports the lease loss, which closes this checkpointer
+        # from inside checkpoint() on the same thread.
+        self._lock = threading.RLock()
         self._last_checkpoint = last_checkpoint
         self._largest_permitted: ExtendedSequenceNumber | None = None
         self._last_sub_of: dict[str, int] = {}

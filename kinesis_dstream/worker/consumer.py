@@ -129,7 +129,7 @@ class ShardConsumer:
         if not self._initialize_fetcher(fetcher, checkpoint):
             return True
         try:
-            processor.initialize(InitializeInput(
+            self._call(processor.initialize, InitializeInput(
                 shard_id=self.shard_id,
                 sequence_number=checkpoint.sequence_number,
                 sub_sequence_number=checkpoint.sub_sequence_number))
