@@ -24,6 +24,7 @@ import cProfile
 import io
 import json
 import logging
+import os
 import pstats
 import statistics
 import sys
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also cProfile one in-process drain; the table goes to stderr")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    load_before = os.getloadavg()
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
     if unknown:
@@ -290,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             }
     common.emit({
         "benchmark": "backlog drain, records/s",
+        "machine": common.machine(load_before),
         "setup": {"stream": "kinesalite, 4 shards", "records": args.records, "record_bytes": 100,
                   "per_shard": expected, "dynamodb": args.dynamodb, "rounds": args.rounds,
                   "ours_config": "KCL defaults: maxRecords 10000, idleTimeBetweenReadsInMillis 1000; "

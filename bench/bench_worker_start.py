@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 import threading
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="per-run limit, seconds")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    load_before = os.getloadavg()
 
     java_runs = args.java_runs if args.java_runs > 0 and common.java_available() else 0
     if args.java_runs > 0 and not java_runs:
@@ -158,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     output = {
         "benchmark": "worker start to first record, empty lease table",
         "unit": "seconds",
+        "machine": common.machine(load_before),
         "setup": {"stream": "kinesis-local 0.6.2, 4 shards, 100-byte records already put",
                   "records_in_stream": args.records, "runs": args.runs, "java_runs": java_runs,
                   "config": "KCL defaults (failover 10 s, maxRecords 10000, idle 1000 ms), "

@@ -68,6 +68,12 @@ def summary(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
             "values": [round(v, digits) for v in values]}
 
 
+def machine(load_before: tuple[float, float, float]) -> dict[str, Any]:
+    """CPU count and load, before and after: a loaded machine explains slow figures."""
+    return {"cpus": os.cpu_count(), "load_avg_1m_before": round(load_before[0], 2),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2)}
+
+
 # -- emulators and configuration ---------------------------------------------------------------
 @contextlib.contextmanager
 def running_emulators(*kinds: str) -> Iterator[dict[str, Any]]:

@@ -48,6 +48,7 @@ class Shard:
         self.closed = closed
         self.children = children or []
         self.errors: list[BaseException] = []   # raised by the next get_records calls
+        self.init_errors: list[BaseException] = []  # raised by the next initialize calls
         self.initialized_at: list[ESN] = []
         self.get_records_calls = 0
         self.lock = threading.Lock()
@@ -59,6 +60,9 @@ class FakeFetcher:
         self.position = 0
 
     def initialize(self, checkpoint: ESN) -> None:
+        with self.shard.lock:
+            if self.shard.init_errors:
+                raise self.shard.init_errors.pop(0)
         self.shard.initialized_at.append(checkpoint)
         if checkpoint.is_shard_end:
             self.position = len(self.shard.records)
@@ -498,3 +502,63 @@ def test_processor_raising_in_shard_ended_is_replaced_and_the_shard_still_finish
     assert shard.initialized_at == [ESN.TRIM_HORIZON, ESN(seq(4))]
     assert h.processors[1].records == []       # everything was checkpointed: no replay
     assert h.shard_ends == [(SHARD, ["c"], ESN.SHARD_END)]
+
+
+def test_getting_the_first_iterator_is_retried_through_throttling():
+    shard = Shard(3, batch=3)
+    shard.init_errors = [ThrottlingError("slow down"),
+                         RetriesExhaustedError("Gave up after 3 attempts while getting an iterator")]
+    with Harness(shard) as h:
+        wait_until(lambda: len(h.delivered()) == 3)
+    assert shard.initialized_at == [ESN.TRIM_HORIZON]
+    assert len(h.processors) == 1
+    assert [e for _, e, _ in h.log][:1] == ["initialize"]
+
+
+def test_processor_raising_in_initialize_is_replaced():
+    shard = Shard(3, batch=3)
+
+    def configure(p: Processor) -> None:
+        if p.number == 0:
+            def broken(i):
+                raise RuntimeError("cannot connect to my database")
+            p.initialize = broken  # type: ignore[method-assign]
+
+    with Harness(shard, configure=configure) as h:
+        wait_until(lambda: len(h.processors) == 2 and len(h.processors[1].records) == 3)
+    assert h.processors[0].records == []
+    assert h.processors[0].batches == 0
+
+
+def test_lease_loss_reported_from_inside_a_checkpoint_does_not_deadlock():
+    """The real writer (LeaseCoordinator.checkpoint) tells the consumer of the loss before it
+    raises, so close() runs on the processor's thread while checkpoint() is in progress."""
+    shard = Shard(4, batch=2)
+    outcome: list[str] = []
+    holder: dict[str, Harness] = {}
+
+    class ReportingStore(Store):
+        def write(self, shard_id: str, position: ESN) -> None:
+            holder["h"].consumer.lease_lost()
+            raise LeaseLostError(f"{shard_id} stolen")
+
+    def configure(p: Processor) -> None:
+        original = p.process_records
+
+        def process_records(i):
+            original(i)
+            try:
+                i.checkpointer.checkpoint()
+                outcome.append("written")
+            except CheckpointError as exc:
+                outcome.append(exc.value)
+
+        p.process_records = process_records  # type: ignore[method-assign]
+
+    h = Harness(shard, ReportingStore(), configure=configure)
+    holder["h"] = h
+    with h:
+        wait_until(lambda: h.consumer.done, timeout=5, what="the consumer to stop (deadlock?)")
+    assert outcome == ["ShutdownException"]
+    assert [e for _, e, _ in h.log][-1] == "lease_lost"
+    assert h.consumer.shutdown_reason is ShutdownReason.LEASE_LOST

@@ -1,0 +1,379 @@
+"""Benchmark: KinesisUtils.createStream into PySpark DStreams (issue 3), one JSON document a sub-benchmark.
+
+``bench_spark.py [start|drain|latency|all]`` (no argument: all). One SparkContext
+(local[2]) per run, 1 s batches, a new StreamingContext and a fresh application name (empty
+lease table) for every measurement; DynamoDB is the moto server.
+
+* ``start`` (a): ``ssc.start()`` to the first batch holding data (the wall time its
+  foreachRDD ``rdd.count()`` returned), records already in a 4-shard kinesis-local stream.
+  Target <= 5 s; Spark's kinesis-asl receiver: 80.6 s.
+* ``drain`` (b): records/s into DStream batches draining a 4-shard kinesalite backlog of
+  100-byte records, counted with foreachRDD(rdd.count()) summed on the driver, beside
+  bench_drain.py's plain boto3 get_records loop (a thread per shard) in the same run, the
+  variants alternating each round. ``rec_s`` runs from ``ssc.start()`` to the last record
+  counted (worker start-up included); ``rec_s_after_first_batch`` from the first batch with
+  data. Target >= 0.7 of boto3; Spark's receiver: ~4,300 rec/s.
+* ``latency`` (c): a producer thread puts records stamped with their put wall time at a
+  steady rate; foreachRDD collects them and computes now - put time. Target median <= 1.5 s,
+  p99 <= 3 s; Spark's receiver: 2.48 s / 3.72 s.
+* (d) peak RSS (VmHWM) of our worker processes, read from /proc just before each drain and
+  latency run stops. Target <= 150 MB per 4 shards; Spark's JVM receiver: 450-520 MB.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+import common
+import spark_common as sc_common
+
+REFERENCE = {
+    "spark_kinesis_asl_start_to_first_record_s": 80.6,
+    "spark_kinesis_asl_drain_rec_s": 4300,
+    "spark_kinesis_asl_latency_median_s": 2.48,
+    "spark_kinesis_asl_latency_p99_s": 3.72,
+    "spark_kinesis_asl_jvm_rss_mb": "448-555",
+    "source": "shared/notes/kcl-compat.md (measured earlier on these machines; not in this run)",
+}
+TARGETS = {"start_s": 5.0, "drain_ratio": 0.7, "latency_median_s": 1.5, "latency_p99_s": 3.0,
+           "worker_rss_mb": 150.0}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))
+    return ordered[index]
+
+
+def put_backlog(kinesis: str, stream: str, total: int) -> dict[str, int]:
+    import bench_drain  # the same backlog as the bare engine's drain benchmark
+
+    return bench_drain.load_backlog(kinesis, stream, total)
+
+
+# -- (a) start ---------------------------------------------------------------------------------
+def bench_start(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
+    h = common.helpers()
+    runs: list[dict[str, Any]] = []
+    with common.running_emulators("kinesis-local", "moto") as emu:
+        kinesis, dynamodb = emu["kinesis-local"].endpoint, emu["moto"].endpoint
+        stream = h.unique_name("bench-spark-start")
+        h.create_stream(kinesis, stream, 4)
+        h.put_records(kinesis, stream, [f"{i:010d}".ljust(100, "x") for i in range(400)])
+        for number in range(args.runs):
+            app = h.unique_name("bench-spark-start")
+            ssc = sc_common.streaming_context(sc)
+            counter = sc_common.BatchCounter()
+            sc_common.create_stream(ssc, app, stream, kinesis, dynamodb).foreachRDD(counter.function())
+            wall0, mono0 = time.time(), time.monotonic()
+            ssc.start()
+            start_call = time.monotonic() - mono0
+            ok = sc_common.wait_for(lambda: counter.first_data_at is not None, args.timeout)
+            run: dict[str, Any] = {"start_call_s": round(start_call, 3)}
+            if ok:
+                run["first_data_batch_s"] = round(counter.first_data_at - wall0, 3)
+                run["first_data_batch_time_after_start_s"] = round(counter.first_batch_time - wall0, 3)
+            run["stop_s"] = round(sc_common.stop_streaming(ssc), 3)
+            common.delete_table(dynamodb, app)
+            common.progress(f"start run {number + 1}: {run}")
+            runs.append(run)
+        h.delete_stream(kinesis, stream)
+    firsts = [r["first_data_batch_s"] for r in runs if "first_data_batch_s" in r]
+    median = statistics.median(firsts) if firsts else None
+    return {
+        "benchmark": "(a) ssc.start() to first batch with data, empty lease table",
+        "setup": {"stream": "kinesis-local, 4 shards, 400 records already in", "dynamodb": "moto server",
+                  "spark": "local[2], 1 s batches, one SparkContext, new StreamingContext per run",
+                  "createStream": "TRIM_HORIZON, checkpointInterval 1 s, defaults otherwise "
+                                  "(1 worker, idleTimeBetweenReads 200 ms, failover 10 s)",
+                  "measured": "wall time from ssc.start() to the return of the first foreachRDD "
+                              "rdd.count() > 0 (first_data_batch_time_after_start_s: that batch's "
+                              "Spark time)"},
+        "first_data_batch_s": common.summary(firsts),
+        "failed_runs": len(runs) - len(firsts),
+        "target_s": TARGETS["start_s"],
+        "meets_target": median is not None and median <= TARGETS["start_s"] and len(firsts) == len(runs),
+        "runs": runs,
+        "reference_not_measured_here": {"spark_kinesis_asl_receiver_s": 80.6,
+                                        "source": REFERENCE["source"]},
+    }
+
+
+# -- (b) drain ---------------------------------------------------------------------------------
+def drain_spark(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s: float,
+                **create_kwargs: Any) -> dict[str, Any]:
+    h = common.helpers()
+    app = h.unique_name("bench-spark-drain")
+    ssc = sc_common.streaming_context(sc)
+    counter = sc_common.BatchCounter()
+    counter.target = total
+    sc_common.create_stream(ssc, app, stream, kinesis, dynamodb, **create_kwargs).foreachRDD(counter.function())
+    cpu0 = common.self_cpu_seconds()
+    wall0 = time.time()
+    result: dict[str, Any] = {}
+    try:
+        ssc.start()
+        finished = counter.done.wait(timeout_s)
+        pids = sc_common.live_worker_pids()
+        proc_pids = sc_common.worker_pids_from_proc()
+        result["worker_cpu_s"] = round(sum(common.process_cpu_seconds(p) for p in pids), 2)
+        result["driver_python_cpu_s"] = round(common.self_cpu_seconds() - cpu0, 2)
+        result["worker_peak_rss"] = sc_common.peak_rss_mb(pids)
+        result["worker_pids_match_proc_scan"] = sorted(pids) == proc_pids
+        if not finished:
+            raise RuntimeError(f"spark drain counted {counter.total} of {total} records")
+        wall = counter.done_at - wall0
+        after_first = counter.done_at - counter.first_data_at
+        result.update({
+            "records": counter.total, "wall_s": round(wall, 3), "rec_s": round(total / wall),
+            "first_data_batch_s": round(counter.first_data_at - wall0, 3),
+            "rec_s_after_first_batch": round(total / after_first) if after_first > 0 else None,
+            "batches": counter.batches})
+    finally:
+        result["stop_s"] = round(sc_common.stop_streaming(ssc), 3)
+        common.delete_table(dynamodb, app)
+    return result
+
+
+def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import bench_drain
+
+    h = common.helpers()
+    variants: dict[str, dict[str, Any]] = {
+        "spark_1_worker": {},
+        "spark_2_workers": {"numWorkers": 2},
+    }
+    if args.tuned:
+        variants["spark_1_worker_tuned"] = {"configOverrides": {"idle_time_between_reads_ms": 0}}
+    names = ["boto3_loop"] + list(variants)
+    rounds: list[dict[str, Any]] = []
+    with common.running_emulators("kinesalite", "moto") as emu:
+        kinesis, dynamodb = emu["kinesalite"].endpoint, emu["moto"].endpoint
+        stream = h.unique_name("bench-spark-drain")
+        h.create_stream(kinesis, stream, 4)
+        expected = put_backlog(kinesis, stream, args.records)
+        total = sum(expected.values())
+        for number in range(args.rounds):
+            shift = number % len(names)
+            order = names[shift:] + names[:shift]
+            this_round: dict[str, Any] = {}
+            for name in order:
+                emu_cpu0 = common.process_cpu_seconds(emu["kinesalite"].pid)
+                if name == "boto3_loop":
+                    drain = bench_drain.drain_boto3(kinesis, stream, expected)
+                    if drain.count < drain.total:
+                        raise RuntimeError(f"boto3 drained {drain.count} of {drain.total}")
+                    result = drain.as_dict()
+                    result.pop("emulator_cpu_s", None)
+                else:
+                    result = drain_spark(sc, kinesis, dynamodb, stream, total, args.timeout,
+                                         **variants[name])
+                result["kinesalite_cpu_s"] = round(
+                    common.process_cpu_seconds(emu["kinesalite"].pid) - emu_cpu0, 2)
+                this_round[name] = result
+                common.progress(f"drain round {number + 1} {name}: {result}")
+            rounds.append(this_round)
+        h.delete_stream(kinesis, stream)
+
+    def med(name: str, key: str) -> float | None:
+        values = [r[name][key] for r in rounds if r[name].get(key) is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    medians = {n: {k: med(n, k) for k in ("rec_s", "rec_s_after_first_batch", "first_data_batch_s",
+                                          "wall_s") if any(k in r[n] for r in rounds)}
+               for n in names}
+    ratios = {}
+    for name in variants:
+        per_round = [r[name]["rec_s"] / r["boto3_loop"]["rec_s"] for r in rounds]
+        per_round_after = [r[name]["rec_s_after_first_batch"] / r["boto3_loop"]["rec_s"]
+                           for r in rounds if r[name].get("rec_s_after_first_batch")]
+        ratios[f"{name}/boto3_loop"] = {
+            "from_ssc_start": round(statistics.median(per_round), 3),
+            "from_first_data_batch": round(statistics.median(per_round_after), 3)
+            if per_round_after else None,
+            "per_round_from_ssc_start": [round(v, 3) for v in per_round],
+            "meets_target": statistics.median(per_round) >= TARGETS["drain_ratio"]}
+    rss = [r[n]["worker_peak_rss"]["max_mb"] for r in rounds for n in variants]
+    rss_total_1 = [r["spark_1_worker"]["worker_peak_rss"]["total_mb"] for r in rounds]
+    return {
+        "benchmark": "(b) backlog drain into DStream batches, records/s",
+        "setup": {"stream": "kinesalite, 4 shards", "records": total, "record_bytes": 100,
+                  "per_shard": expected, "dynamodb": "moto server", "rounds": args.rounds,
+                  "spark": "local[2], 1 s batches, foreachRDD(rdd.count()) summed on the driver",
+                  "createStream": "TRIM_HORIZON, checkpointInterval 1 s, default knobs "
+                                  "(maxBufferedRecords 100000, maxRecords 10000, "
+                                  "idleTimeBetweenReads 200 ms, no maxRate); spark_2_workers: "
+                                  "numWorkers=2" + ("; spark_1_worker_tuned: idle 0 ms" if args.tuned else ""),
+                  "boto3_loop": "bench_drain.drain_boto3: one client, a thread per shard, "
+                                "get_records Limit 10000",
+                  "rec_s": "from ssc.start() (workers' interpreter start, lease table, leases "
+                           "included) to the batch that completed the count"},
+        "median": medians,
+        "ratio_over_boto3": ratios,
+        "target_ratio": TARGETS["drain_ratio"],
+        "worker_peak_rss_mb": {"max_per_process": max(rss) if rss else None,
+                               "one_worker_4_shards": common.summary(rss_total_1, 1),
+                               "target_mb": TARGETS["worker_rss_mb"]},
+        "rounds": rounds,
+        "reference_not_measured_here": {"spark_kinesis_asl_receiver_rec_s": 4300,
+                                        "boto3_loop_rec_s_earlier": 19300,
+                                        "source": REFERENCE["source"]},
+    }
+
+
+# -- (c) latency -------------------------------------------------------------------------------
+class Producer(threading.Thread):
+    """Puts ``rate`` records/s as PutRecords every ``tick_s``, each stamped with the put time."""
+
+    def __init__(self, kinesis: str, stream: str, rate: int, duration_s: float, tick_s: float = 0.05):
+        super().__init__(name="bench-producer", daemon=True)
+        self.client = common.helpers().client("kinesis", kinesis)
+        self.stream, self.rate, self.duration_s, self.tick_s = stream, rate, duration_s, tick_s
+        self.sent = 0
+        self.put_call_s: list[float] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            start = time.monotonic()
+            tick = 0
+            while True:
+                due = start + tick * self.tick_s
+                if due - start >= self.duration_s:
+                    return
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                want = int(round((tick + 1) * self.tick_s * self.rate)) - self.sent
+                stamp = time.time()
+                entries = [{"PartitionKey": f"pk{self.sent + i}",
+                            "Data": f"{stamp:.6f},{self.sent + i}".ljust(100, "x").encode()}
+                           for i in range(want)]
+                if entries:
+                    reply = self.client.put_records(StreamName=self.stream, Records=entries)
+                    if reply.get("FailedRecordCount"):
+                        raise RuntimeError(f"{reply['FailedRecordCount']} puts failed")
+                    self.put_call_s.append(time.time() - stamp)
+                    self.sent += len(entries)
+                tick += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
+            self.error = exc
+
+
+def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from kinesis_dstream import KinesisUtils
+
+    h = common.helpers()
+    kinesis_kind = args.latency_kinesis
+    latencies: list[float] = []
+    seen: set[int] = set()
+    lock = threading.Lock()
+
+    def measure(rdd: Any) -> None:
+        rows = rdd.collect()
+        now = time.time()
+        with lock:
+            for row in rows:
+                stamp, index = row.split(",", 2)[:2]
+                index = int(index.rstrip("x"))
+                if index not in seen:
+                    seen.add(index)
+                    latencies.append(now - float(stamp))
+
+    result: dict[str, Any] = {}
+    with common.running_emulators(kinesis_kind, "moto") as emu:
+        kinesis, dynamodb = emu[kinesis_kind].endpoint, emu["moto"].endpoint
+        stream = h.unique_name("bench-spark-latency")
+        app = h.unique_name("bench-spark-latency")
+        h.create_stream(kinesis, stream, 4)
+        ssc = sc_common.streaming_context(sc)
+        sc_common.create_stream(ssc, app, stream, kinesis, dynamodb).foreachRDD(measure)
+        ssc.start()
+        try:
+            if not sc_common.wait_for(lambda: len([m for m in KinesisUtils.metrics(stream).values()
+                                                   if m["owner"]]) == 4, 60):
+                raise RuntimeError(f"shards not all leased: {KinesisUtils.metrics(stream)}")
+            producer = Producer(kinesis, stream, args.rate, args.duration)
+            producer.start()
+            producer.join()
+            if producer.error is not None:
+                raise producer.error
+            if not sc_common.wait_for(lambda: len(seen) >= producer.sent, 30):
+                common.progress(f"latency: only {len(seen)} of {producer.sent} records seen")
+            pids = sc_common.live_worker_pids()
+            result["worker_peak_rss"] = sc_common.peak_rss_mb(pids)
+            result["worker_cpu_s"] = round(sum(common.process_cpu_seconds(p) for p in pids), 2)
+        finally:
+            stop_s = sc_common.stop_streaming(ssc)
+            common.delete_table(dynamodb, app)
+            h.delete_stream(kinesis, stream)
+    median, p99 = statistics.median(latencies), percentile(latencies, 99)
+    puts = producer.put_call_s
+    result.update({
+        "benchmark": "(c) live latency put -> processed in foreachRDD, 1 s batches",
+        "setup": {"stream": f"{kinesis_kind}, 4 shards", "dynamodb": "moto server",
+                  "rate_rec_s": args.rate, "duration_s": args.duration,
+                  "producer": "PutRecords every 50 ms, each record stamped with the wall time "
+                              "just before its put call",
+                  "spark": "local[2], 1 s batches; foreachRDD collect(), now - put time per record",
+                  "createStream": "TRIM_HORIZON (empty stream, producer starts once the 4 shards "
+                                  "are leased), defaults (idleTimeBetweenReads 200 ms)"},
+        "records_put": producer.sent, "records_seen": len(seen),
+        "latency_s": {"median": round(median, 3), "p90": round(percentile(latencies, 90), 3),
+                      "p99": round(p99, 3), "min": round(min(latencies), 3),
+                      "max": round(max(latencies), 3), "mean": round(statistics.fmean(latencies), 3)},
+        "put_call_s": {"median": round(statistics.median(puts), 4), "p99": round(percentile(puts, 99), 4)},
+        "targets": {"median_s": TARGETS["latency_median_s"], "p99_s": TARGETS["latency_p99_s"],
+                    "worker_rss_mb": TARGETS["worker_rss_mb"]},
+        "meets_target": median <= TARGETS["latency_median_s"] and p99 <= TARGETS["latency_p99_s"]
+        and len(seen) == producer.sent,
+        "stop_s": round(stop_s, 3),
+        "reference_not_measured_here": {"spark_kinesis_asl_median_s": 2.48,
+                                        "spark_kinesis_asl_p99_s": 3.72, "source": REFERENCE["source"]},
+    })
+    return result
+
+
+BENCHMARKS = {"start": bench_start, "drain": bench_drain, "latency": bench_latency}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("which", nargs="*", default=["all"], choices=[*BENCHMARKS, "all"])
+    parser.add_argument("--runs", type=int, default=5, help="start: runs")
+    parser.add_argument("--records", type=int, default=100_000, help="drain: backlog records")
+    parser.add_argument("--rounds", type=int, default=3, help="drain: rounds")
+    parser.add_argument("--tuned", action="store_true", help="drain: also idleTimeBetweenReads 0")
+    parser.add_argument("--rate", type=int, default=200, help="latency: records/s")
+    parser.add_argument("--duration", type=float, default=30.0, help="latency: seconds of producing")
+    parser.add_argument("--latency-kinesis", choices=("kinesis-local", "kinesalite"),
+                        default="kinesis-local")
+    parser.add_argument("--timeout", type=float, default=120.0, help="per measurement, seconds")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    which = list(BENCHMARKS) if "all" in args.which else args.which
+    sc_common.use_dummy_aws_env()
+    sc = sc_common.spark_context()
+    warm_up_s = sc_common.warm_up(sc)
+    common.progress(f"SparkContext warm-up job: {warm_up_s:.2f} s")
+    try:
+        for name in which:
+            started = time.monotonic()
+            result = BENCHMARKS[name](sc, args)
+            result["benchmark_wall_s"] = round(time.monotonic() - started, 1)
+            result["spark_warm_up_job_s"] = round(warm_up_s, 2)  # paid once, before measuring
+            common.emit(result)
+    finally:
+        sc.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Helpers of the Spark benchmarks (bench_spark.py): one SparkContext, streams, worker pids.
+
+Kept apart from common.py (the bare engine's helpers, owned elsewhere). Imported lazily
+where pyspark is heavy; run directly (``make bench`` runs every bench/*.py) it does nothing.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import warnings
+from typing import Any, Callable
+
+import common
+
+warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
+
+BATCH_INTERVAL_S = 1
+
+
+def spark_context(master: str = "local[2]") -> Any:
+    """The one SparkContext of a benchmark run (as the tests: local[2], loopback, no UI)."""
+    from pyspark import SparkConf, SparkContext
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = (SparkConf().setMaster(master).setAppName("kinesis-dstream-bench")
+            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+            .set("spark.driver.bindAddress", "127.0.0.1"))
+    sc = SparkContext(conf=conf)
+    sc.setLogLevel("ERROR")
+    return sc
+
+
+def warm_up(sc: Any) -> float:
+    """One small Python job, so no measurement pays Spark's first-job start (seconds); its time."""
+    started = time.monotonic()
+    sc.parallelize(range(1000), sc.defaultParallelism).map(lambda x: x + 1).count()
+    return time.monotonic() - started
+
+
+def use_dummy_aws_env() -> None:
+    """Dummy credentials and region in this process (workers inherit them)."""
+    for key, value in common.aws_env().items():
+        if key.startswith("AWS_"):
+            os.environ[key] = value
+
+
+def create_stream(ssc: Any, app: str, stream: str, kinesis: str, dynamodb: str,
+                  **keywords: Any) -> Any:
+    """createStream as a user calls it (TRIM_HORIZON, checkpointInterval 1 s) on the emulators."""
+    from kinesis_dstream import InitialPositionInStream, KinesisUtils
+    from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+
+    keywords.setdefault("metricsLevel", 2)  # MetricsLevel.NONE: no CloudWatch here
+    return KinesisUtils.createStream(
+        ssc, app, stream, kinesis, DUMMY_REGION, InitialPositionInStream.TRIM_HORIZON, 1,
+        awsAccessKeyId=DUMMY_ACCESS_KEY_ID, awsSecretKey=DUMMY_SECRET_ACCESS_KEY,
+        dynamoDBEndpoint=dynamodb, **keywords)
+
+
+def streaming_context(sc: Any) -> Any:
+    from pyspark.streaming import StreamingContext
+
+    return StreamingContext(sc, BATCH_INTERVAL_S)
+
+
+def live_worker_pids() -> list[int]:
+    """Pids of the worker processes of this driver's started, open Kinesis streams."""
+    from kinesis_dstream.spark.receiver import receivers
+
+    pids: list[int] = []
+    for receiver in receivers():
+        if receiver.started and not receiver.closed and receiver.workers is not None:
+            pids += [p.pid for p in receiver.workers.alive()]
+    return pids
+
+
+def worker_pids_from_proc() -> list[int]:
+    """The same found by a /proc scan: children of this process running ``kinesis_dstream worker``."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            if ppid != me:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"kinesis_dstream" in argv and b"worker" in argv:
+            found.append(int(entry))
+    return sorted(found)
+
+
+def peak_rss_mb(pids: list[int]) -> dict[str, Any]:
+    """VmHWM of each process (MB) and their sum; read while they live."""
+    per = {str(pid): common.process_peak_rss_mb(pid) for pid in pids}
+    values = [v for v in per.values() if v is not None]
+    return {"per_process_mb": per, "max_mb": max(values) if values else None,
+            "total_mb": round(sum(values), 1) if values else None}
+
+
+class BatchCounter:
+    """foreachRDD(rdd.count()) summed on the driver, with the wall time of the first data batch."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total = 0
+        self.batches = 0
+        self.first_data_at: float | None = None  # time.time() when the batch's count returned
+        self.first_batch_time: float | None = None  # the batch's own (Spark) time, epoch s
+        self.done_at: float | None = None
+        self.target: int | None = None
+        self.done = threading.Event()
+
+    def function(self) -> Callable[[Any, Any], None]:
+        """foreachRDD reads ``__code__``: hand it a plain function, not this object."""
+
+        def count_batch(batch_time: Any, rdd: Any) -> None:
+            self.add(batch_time, rdd.count())
+
+        return count_batch
+
+    def add(self, batch_time: Any, n: int) -> None:
+        now = time.time()
+        with self.lock:
+            self.batches += 1
+            if n and self.first_data_at is None:
+                self.first_data_at = now
+                self.first_batch_time = batch_time.timestamp()
+            self.total += n
+            if self.target is not None and self.total >= self.target and not self.done.is_set():
+                self.done_at = now
+                self.done.set()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
+
+def stop_streaming(ssc: Any, graceful: bool = False) -> float:
+    """Stop the StreamingContext (never the SparkContext); returns the seconds it took."""
+    started = time.monotonic()
+    ssc.stop(stopSparkContext=False, stopGraceFully=graceful)
+    return time.monotonic() - started
+
+
+if __name__ == "__main__":
+    # `make bench` runs every bench/*.py; this module is a library, not a benchmark.
+    sys.exit(0)
