@@ -288,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"{name}/boto3_loop"] = {
                 "rec_s": round(statistics.median(per_round), 3),
                 "per_round": [round(v, 3) for v in per_round],
+                "cpu_s": round(statistics.median(
+                    r[name]["cpu_s"] / r["boto3_loop"]["cpu_s"] for r in rounds), 3),
                 "meets_target": statistics.median(per_round) >= TARGET_RATIO,
             }
     common.emit({

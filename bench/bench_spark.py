@@ -108,11 +108,11 @@ def bench_start(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 # -- (b) drain ---------------------------------------------------------------------------------
 def drain_spark(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s: float,
-                **create_kwargs: Any) -> dict[str, Any]:
+                unique: bool = False, **create_kwargs: Any) -> dict[str, Any]:
     h = common.helpers()
     app = h.unique_name("bench-spark-drain")
     ssc = sc_common.streaming_context(sc)
-    counter = sc_common.BatchCounter()
+    counter = sc_common.BatchCounter(unique=unique)
     counter.target = total
     sc_common.create_stream(ssc, app, stream, kinesis, dynamodb, **create_kwargs).foreachRDD(counter.function())
     cpu0 = common.self_cpu_seconds()
@@ -128,11 +128,13 @@ def drain_spark(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, t
         result["worker_peak_rss"] = sc_common.peak_rss_mb(pids)
         result["worker_pids_match_proc_scan"] = sorted(pids) == proc_pids
         if not finished:
-            raise RuntimeError(f"spark drain counted {counter.total} of {total} records")
+            raise RuntimeError(f"spark drain counted {counter.distinct} of {total} records")
         wall = counter.done_at - wall0
         after_first = counter.done_at - counter.first_data_at
         result.update({
-            "records": counter.total, "wall_s": round(wall, 3), "rec_s": round(total / wall),
+            "records": counter.distinct, "records_counted": counter.total,
+            "count": "collect of record indices, distinct" if unique else "rdd.count()",
+            "wall_s": round(wall, 3), "rec_s": round(total / wall),
             "first_data_batch_s": round(counter.first_data_at - wall0, 3),
             "rec_s_after_first_batch": round(total / after_first) if after_first > 0 else None,
             "batches": counter.batches})
@@ -148,10 +150,13 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
     h = common.helpers()
     variants: dict[str, dict[str, Any]] = {
         "spark_1_worker": {},
-        "spark_2_workers": {"numWorkers": 2},
+        # Two workers start together on an empty table: one takes every lease, the other then
+        # steals two, and those shards are read again from their last checkpoint: count
+        # distinct records there.
+        "spark_2_workers": {"numWorkers": 2, "unique": True},
     }
-    if args.tuned:
-        variants["spark_1_worker_tuned"] = {"configOverrides": {"idle_time_between_reads_ms": 0}}
+    if args.kcl_pages:
+        variants["spark_1_worker_10k_pages"] = {"configOverrides": {"max_records": 10_000}}
     names = ["boto3_loop"] + list(variants)
     rounds: list[dict[str, Any]] = []
     with common.running_emulators("kinesalite", "moto") as emu:
@@ -200,17 +205,20 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             if per_round_after else None,
             "per_round_from_ssc_start": [round(v, 3) for v in per_round],
             "meets_target": statistics.median(per_round) >= TARGETS["drain_ratio"]}
-    rss = [r[n]["worker_peak_rss"]["max_mb"] for r in rounds for n in variants]
-    rss_total_1 = [r["spark_1_worker"]["worker_peak_rss"]["total_mb"] for r in rounds]
+    rss = {n: common.summary([r[n]["worker_peak_rss"]["max_mb"] for r in rounds], 1)
+           for n in variants}
+    duplicates = {n: [r[n]["records_counted"] - r[n]["records"] for r in rounds] for n in variants}
     return {
         "benchmark": "(b) backlog drain into DStream batches, records/s",
         "setup": {"stream": "kinesalite, 4 shards", "records": total, "record_bytes": 100,
                   "per_shard": expected, "dynamodb": "moto server", "rounds": args.rounds,
                   "spark": "local[2], 1 s batches, foreachRDD(rdd.count()) summed on the driver",
                   "createStream": "TRIM_HORIZON, checkpointInterval 1 s, default knobs "
-                                  "(maxBufferedRecords 100000, maxRecords 10000, "
+                                  "(maxBufferedRecords 100000, maxRecords 5000, "
                                   "idleTimeBetweenReads 200 ms, no maxRate); spark_2_workers: "
-                                  "numWorkers=2" + ("; spark_1_worker_tuned: idle 0 ms" if args.tuned else ""),
+                                  "numWorkers=2, counting distinct records"
+                                  + ("; spark_1_worker_10k_pages: configOverrides max_records 10000"
+                                     if args.kcl_pages else ""),
                   "boto3_loop": "bench_drain.drain_boto3: one client, a thread per shard, "
                                 "get_records Limit 10000",
                   "rec_s": "from ssc.start() (workers' interpreter start, lease table, leases "
@@ -218,9 +226,10 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
         "median": medians,
         "ratio_over_boto3": ratios,
         "target_ratio": TARGETS["drain_ratio"],
-        "worker_peak_rss_mb": {"max_per_process": max(rss) if rss else None,
-                               "one_worker_4_shards": common.summary(rss_total_1, 1),
-                               "target_mb": TARGETS["worker_rss_mb"]},
+        "worker_peak_rss_mb_per_process": {
+            **{n: dict(v, meets_target=v["max"] <= TARGETS["worker_rss_mb"]) for n, v in rss.items()},
+            "target_mb": TARGETS["worker_rss_mb"]},
+        "records_delivered_twice": duplicates,
         "rounds": rounds,
         "reference_not_measured_here": {"spark_kinesis_asl_receiver_rec_s": 4300,
                                         "boto3_loop_rec_s_earlier": 19300,
@@ -287,7 +296,7 @@ def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
                     seen.add(index)
                     latencies.append(now - float(stamp))
 
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"benchmark": "(c) live latency put -> processed in foreachRDD, 1 s batches"}
     with common.running_emulators(kinesis_kind, "moto") as emu:
         kinesis, dynamodb = emu[kinesis_kind].endpoint, emu["moto"].endpoint
         stream = h.unique_name("bench-spark-latency")
@@ -317,7 +326,6 @@ def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
     median, p99 = statistics.median(latencies), percentile(latencies, 99)
     puts = producer.put_call_s
     result.update({
-        "benchmark": "(c) live latency put -> processed in foreachRDD, 1 s batches",
         "setup": {"stream": f"{kinesis_kind}, 4 shards", "dynamodb": "moto server",
                   "rate_rec_s": args.rate, "duration_s": args.duration,
                   "producer": "PutRecords every 50 ms, each record stamped with the wall time "
@@ -335,6 +343,8 @@ def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
         "meets_target": median <= TARGETS["latency_median_s"] and p99 <= TARGETS["latency_p99_s"]
         and len(seen) == producer.sent,
         "stop_s": round(stop_s, 3),
+        "worker_peak_rss": result.pop("worker_peak_rss", None),
+        "worker_cpu_s": result.pop("worker_cpu_s", None),
         "reference_not_measured_here": {"spark_kinesis_asl_median_s": 2.48,
                                         "spark_kinesis_asl_p99_s": 3.72, "source": REFERENCE["source"]},
     })
@@ -350,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="start: runs")
     parser.add_argument("--records", type=int, default=100_000, help="drain: backlog records")
     parser.add_argument("--rounds", type=int, default=3, help="drain: rounds")
-    parser.add_argument("--tuned", action="store_true", help="drain: also idleTimeBetweenReads 0")
+    parser.add_argument("--kcl-pages", action="store_true",
+                        help="drain: also a 1-worker variant with the KCL's 10,000-record pages")
     parser.add_argument("--rate", type=int, default=200, help="latency: records/s")
     parser.add_argument("--duration", type=float, default=30.0, help="latency: seconds of producing")
     parser.add_argument("--latency-kinesis", choices=("kinesis-local", "kinesalite"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     measured = {name: common.summary(values) for name, values in results.items()}
     headline = results.get("worker_process/moto", [])
+    ours = {name: values for name, values in results.items() if not name.startswith("java")}
     output = {
         "benchmark": "worker start to first record, empty lease table",
         "unit": "seconds",
@@ -168,13 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         "measured": measured,
         "failed_runs": failures,
         "target_s": TARGET_S,
-        "meets_target": bool(headline) and common.statistics.median(headline) <= TARGET_S,
+        "meets_target": bool(ours) and all(statistics.median(v) <= TARGET_S
+                                           for v in ours.values()),
         "reference_not_measured_here": REFERENCE,
     }
     java = results.get("java_multilang/moto")
     if java and headline:
-        output["java_over_ours_median"] = round(common.statistics.median(java)
-                                                / common.statistics.median(headline), 1)
+        output["java_over_ours_median"] = round(statistics.median(java)
+                                                / statistics.median(headline), 1)
     common.emit(output)
     return 0 if not failures else 1
 

@@ -35,7 +35,9 @@ def spark_context(master: str = "local[2]") -> Any:
 def warm_up(sc: Any) -> float:
     """One small Python job, so no measurement pays Spark's first-job start (seconds); its time."""
     started = time.monotonic()
-    sc.parallelize(range(1000), sc.defaultParallelism).map(lambda x: x + 1).count()
+    data = [f"{i:010d}".ljust(100, "x").encode() for i in range(50_000)]
+    for _ in range(2):  # the second pass warms what the first one left cold
+        sc.parallelize(data, sc.defaultParallelism).map(lambda b: b.decode("utf-8")).count()
     return time.monotonic() - started
 
 
@@ -106,10 +108,17 @@ def peak_rss_mb(pids: list[int]) -> dict[str, Any]:
 
 
 class BatchCounter:
-    """foreachRDD(rdd.count()) summed on the driver, with the wall time of the first data batch."""
+    """foreachRDD(rdd.count()) summed on the driver, with the wall time of the first data batch.
 
-    def __init__(self) -> None:
+    With ``unique=True`` the batch collects each record's index (its first 10 characters)
+    instead, so that records delivered twice (a lease moving between workers before its first
+    checkpoint) are told apart and the count ends at the last *distinct* record.
+    """
+
+    def __init__(self, unique: bool = False) -> None:
         self.lock = threading.Lock()
+        self.unique = unique
+        self.seen: set[int] = set()
         self.total = 0
         self.batches = 0
         self.first_data_at: float | None = None  # time.time() when the batch's count returned
@@ -124,9 +133,17 @@ class BatchCounter:
         def count_batch(batch_time: Any, rdd: Any) -> None:
             self.add(batch_time, rdd.count())
 
-        return count_batch
+        def index_batch(batch_time: Any, rdd: Any) -> None:
+            ids = rdd.map(lambda line: int(line[:10])).collect()
+            self.add(batch_time, len(ids), ids)
 
-    def add(self, batch_time: Any, n: int) -> None:
+        return index_batch if self.unique else count_batch
+
+    @property
+    def distinct(self) -> int:
+        return len(self.seen) if self.unique else self.total
+
+    def add(self, batch_time: Any, n: int, ids: list[int] | None = None) -> None:
         now = time.time()
         with self.lock:
             self.batches += 1
@@ -134,7 +151,9 @@ class BatchCounter:
                 self.first_data_at = now
                 self.first_batch_time = batch_time.timestamp()
             self.total += n
-            if self.target is not None and self.total >= self.target and not self.done.is_set():
+            if ids:
+                self.seen.update(ids)
+            if self.target is not None and self.distinct >= self.target and not self.done.is_set():
                 self.done_at = now
                 self.done.set()
 

@@ -192,6 +192,8 @@ def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
     java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
 
     def logs() -> str:
+        if os.environ.get("JK_DEBUG") and ours.poll() is None:
+            ours.send_signal(signal.SIGUSR1); time.sleep(1)
         ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
         return f"owners: {owners(dynamodb, table_name)}\n--- ours.stderr ---\n{ours_log}\n{java.log_tail()}"
 

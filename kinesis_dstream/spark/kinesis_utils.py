@@ -31,6 +31,12 @@ __all__ = ["KinesisUtils", "InitialPositionInStream", "MetricsLevel", "utf8_deco
 # Spark's receiver polls every second; a DStream batch waits for its slowest shard, so we
 # read more often by default (still far under the 5 reads/s/shard limit).
 SPARK_IDLE_TIME_BETWEEN_READS_MS = 200
+# A worker holds roughly 2 KB of Python objects per fetched record (botocore's parsed page,
+# records, the pickled message) until the driver takes it, one page per shard at a time:
+# 10,000-record pages (the KCL default) peaked a 4-shard worker at ~160 MB RSS, 5,000 at
+# ~110 MB (bench/bench_spark.py). 5,000 records x 5 reads/s per shard still exceed a shard's
+# 2 MB/s read limit for records of 80 bytes and more, so draining is not slowed.
+SPARK_MAX_RECORDS = 5000
 
 
 class InitialPositionInStream:
@@ -141,7 +147,9 @@ class KinesisUtils:
         numWorkers: worker processes sharing the shards (default 1).
         maxBufferedRecords: the driver buffer's bound; beyond it the shards stop fetching.
         configOverrides: ConsumerConfig fields by name (e.g. max_records,
-            idle_time_between_reads_ms, failover_time_ms), for tuning.
+            idle_time_between_reads_ms, failover_time_ms), for tuning. Without a
+            properties file, createStream reads pages of 5,000 records every 200 ms at
+            most (not the KCL's 10,000 and 1 s): bounded worker memory, short batches.
         """
         _check_credentials(awsAccessKeyId, awsSecretKey, stsAssumeRoleArn, stsSessionName,
                            stsExternalId)
@@ -232,11 +240,13 @@ def _build_config(settings: dict[str, Any], properties_file: Optional[str],
     """One ConsumerConfig: properties file (if any) < createStream arguments < configOverrides."""
     settings = dict(settings)
     settings.setdefault("idle_time_between_reads_ms", SPARK_IDLE_TIME_BETWEEN_READS_MS)
+    settings.setdefault("max_records", SPARK_MAX_RECORDS)
     if properties_file is not None:
         from ..multilang.properties import consumer_config_from_properties
 
         given = {k: v for k, v in settings.items() if v is not None}
-        given.pop("idle_time_between_reads_ms", None)  # the file's value wins over our default
+        given.pop("idle_time_between_reads_ms", None)  # the file's values win over our defaults
+        given.pop("max_records", None)
         if given.get("metrics_level") == "DETAILED":  # createStream's default: the file's wins
             given.pop("metrics_level")
         config = consumer_config_from_properties(properties_file, **given)
