@@ -38,8 +38,8 @@ demo: setup
 	else echo "make demo: samples/demo.sh is missing" >&2; exit 1; fi
 
 bench: setup
-	@set -e; for f in bench/*.py; do \
-	  [ -e "$$f" ] || { echo "make bench: no bench/*.py" >&2; exit 1; }; \
+	@set -e; for f in bench/bench_*.py; do \
+	  [ -e "$$f" ] || { echo "make bench: no bench/bench_*.py" >&2; exit 1; }; \
 	  echo "== $$f" >&2; $(PY) "$$f"; \
 	done
 

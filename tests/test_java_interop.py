@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -117,6 +118,32 @@ def put_batch(endpoint: str, stream: str, prefix: str, count: int) -> dict[str, 
     return batch
 
 
+class Producer:
+    """Puts a small batch every ``interval_s`` on a thread until the block ends."""
+
+    def __init__(self, endpoint: str, stream: str, prefix: str, batch: int = 10,
+                 interval_s: float = 0.2) -> None:
+        self.endpoint, self.stream, self.prefix = endpoint, stream, prefix
+        self.batch, self.interval_s = batch, interval_s
+        self.sent: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def _run(self) -> None:
+        round_no = 0
+        while not self._stop.wait(self.interval_s):
+            self.sent.update(put_batch(self.endpoint, self.stream, f"{self.prefix}{round_no}", self.batch))
+            round_no += 1
+
+    def __enter__(self) -> "Producer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
 # -- 1. lease item format ----------------------------------------------------------------------
 
 @pytest.mark.timeout(150)
@@ -206,9 +233,13 @@ def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
         wait_for(lambda: list(owners(dynamodb, table_name).values()) == [our_id] * 4, 30,
                  "our worker to own all four leases", logs)
         java.start()
-        split = wait_for(
-            lambda: sorted(owners(dynamodb, table_name).values()) == sorted([our_id, our_id, java_id, java_id]),
-            60, "a 2/2 split between our worker and the Java daemon", logs)
+        # Records keep coming while the Java daemon steals: steals land mid-batch and
+        # mid-checkpoint, as they do in production.
+        with Producer(kinesis_local, stream, "during-split") as producer:
+            split = wait_for(
+                lambda: sorted(owners(dynamodb, table_name).values()) == sorted([our_id, our_id, java_id, java_id]),
+                60, "a 2/2 split between our worker and the Java daemon", logs)
+        expected.update(producer.sent)
         expected.update(put_batch(kinesis_local, stream, "shared", 400))
         wait_for(lambda: {e["data"] for e in delivered()} >= set(expected), 30,
                  "every record while sharing", logs)

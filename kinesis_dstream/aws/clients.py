@@ -94,6 +94,12 @@ def make_client(config: ConsumerConfig, service: str) -> Any:
         "cloudwatch": config.cloudwatch_endpoint,
     }.get(service)
     session = _session(config)
+    if service == "kinesis":
+        # Keep ApproximateArrivalTimestamp as the epoch seconds on the wire: botocore would
+        # build a tz-aware datetime per record (~10 us each, the largest CPU cost of a
+        # drain) only for us to turn it back into epoch milliseconds.
+        session._session.get_component("response_parser_factory").set_parser_defaults(
+            timestamp_parser=lambda value: value)
     if session.get_credentials() is None:
         raise CredentialsError(
             f"no AWS credentials found for {service}: pass awsAccessKeyId/awsSecretKey, or set "

@@ -101,8 +101,8 @@ class LeaseTaker:
 class LeaseCoordinator:
     """Holds this worker's leases: takes them, renews them, checkpoints and releases them.
 
-    All writes to one lease go through its lock so the counter we hold stays the counter
-    in the table; a failed guard drops the lease and tells ``on_lease_lost`` at once.
+    All writes to one lease go through that lease's lock so the counter we hold stays the
+    counter in the table; a failed guard drops the lease and tells ``on_lease_lost`` at once.
     """
 
     def __init__(self, config: ConsumerConfig, table: LeaseTable,
@@ -118,6 +118,7 @@ class LeaseCoordinator:
         self._lock = threading.RLock()
         self._owned: dict[str, Lease] = {}
         self._last_renewed: dict[str, float] = {}
+        self._lease_locks: dict[str, threading.Lock] = {}
         self._all: dict[str, Lease] = {}
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -182,25 +183,51 @@ class LeaseCoordinator:
 
     def renew_leases(self) -> None:
         for shard_id in self.owned_shard_ids():
-            with self._lock:
-                lease = self._owned.get(shard_id)
-                if lease is None:
+            try:
+                self._write(shard_id, self.table.renew_lease)
+            except LeaseLostError:
+                continue  # _write has reported it
+            except KinesisDStreamError as exc:
+                # Past failover time without a renew, others may take it: stop
+                # processing rather than risk two workers on one shard.
+                with self._lock:
+                    last = self._last_renewed.get(shard_id)
+                if last is None:
                     continue
-                try:
-                    self._owned[shard_id] = self.table.renew_lease(lease)
-                    self._last_renewed[shard_id] = self._clock()
+                age_ms = (self._clock() - last) * 1000
+                if age_ms < self.config.failover_time_ms:
+                    log.warning("renewing lease %s failed, will retry: %s", shard_id, exc)
                     continue
-                except LeaseLostError:
-                    reason = "another worker took it"
-                except KinesisDStreamError as exc:
-                    # Past failover time without a renew, others may take it: stop
-                    # processing rather than risk two workers on one shard.
-                    age_ms = (self._clock() - self._last_renewed.get(shard_id, 0)) * 1000
-                    if age_ms < self.config.failover_time_ms:
-                        log.warning("renewing lease %s failed, will retry: %s", shard_id, exc)
-                        continue
-                    reason = f"no renew for {age_ms:.0f} ms ({exc})"
-            self._lose(shard_id, reason)
+                self._lose(shard_id, f"no renew for {age_ms:.0f} ms ({exc})")
+
+    def _lease_lock(self, shard_id: str) -> threading.Lock:
+        with self._lock:
+            return self._lease_locks.setdefault(shard_id, threading.Lock())
+
+    def _write(self, shard_id: str, write: Callable[[Lease], Lease]) -> Lease:
+        """One guarded write to a held lease, serialised per lease, not across leases.
+
+        The DynamoDB call runs outside the coordinator's lock, so a slow write to one
+        lease never stalls the others, the scheduler loop or metrics.
+        """
+        with self._lease_lock(shard_id):
+            lease = self.owned_lease(shard_id)
+            if lease is None:
+                raise LeaseLostError(f"lease {shard_id} is not held by {self.worker_id}")
+            try:
+                new = write(lease)
+            except LeaseLostError as exc:
+                lost = exc
+            else:
+                with self._lock:
+                    if shard_id in self._owned:
+                        self._owned[shard_id] = new
+                        self._last_renewed[shard_id] = self._clock()
+                return new
+        # Reported outside the lease lock: the callback closes the shard's checkpointer,
+        # whose lock a shard thread may hold while it waits for this lease lock.
+        self._lose(shard_id, str(lost))
+        raise lost
 
     def _lose(self, shard_id: str, reason: str) -> None:
         with self._lock:
@@ -213,45 +240,29 @@ class LeaseCoordinator:
     # -- checkpoint and release -------------------------------------------------------------
     def checkpoint(self, shard_id: str, position: ExtendedSequenceNumber) -> Lease:
         """Write a checkpoint under the lease guard; LeaseLostError if no longer ours."""
-        with self._lock:
-            lease = self._owned.get(shard_id)
-            if lease is None:
-                raise LeaseLostError(f"lease {shard_id} is not held by {self.worker_id}")
-            try:
-                new = self.table.update_checkpoint(lease, position)
-            except LeaseLostError:
-                lost = True
-            else:
-                lost = False
-                self._owned[shard_id] = new
-                self._last_renewed[shard_id] = self._clock()
-        if lost:
-            self._lose(shard_id, "checkpoint guard failed")
-            raise LeaseLostError(f"lease {shard_id} was lost before checkpointing {position}")
-        return new
+        return self._write(shard_id, lambda lease: self.table.update_checkpoint(lease, position))
 
     def record_children(self, shard_id: str, child_shard_ids: list[str]) -> None:
-        with self._lock:
-            lease = self._owned.get(shard_id)
-            if lease is None or not child_shard_ids:
-                return
-            try:
-                self._owned[shard_id] = self.table.set_child_shard_ids(lease, child_shard_ids)
-            except KinesisDStreamError as exc:
-                log.warning("could not record children of %s: %s", shard_id, exc)
+        if not child_shard_ids:
+            return
+        try:
+            self._write(shard_id, lambda lease: self.table.set_child_shard_ids(lease, child_shard_ids))
+        except KinesisDStreamError as exc:
+            log.warning("could not record children of %s: %s", shard_id, exc)
 
     def release(self, shard_id: str) -> None:
         """Give a lease back so another worker takes it at once (the Java KCL does not)."""
-        with self._lock:
-            lease = self._owned.pop(shard_id, None)
-            self._last_renewed.pop(shard_id, None)
-        if lease is None:
-            return
-        try:
-            self.table.evict_lease(lease)
-            log.info("released lease %s", shard_id)
-        except KinesisDStreamError as exc:
-            log.warning("could not release lease %s (it will expire): %s", shard_id, exc)
+        with self._lease_lock(shard_id):
+            with self._lock:
+                lease = self._owned.pop(shard_id, None)
+                self._last_renewed.pop(shard_id, None)
+            if lease is None:
+                return
+            try:
+                self.table.evict_lease(lease)
+                log.info("released lease %s", shard_id)
+            except KinesisDStreamError as exc:
+                log.warning("could not release lease %s (it will expire): %s", shard_id, exc)
 
     def stop(self) -> None:
         self._stop.set()
