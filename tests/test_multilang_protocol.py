@@ -35,7 +35,7 @@ from kinesis_dstream.worker.processor import (
     ShardEndedInput,
     ShutdownRequestedInput,
 )
-from kinesis_dstream.worker.records import Record
+from kinesis_dstream.records import Record
 
 
 class FakeCheckpointer:

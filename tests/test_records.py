@@ -78,9 +78,3 @@ def test_record_has_kclpy_attribute_names():
         "action": "record", "data": "aGVsbG8=", "partitionKey": "pk", "sequenceNumber": BIG,
         "subSequenceNumber": 3, "approximateArrivalTimestamp": 1700000000123,
     }
-
-
-def test_old_import_path_still_works():
-    from kinesis_dstream.worker.records import ExtendedSequenceNumber, Record as R
-
-    assert ExtendedSequenceNumber is ESN and R is Record
