@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("which", nargs="*", default=["all"], choices=[*BENCHMARKS, "all"])
     parser.add_argument("--runs", type=int, default=5, help="start: runs")
     parser.add_argument("--records", type=int, default=100_000, help="drain: backlog records")
-    parser.add_argument("--rounds", type=int, default=3, help="drain: rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="drain: rounds")
     parser.add_argument("--kcl-pages", action="store_true",
                         help="drain: also a 1-worker variant with the KCL's 10,000-record pages")
     parser.add_argument("--rate", type=int, default=200, help="latency: records/s")

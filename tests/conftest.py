@@ -245,6 +245,25 @@ def make_fault_proxy(request: pytest.FixtureRequest) -> Iterator[Callable[..., F
         proxy.stop()
 
 
+@pytest.fixture(scope="session")
+def sc() -> Iterator[Any]:
+    """The session's one SparkContext (master local[2], no UI, 127.0.0.1); a process can hold
+    only one, so every Spark test module shares it and stops its StreamingContexts with
+    stopSparkContext=False."""
+    import os
+
+    from pyspark import SparkConf, SparkContext
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = (SparkConf().setMaster("local[2]").setAppName("kinesis-dstream-tests")
+            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
+            .set("spark.driver.bindAddress", "127.0.0.1"))
+    context = SparkContext(conf=conf)
+    context.setLogLevel("WARN")
+    yield context
+    context.stop()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Fixture teardown has normally stopped them; this covers an interrupted session.
     _stop_all()

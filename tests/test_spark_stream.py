@@ -1,21 +1,19 @@
 """createStream end to end on kinesis-local + moto, master local[2], 1 s batches.
 
-One SparkContext for the whole session; each test makes its own StreamingContext and stops
-it with stopSparkContext=False.
+One SparkContext for the whole session (the ``sc`` fixture in conftest.py, shared with
+test_spark_java_engine.py); each test makes its own StreamingContext and stops it with
+stopSparkContext=False.
 """
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 import warnings
-from collections import Counter
-from typing import Any, Callable, Iterator
 
 import pytest
 
 from emulators import client, list_shard_ids
+from spark_helpers import count_words, wait_until, word_lines, words_in
 
 from kinesis_dstream import InitialPositionInStream, KinesisUtils
 
@@ -23,20 +21,6 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 
 FAST = dict(failover_time_ms=3000, shard_sync_interval_ms=2000, shutdown_grace_ms=8000,
             idle_time_between_reads_ms=100, parent_shard_poll_interval_ms=200)
-
-
-@pytest.fixture(scope="session")
-def sc() -> Iterator[Any]:
-    from pyspark import SparkConf, SparkContext
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = (SparkConf().setMaster("local[2]").setAppName("kinesis-dstream-tests")
-            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
-            .set("spark.driver.bindAddress", "127.0.0.1"))
-    context = SparkContext(conf=conf)
-    context.setLogLevel("WARN")
-    yield context
-    context.stop()
 
 
 @pytest.fixture
@@ -58,14 +42,6 @@ def create(ssc, app, stream, env, **kwargs):
         dynamoDBEndpoint=env["dynamodb"], configOverrides=overrides, **kwargs)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
-
-
 def leases(env, app: str) -> dict[str, dict]:
     ddb = client("dynamodb", env["dynamodb"])
     items = ddb.scan(TableName=app, ConsistentRead=True)["Items"]
@@ -83,28 +59,16 @@ def collect_into(stream, sink: list, lock: threading.Lock) -> None:
 
 def test_word_count_exact_then_graceful_stop(sc, env, make_stream, put_records, unique_app_name):
     stream = make_stream(2)
-    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
-    lines = [" ".join(words[(i + j) % 5] for j in range(1 + i % 4)) for i in range(600)]
-    expected = Counter(w for line in lines for w in line.split())
+    lines = word_lines(600)
+    expected = words_in(lines)
     put_records(stream, [(f"pk{i}", line) for i, line in enumerate(lines[:300])])
 
     ssc = make_ssc(sc)
-    counts: Counter = Counter()
-    lock = threading.Lock()
-    kstream = create(ssc, unique_app_name, stream, env)
-    pairs = kstream.flatMap(lambda line: line.split(" ")).map(lambda w: (w, 1)) \
-        .reduceByKey(lambda a, b: a + b)
-
-    def add(rdd):
-        got = rdd.collect()
-        with lock:
-            counts.update(dict(got))
-
-    pairs.foreachRDD(add)
+    counts = count_words(create(ssc, unique_app_name, stream, env))
     ssc.start()
     try:
-        wait_until(lambda: sum(counts.values()) >= sum(Counter(
-            w for line in lines[:300] for w in line.split()).values()), 60, "the first records")
+        wait_until(lambda: sum(counts.values()) >= sum(words_in(lines[:300]).values()), 60,
+                   "the first records")
         put_records(stream, [(f"pk{i}", line) for i, line in enumerate(lines[300:], 300)])
         wait_until(lambda: sum(counts.values()) >= sum(expected.values()), 60, "all records")
         metrics = KinesisUtils.metrics(stream)

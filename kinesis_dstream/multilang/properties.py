@@ -382,7 +382,9 @@ def resolve_command(executable_name: str, base_dir: Path | None = None) -> tuple
         [p for p in ((base_dir / program) if base_dir else None, Path.cwd() / program) if p]
     found = next((p for p in candidates if p.is_file()), None)
     if found is not None:
-        program = str(found.resolve())
+        # Absolute, but symlinks kept: a venv's bin/python is a symlink whose target runs
+        # without the venv's packages (the Java daemon runs the path as written too).
+        program = os.path.abspath(found)
     elif os.sep in program or program.endswith(".py") or shutil.which(program) is None:
         raise ConfigurationError(
             f"executableName: {argv[0]!r} not found (looked in "

@@ -39,10 +39,19 @@ ORPHAN_EXIT_AFTER_S = 30.0
 
 
 class DriverLink:
-    """This worker process's connection to the driver, shared by its shard processors."""
+    """This worker process's connection to the driver, shared by its shard processors.
 
-    def __init__(self, address: tuple[str, int], authkey_path: str, worker_id: str):
+    ``defer_checkpoints``: the driver's checkpoint commands wait until the processor calls
+    ``apply_deferred`` instead of being written at once by a background thread. Under the
+    multilang protocol (the Java MultiLangDaemon) a checkpoint is only accepted while the
+    child is inside a callback, on the thread that handles it.
+    """
+
+    def __init__(self, address: tuple[str, int], authkey_path: str, worker_id: str,
+                 defer_checkpoints: bool = False):
         self.worker_id = worker_id
+        self.defer_checkpoints = defer_checkpoints
+        self._deferred: dict[str, tuple] = {}  # shard_id -> the latest CHECKPOINT command
         self._conn = channel.connect(address, authkey_path)
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -52,8 +61,9 @@ class DriverLink:
         self.driver_gone = threading.Event()
         self.send((channel.HELLO, worker_id, os.getpid()))
         threading.Thread(target=self._read_loop, name="driver-link-reader", daemon=True).start()
-        threading.Thread(target=self._checkpoint_loop, name="driver-link-checkpoints",
-                         daemon=True).start()
+        if not defer_checkpoints:
+            threading.Thread(target=self._checkpoint_loop, name="driver-link-checkpoints",
+                             daemon=True).start()
 
     # --- sending -------------------------------------------------------------------------
     def send(self, message: tuple) -> bool:
@@ -100,6 +110,7 @@ class DriverLink:
         """The lease is gone: no checkpoint of this shard from now on."""
         with self._lock:
             self._checkpointers.pop(shard_id, None)
+            self._deferred.pop(shard_id, None)
 
     def checkpoint(self, shard_id: str, sequence_number: str | None,
                    sub_sequence_number: int | None) -> str | None:
@@ -131,7 +142,10 @@ class DriverLink:
                 self._lost_driver(f"connection closed ({exc or 'EOF'})")
                 return
             kind = message[0]
-            if kind == channel.CHECKPOINT:
+            if kind == channel.CHECKPOINT and self.defer_checkpoints:
+                with self._lock:  # positions only grow: the latest command covers the earlier
+                    self._deferred[message[1]] = message
+            elif kind == channel.CHECKPOINT:
                 self._commands.put(message)
             elif kind in (channel.ACK, channel.DRAINED):
                 self._reply_queue(message[1]).put(message)
@@ -143,10 +157,20 @@ class DriverLink:
             message = self._commands.get()
             if message is None:
                 return
-            _, shard_id, sequence_number, sub_sequence_number = message
-            error = self.checkpoint(shard_id, sequence_number, sub_sequence_number)
-            if error is not None:
-                self.send((channel.CHECKPOINTED, shard_id, sequence_number, sub_sequence_number, error))
+            self._apply(message)
+
+    def apply_deferred(self, shard_id: str) -> None:
+        """Write the shard's latest deferred checkpoint, if any (``defer_checkpoints``)."""
+        with self._lock:
+            message = self._deferred.pop(shard_id, None)
+        if message is not None:
+            self._apply(message)
+
+    def _apply(self, message: tuple) -> None:
+        _, shard_id, sequence_number, sub_sequence_number = message
+        error = self.checkpoint(shard_id, sequence_number, sub_sequence_number)
+        if error is not None:
+            self.send((channel.CHECKPOINTED, shard_id, sequence_number, sub_sequence_number, error))
 
     def _lost_driver(self, why: str) -> None:
         if self.driver_gone.is_set():
@@ -180,15 +204,25 @@ class ForwardingProcessor(RecordProcessor):
         self.link.send((channel.INIT, self.shard_id, initialize_input.sequence_number,
                         initialize_input.sub_sequence_number))
 
+    def _checkpointer(self, checkpointer: Checkpointer) -> Checkpointer:
+        """The checkpointer to hold; a hook for the amazon-kclpy child (kclpy_child.py)."""
+        return checkpointer
+
+    @staticmethod
+    def _wire(record: Any) -> tuple:
+        """(data, partition key, seq, sub, arrival epoch ms); a hook for the kclpy child."""
+        return (record.binary_data, record.partition_key, record.sequence_number,
+                record.sub_sequence_number, record.approximate_arrival_timestamp)
+
     def process_records(self, process_records_input: ProcessRecordsInput) -> None:
-        self.link.hold_checkpointer(self.shard_id, process_records_input.checkpointer)
+        self.link.hold_checkpointer(self.shard_id,
+                                    self._checkpointer(process_records_input.checkpointer))
         records = process_records_input.records
         lag = process_records_input.millis_behind_latest
         if not records:
             self.link.send((channel.LAG, self.shard_id, lag))
             return
-        wire = [(r.binary_data, r.partition_key, r.sequence_number, r.sub_sequence_number,
-                 r.approximate_arrival_timestamp) for r in records]
+        wire = [self._wire(r) for r in records]
         # Blocks while the driver's buffer is full: backpressure on this shard's fetching.
         self.link.request(self.shard_id, (channel.RECORDS, self.shard_id, wire, lag))
 
@@ -197,12 +231,13 @@ class ForwardingProcessor(RecordProcessor):
         self.link.send((channel.LOST, self.shard_id))
 
     def shard_ended(self, shard_ended_input: ShardEndedInput) -> None:
-        self.link.hold_checkpointer(self.shard_id, shard_ended_input.checkpointer)
+        self.link.hold_checkpointer(self.shard_id, self._checkpointer(shard_ended_input.checkpointer))
         reply = self.link.request(self.shard_id, (channel.DRAIN, self.shard_id, "shard_end"))
         self._final_checkpoint(reply, at_shard_end=True)
 
     def shutdown_requested(self, shutdown_requested_input: ShutdownRequestedInput) -> None:
-        self.link.hold_checkpointer(self.shard_id, shutdown_requested_input.checkpointer)
+        self.link.hold_checkpointer(self.shard_id,
+                                    self._checkpointer(shutdown_requested_input.checkpointer))
         reply = self.link.request(self.shard_id, (channel.DRAIN, self.shard_id, "shutdown"),
                                   timeout_s=self.drain_timeout_s)
         self._final_checkpoint(reply, at_shard_end=False)

@@ -20,6 +20,7 @@ from pyspark.streaming import kinesis as _pyspark_kinesis  # pure Python: needs 
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError
 from .rate import RateSettings
+from .java_engine import ENGINES, JAVA_KCL, check_available
 from .receiver import StreamSpec, receiver_for, receivers
 from .records import KinesisRecord
 from .streaming import attach, make_batch_function
@@ -126,6 +127,7 @@ class KinesisUtils:
         numWorkers: int = 1,
         maxBufferedRecords: int = 100_000,
         configOverrides: Optional[Mapping[str, Any]] = None,
+        engine: str = "python",
     ) -> DStream:
         """Create an input stream that pulls messages from a Kinesis stream.
 
@@ -150,6 +152,10 @@ class KinesisUtils:
             idle_time_between_reads_ms, failover_time_ms), for tuning. Without a
             properties file, createStream reads pages of 5,000 records every 200 ms at
             most (not the KCL's 10,000 and 1 s): bounded worker memory, short batches.
+        engine: "python" (our worker processes) or "java-kcl": numWorkers Java KCL
+            MultiLangDaemons (jars from the amazon_kclpy package, ``java`` on PATH or
+            JAVA_HOME) run a forwarding child per shard; same checkpoint rule. The Java KCL
+            takes 30-90 s to start and leaves its leases owned after a stop.
         """
         _check_credentials(awsAccessKeyId, awsSecretKey, stsAssumeRoleArn, stsSessionName,
                            stsExternalId)
@@ -171,6 +177,8 @@ class KinesisUtils:
                 or checkpointInterval <= 0):
             raise ConfigurationError(
                 f"checkpointInterval must be a positive number of seconds, got {checkpointInterval!r}")
+        if engine not in ENGINES:
+            raise ConfigurationError(f"engine must be one of {ENGINES}, got {engine!r}")
         if metricsLevel not in _METRICS:
             raise ConfigurationError(
                 f"metricsLevel must be MetricsLevel.DETAILED, SUMMARY or NONE, got {metricsLevel!r}")
@@ -196,6 +204,8 @@ class KinesisUtils:
         config = _build_config(settings, propertiesFile, configOverrides)
         conf = dict(ssc.sparkContext.getConf().getAll())
         config = config.with_spark_conf(conf)
+        if engine == JAVA_KCL:
+            check_available(config)
 
         spec = StreamSpec(
             key=uuid.uuid4().hex,
@@ -205,6 +215,7 @@ class KinesisUtils:
             batch_interval_ms=_batch_interval_ms(ssc),
             rate=RateSettings.from_spark_conf(conf),
             stop_timeout_s=config.shutdown_grace_ms / 1000.0 + 10.0,
+            engine=engine,
         )
         empty_dir = tempfile.mkdtemp(prefix="kinesis-dstream-input-")
         receiver = receiver_for(spec)
@@ -213,9 +224,9 @@ class KinesisUtils:
         stream = base.transform(make_batch_function(
             spec, empty_dir, None if messageHandler is not None else decoder, messageHandler))
         stream.metrics = lambda: receiver_for(spec).metrics()  # type: ignore[attr-defined]
-        log.info("Kinesis DStream on %s (application %s, %s, %d worker(s)); workers start with "
-                 "the StreamingContext", config.stream_name, config.application_name,
-                 config.initial_position, numWorkers)
+        log.info("Kinesis DStream on %s (application %s, %s, %d %s worker(s)); workers start "
+                 "with the StreamingContext", config.stream_name, config.application_name,
+                 config.initial_position, numWorkers, engine)
         return stream
 
     @staticmethod

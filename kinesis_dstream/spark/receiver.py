@@ -39,6 +39,7 @@ class StreamSpec:
     batch_interval_ms: int = 1000
     rate: RateSettings = field(default_factory=RateSettings)
     stop_timeout_s: float = 30.0
+    engine: str = "python"  # or "java-kcl": Java MultiLangDaemons instead of our workers
 
     @property
     def consumer_config(self) -> ConsumerConfig:
@@ -100,8 +101,11 @@ class KinesisReceiver:
             factory_args = dict(address=list(self._server.address),
                                 authkey_file=self._server.authkey_path,
                                 drain_timeout_s=max(1.0, self.config.shutdown_grace_ms / 1000.0 - 2))
-            self.workers = WorkerProcesses(self.config, self.spec.num_workers, self._directory,
-                                           factory_args, self.name)
+            processes = WorkerProcesses
+            if self.spec.engine == "java-kcl":
+                from .java_engine import JavaDaemonProcesses as processes
+            self.workers = processes(self.config, self.spec.num_workers, self._directory,
+                                     factory_args, self.name)
             self.workers.start()
         threading.Thread(target=self._checkpoint_loop, name=f"{self.name}-checkpoints",
                          daemon=True).start()

@@ -1,0 +1,114 @@
+"""Launchers for running ONE KCL properties file under both MultiLangDaemons.
+
+tests/java_kcl.py writes its own properties file per daemon; these launchers take a given
+file instead, so the Java KCL 2.5.8 MultiLangDaemon and ``python -m kinesis_dstream
+multilang`` read the very same file. Both run in their own session (process group):
+``kill()`` is kill -9 of the daemon alone (its children see EOF on stdin and exit, as after
+a machine crash); ``close()`` ends whatever is left. Each daemon's environment names its own
+JSON-lines events file for tests/java_child_processor.py (JAVA_CHILD_EVENTS), so a test
+tells which daemon delivered and checkpointed what.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import emulators
+from java_kcl import EVENTS_ENV, JARS_DIR, JVM_FLAGS
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def write_properties(path: Path, settings: dict[str, Any]) -> Path:
+    path.write_text("# one file for the Java MultiLangDaemon and for ours\n"
+                    + "".join(f"{key} = {value}\n" for key, value in settings.items()))
+    return path
+
+
+class DaemonProcess:
+    """One MultiLangDaemon (``kind`` "java" or "ours") on a properties file."""
+
+    def __init__(self, kind: str, properties: Path, workdir: Path, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.events_path = workdir / f"{name}.events.jsonl"
+        self.log_path = workdir / f"{name}.log"
+        if kind == "java":
+            command = ["java", *JVM_FLAGS, "-cp", f"{JARS_DIR}/*",
+                       "software.amazon.kinesis.multilang.MultiLangDaemon",
+                       "--properties-file", str(properties)]
+        else:
+            command = [sys.executable, "-m", "kinesis_dstream", "multilang",
+                       "--properties-file", str(properties)]
+        env = dict(os.environ, **{EVENTS_ENV: str(self.events_path)})
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """kill -9 of the daemon alone."""
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def terminate(self, timeout: float = 40.0) -> int:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the Java daemon's children share its group
+        except ProcessLookupError:
+            pass
+
+    def log(self, limit: int = 5000) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return f"--- {self.name} ({self.kind}, pid {self.proc.pid}) ---\n{text[-limit:]}"
+
+
+class Producer:
+    """Puts ``batch`` records every ``interval_s`` on a thread while the block runs;
+    ``sent`` maps data -> partition key."""
+
+    def __init__(self, endpoint: str, stream: str, prefix: str, batch: int = 10,
+                 interval_s: float = 0.25) -> None:
+        self.endpoint, self.stream, self.prefix = endpoint, stream, prefix
+        self.batch, self.interval_s = batch, interval_s
+        self.sent: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def _run(self) -> None:
+        round_no = 0
+        while not self._stop.wait(self.interval_s):
+            self.sent.update(put_batch(self.endpoint, self.stream, f"{self.prefix}{round_no}",
+                                       self.batch))
+            round_no += 1
+
+    def __enter__(self) -> "Producer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def put_batch(endpoint: str, stream: str, prefix: str, count: int) -> dict[str, str]:
+    """``count`` records with distinct data and 37 partition keys; returns data -> key."""
+    batch = {f"{prefix}-{i}": f"pk-{prefix}-{i % 37}" for i in range(count)}
+    emulators.put_records(endpoint, stream, [(pk, data) for data, pk in batch.items()])
+    return batch
