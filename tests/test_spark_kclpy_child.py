@@ -14,7 +14,10 @@ import sys
 import threading
 import time
 
-from kinesis_dstream.spark import channel
+import pytest
+
+from kinesis_dstream.errors import ConfigurationError
+from kinesis_dstream.spark import channel, java_engine
 from kinesis_dstream.spark.kclpy_child import ARGS_ENV
 
 SHARD = "shardId-000000000000"
@@ -85,3 +88,9 @@ def test_child_checkpoints_confirmed_positions_inside_callbacks(tmp_path) -> Non
         (channel.CHECKPOINTED, SHARD, "2", 0, None),
         (channel.LOST, SHARD),
     ]
+
+
+def test_java_engine_names_a_missing_amazon_kclpy(monkeypatch) -> None:
+    monkeypatch.setattr(java_engine.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigurationError, match="amazon_kclpy"):
+        java_engine.find_jars()

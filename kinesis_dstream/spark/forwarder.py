@@ -231,7 +231,8 @@ class ForwardingProcessor(RecordProcessor):
         self.link.send((channel.LOST, self.shard_id))
 
     def shard_ended(self, shard_ended_input: ShardEndedInput) -> None:
-        self.link.hold_checkpointer(self.shard_id, self._checkpointer(shard_ended_input.checkpointer))
+        self.link.hold_checkpointer(self.shard_id,
+                                    self._checkpointer(shard_ended_input.checkpointer))
         reply = self.link.request(self.shard_id, (channel.DRAIN, self.shard_id, "shard_end"))
         self._final_checkpoint(reply, at_shard_end=True)
 

@@ -103,6 +103,9 @@ def daemon_properties(config: ConsumerConfig) -> dict[str, Any]:
         "shutdownGraceMillis": max(config.shutdown_grace_ms, 1000),
     }
     if config.initial_position == "AT_TIMESTAMP":
+        # The daemon rejects AT_TIMESTAMP as initialPositionInStream; the timestamp key
+        # (epoch seconds) alone sets it.
+        del settings["initialPositionInStream"]
         settings["initialPositionInStreamExtended"] = int(config.initial_position_timestamp or 0)
     for key, service in (("kinesisEndpoint", "KINESIS"), ("dynamoDBEndpoint", "DYNAMODB")):
         endpoint = _endpoint(getattr(config, f"{service.lower()}_endpoint"), service)
