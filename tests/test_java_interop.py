@@ -180,6 +180,7 @@ def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
               for name in set(java_types) | set(our_types)
               if name not in STATE_DEPENDENT and java_types.get(name) != our_types.get(name)}
     assert not differ, f"attribute name -> (Java type, our type) that differ: {differ}"
+    print(f"lease attributes, Java == ours: {dict(sorted(java_types.items()))}")
     # Item by item too: every lease of ours has exactly the attributes a Java lease has.
     java_names = {frozenset(item) - STATE_DEPENDENT for item in java_items}
     our_names = {frozenset(item) - STATE_DEPENDENT for item in our_items}
@@ -219,8 +220,6 @@ def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
     java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
 
     def logs() -> str:
-        if os.environ.get("JK_DEBUG") and ours.poll() is None:
-            ours.send_signal(signal.SIGUSR1); time.sleep(1)
         ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
         return f"owners: {owners(dynamodb, table_name)}\n--- ours.stderr ---\n{ours_log}\n{java.log_tail()}"
 

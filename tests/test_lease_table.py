@@ -429,3 +429,23 @@ def test_held_leases_are_not_taken_again_even_if_they_look_expired(aws, app, fou
     assert {l.lease_key: l.lease_counter for l in four_leases.list_leases()} == counters
     a.renew_leases()
     assert len(a.owned_shard_ids()) == 4
+
+
+def test_workers_starting_together_split_without_stealing_when_taking_is_ramped(aws, app, four_leases):
+    clock = Clock()
+    a = coordinator(four_leases, "A", clock)
+    b = coordinator(four_leases, "B", clock)
+    assert len(a.take_leases(limit=1)) == 1 and a.wanted_more
+    assert len(b.take_leases(limit=1)) == 1 and b.wanted_more
+    clock.now += 0.5
+    assert len(a.take_leases(limit=2)) == 1 and not a.wanted_more  # target is 2 each now
+    assert len(b.take_leases(limit=2)) == 1 and not b.wanted_more
+    counts = list(owners(four_leases).values())
+    assert counts.count("A") == 2 and counts.count("B") == 2
+    switches = [lease.owner_switches_since_checkpoint for lease in four_leases.list_leases()]
+    assert switches == [0, 0, 0, 0], "no lease changed hands"
+
+
+def test_unlimited_taking_grabs_every_free_lease_at_once(aws, app, four_leases):
+    a = coordinator(four_leases, "A", Clock())
+    assert len(a.take_leases()) == 4 and not a.wanted_more

@@ -122,6 +122,7 @@ class LeaseCoordinator:
         self._all: dict[str, Lease] = {}
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
+        self.wanted_more = False
 
     # -- views ----------------------------------------------------------------------------
     def owned_shard_ids(self) -> list[str]:
@@ -144,14 +145,21 @@ class LeaseCoordinator:
             self._all = {lease.lease_key: lease for lease in leases}
         return leases
 
-    def take_leases(self) -> list[str]:
-        """One taker pass; returns the shard ids newly taken."""
+    def take_leases(self, limit: int | None = None) -> list[str]:
+        """One taker pass; returns the shard ids newly taken.
+
+        ``limit`` caps how many are taken in this pass; ``wanted_more`` then says whether
+        the cap held some back, so the caller can come back soon with a larger one.
+        """
         leases = self.refresh()
         with self._lock:
             mine = set(self._owned)
         # Leases we hold are renewed by us; don't let the taker see them as someone else's.
         chosen = [lease for lease in self.taker.choose(leases, self._clock())
                   if lease.lease_key not in mine]
+        self.wanted_more = limit is not None and len(chosen) > limit
+        if limit is not None:
+            chosen = chosen[:limit]
         taken = []
         for lease in chosen:
             try:

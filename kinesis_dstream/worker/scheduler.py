@@ -25,6 +25,11 @@ from .shard_sync import ShardSyncer, parents_done
 log = logging.getLogger(__name__)
 
 _TICK_S = 0.2
+# Free leases are taken 1, 2, 4, ... per pass, half a second apart, not all at once: workers
+# started together then see each other and split the shards without stealing, and a stolen
+# shard's records after its last checkpoint are not read twice. The first record is not
+# delayed: the first lease is taken in the first pass.
+_RAMP_INTERVAL_S = 0.5
 
 
 class Scheduler:
@@ -94,6 +99,7 @@ class Scheduler:
         next_sync = time.monotonic() + self.config.shard_sync_interval_ms / 1000.0
         next_take = 0.0
         next_parent_poll = 0.0
+        take_budget = 1
         while not self._stop.is_set():
             now = time.monotonic()
             try:
@@ -103,8 +109,12 @@ class Scheduler:
                     next_sync = now + self.config.shard_sync_interval_ms / 1000.0
                     next_take = 0.0
                 if now >= next_take:
-                    self.coordinator.take_leases()
-                    next_take = now + self.config.taker_interval_ms / 1000.0
+                    self.coordinator.take_leases(limit=take_budget)
+                    if self.coordinator.wanted_more:
+                        take_budget *= 2
+                        next_take = now + _RAMP_INTERVAL_S
+                    else:
+                        next_take = now + self.config.taker_interval_ms / 1000.0
                 elif now >= next_parent_poll and self._any_waiting_on_parents():
                     self.coordinator.refresh()
                     next_parent_poll = now + self.config.parent_shard_poll_interval_ms / 1000.0
