@@ -148,7 +148,7 @@ class Producer:
 
 @pytest.mark.timeout(150)
 def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
-        aws_env, kinesis_local, dynamodb, make_stream, make_config, unique_app_name, tmp_path):
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
     java_stream, our_stream = make_stream(4), make_stream(4)
     for stream in (java_stream, our_stream):
         put_batch(kinesis_local, stream, "fmt", 40)
@@ -209,7 +209,6 @@ def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
 def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
         killed, aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
     stream = make_stream(4)
-    table_name = None
     expected = put_batch(kinesis_local, stream, "before", 400)
     tag = uuid.uuid4().hex[:6]
     our_id, java_id = f"ours-{tag}", f"java-{tag}"
