@@ -151,6 +151,12 @@ def translate_error(exc: BaseException, what: str) -> KinesisDStreamError:
     return KinesisDStreamError(f"{what}: {type(exc).__name__}: {exc}")
 
 
+def error_code(exc: BaseException) -> str | None:
+    """The AWS error code of a botocore ClientError, else None."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return exc.response.get("Error", {}).get("Code")
+    return None
+
+
 def is_conditional_check_failure(exc: BaseException) -> bool:
-    return (isinstance(exc, botocore.exceptions.ClientError)
-            and exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException")
+    return error_code(exc) == "ConditionalCheckFailedException"

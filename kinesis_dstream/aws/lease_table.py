@@ -13,11 +13,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import botocore.exceptions
+
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
 from ..retry import RetryPolicy
 from ..records import ExtendedSequenceNumber
-from .clients import is_conditional_check_failure, make_client, translate_error
+from .clients import error_code, is_conditional_check_failure, make_client, translate_error
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +105,19 @@ class LeaseTable:
     def table_name(self) -> str:
         return self.config.lease_table_name
 
-    def _call(self, what: str, operation: str, **kwargs: Any) -> Any:
-        """One DynamoDB call under the retry policy; conditional failures pass through raw."""
+    def _call(self, what: str, operation: str, expected: tuple[str, ...] = (), **kwargs: Any) -> Any:
+        """One DynamoDB call under the retry policy.
+
+        Error codes in ``expected`` (and conditional-check failures) are answers the caller
+        handles, so they come back raw instead of as our errors.
+        """
         method = getattr(self.client, operation)
 
         def attempt() -> Any:
             try:
                 return method(**kwargs)
             except Exception as exc:  # noqa: BLE001 - classified below
-                if is_conditional_check_failure(exc):
+                if is_conditional_check_failure(exc) or error_code(exc) in expected:
                     raise
                 raise translate_error(exc, f"{what} (table {self.table_name})") from exc
 
@@ -122,21 +128,20 @@ class LeaseTable:
         """Create the table in the KCL 2.x shape; True if this call created it."""
         created = False
         try:
-            self._call("describing the lease table", "describe_table", TableName=self.table_name)
-        except Exception as exc:  # noqa: BLE001 - only 'not found' is expected
-            if "ResourceNotFoundException" not in str(exc) and type(exc).__name__ != "StreamNotFoundError":
-                raise
+            self._call("describing the lease table", "describe_table",
+                       expected=("ResourceNotFoundException",), TableName=self.table_name)
+        except botocore.exceptions.ClientError:
             try:
                 self._call("creating the lease table", "create_table",
+                           expected=("ResourceInUseException",),
                            TableName=self.table_name,
                            KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
                            AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
                            BillingMode="PAY_PER_REQUEST")
                 created = True
                 log.info("created lease table %s", self.table_name)
-            except Exception as create_exc:  # noqa: BLE001 - a peer may have created it
-                if "ResourceInUseException" not in str(create_exc):
-                    raise
+            except botocore.exceptions.ClientError:
+                pass  # another worker created it first
         deadline = time.monotonic() + timeout_s
         while True:
             status = self._call("describing the lease table", "describe_table",
