@@ -175,10 +175,8 @@ class LeaseTable:
                        Item=_lease_to_item(lease),
                        ConditionExpression="attribute_not_exists(leaseKey)")
             return True
-        except Exception as exc:  # noqa: BLE001
-            if is_conditional_check_failure(exc):
-                return False
-            raise
+        except botocore.exceptions.ClientError:  # only the condition comes back raw
+            return False
 
     def _guarded_update(self, lease: Lease, what: str, update: str,
                         values: dict[str, Any], names: dict[str, str] | None = None,
@@ -199,12 +197,10 @@ class LeaseTable:
             kwargs["ExpressionAttributeNames"] = names
         try:
             self._call(f"{what} lease {lease.lease_key}", "update_item", **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            if is_conditional_check_failure(exc):
-                raise LeaseLostError(
-                    f"{what} lease {lease.lease_key}: it changed since counter {lease.lease_counter}"
-                ) from None
-            raise
+        except botocore.exceptions.ClientError:  # only the condition comes back raw
+            raise LeaseLostError(
+                f"{what} lease {lease.lease_key}: it changed since counter {lease.lease_counter}"
+            ) from None
 
     def take_lease(self, lease: Lease, owner: str) -> Lease:
         """Take an expired, unowned or stolen lease; a steal counts an owner switch."""
