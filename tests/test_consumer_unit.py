@@ -562,3 +562,124 @@ def test_lease_loss_reported_from_inside_a_checkpoint_does_not_deadlock():
     assert outcome == ["ShutdownException"]
     assert [e for _, e, _ in h.log][-1] == "lease_lost"
     assert h.consumer.shutdown_reason is ShutdownReason.LEASE_LOST
+
+
+# -- lease loss meets a failing processor: the KCL lifecycle still ends with lease_lost ---------
+
+def _record_close(p: Processor) -> None:
+    p.close = lambda: p.log.append((p.number, "close", None))  # type: ignore[attr-defined]
+
+
+def test_processor_raising_after_its_lease_was_lost_gets_lease_lost_and_no_replacement():
+    """The common case: lease lost mid-batch, the processor's checkpoint raises
+    ShutdownException and the processor lets it propagate."""
+    shard = Shard(6, batch=2)
+    holder: dict[str, Harness] = {}
+
+    def configure(p: Processor) -> None:
+        _record_close(p)
+        original = p.process_records
+
+        def process_records(i):
+            original(i)
+            holder["h"].store.lost = True
+            holder["h"].consumer.lease_lost()   # the renewer found the lease gone meanwhile
+            i.checkpointer.checkpoint()         # raises CheckpointError(ShutdownException)
+
+        p.process_records = process_records  # type: ignore[method-assign]
+
+    h = Harness(shard, configure=configure)
+    holder["h"] = h
+    with h:
+        wait_until(lambda: h.consumer.done, what="the consumer to stop")
+    assert len(h.processors) == 1, "a processor was restarted after the lease was lost"
+    assert [e for _, e, _ in h.log] == ["initialize", "process_records", "lease_lost", "close"]
+    assert h.processors[0].lease_lost_checkpoint_error == "ShutdownException"
+    assert h.consumer.shutdown_reason is ShutdownReason.LEASE_LOST
+    assert h.store.writes == []
+    assert shard.initialized_at == [ESN.TRIM_HORIZON]  # no second iterator either
+
+
+def test_lease_lost_during_the_restart_back_off_ends_the_shard_with_lease_lost():
+    shard = Shard(6, batch=2)
+
+    def configure(p: Processor) -> None:
+        _record_close(p)
+        p.fail_on_batch = 1  # a plain bug, while the lease is still held
+
+    # A long back-off: the lease is lost while the consumer waits to restart the processor.
+    with Harness(shard, configure=configure, retry_wait_time_ms=30_000) as h:
+        wait_until(lambda: h.processors and h.processors[0].batches == 1, what="the failure")
+        time.sleep(0.02)
+        h.store.lost = True
+        h.consumer.lease_lost()
+        assert h.consumer.join(5), "the back-off was not cut short by the lease loss"
+    assert len(h.processors) == 1
+    assert [e for _, e, _ in h.log] == ["initialize", "lease_lost", "close"]
+    assert h.consumer.shutdown_reason is ShutdownReason.LEASE_LOST
+    assert shard.initialized_at == [ESN.TRIM_HORIZON]
+
+
+def test_processor_raising_in_initialize_after_lease_loss_gets_lease_lost():
+    shard = Shard(2, batch=2)
+    holder: dict[str, Harness] = {}
+
+    def configure(p: Processor) -> None:
+        _record_close(p)
+
+        def initialize(i):
+            p.log.append((p.number, "initialize", None))
+            holder["h"].consumer.lease_lost()
+            raise RuntimeError("lost my connection too")
+
+        p.initialize = initialize  # type: ignore[method-assign]
+
+    h = Harness(shard, configure=configure)
+    holder["h"] = h
+    with h:
+        wait_until(lambda: h.consumer.done)
+    assert len(h.processors) == 1
+    assert [e for _, e, _ in h.log] == ["initialize", "lease_lost", "close"]
+
+
+def test_shutdown_during_the_restart_back_off_closes_the_failed_processor_without_checkpointing():
+    """shutdown_requested would let a processor that failed mid-batch checkpoint the batch."""
+    shard = Shard(4, batch=2)
+
+    def configure(p: Processor) -> None:
+        _record_close(p)
+        p.fail_on_batch = 1
+
+    with Harness(shard, configure=configure, retry_wait_time_ms=30_000) as h:
+        wait_until(lambda: h.processors and h.processors[0].batches == 1, what="the failure")
+        time.sleep(0.02)
+        h.consumer.request_shutdown()
+        assert h.consumer.join(5)
+    assert len(h.processors) == 1
+    assert [e for _, e, _ in h.log] == ["initialize", "close"]
+    assert h.store.writes == []
+    assert h.consumer.shutdown_reason is ShutdownReason.REQUESTED
+
+
+def test_no_processor_is_made_when_the_lease_is_lost_before_the_shard_could_start():
+    shard = Shard(2)
+    shard.init_errors = [ThrottlingError("slow down")] * 1000
+    with Harness(shard, retry_wait_time_ms=20) as h:
+        wait_until(lambda: len(shard.init_errors) < 1000, what="the first iterator attempt")
+        h.consumer.lease_lost()
+        assert h.consumer.join(5)
+    assert h.processors == []
+    assert h.consumer.shutdown_reason is ShutdownReason.LEASE_LOST
+
+
+def test_lease_found_gone_when_reading_the_checkpoint_is_a_lease_loss():
+    shard = Shard(2)
+
+    class GoneStore(Store):
+        def read(self, shard_id: str) -> ESN:
+            raise LeaseLostError(f"lease {shard_id} is no longer held")
+
+    with Harness(shard, GoneStore()) as h:
+        wait_until(lambda: h.consumer.done)
+    assert h.processors == []
+    assert h.consumer.shutdown_reason is ShutdownReason.LEASE_LOST

@@ -137,8 +137,32 @@ def make_batch_function(spec: StreamSpec, empty_dir: str, decoder: Callable | No
             handler = message_handler
             return sc.parallelize(items, sc.defaultParallelism).map(
                 lambda t: handler(KinesisRecord(*t)))
-        data = [r[0] for _, records in runs for r in records]
-        out = sc.parallelize(data, sc.defaultParallelism)
-        return out.map(decoder) if decoder is not None else out
+        if decoder is None:
+            return sc.parallelize([r[0] for _, records in runs for r in records],
+                                  sc.defaultParallelism)
+        labelled = [(r[0], shard_id, r[2], r[3]) for shard_id, records in runs for r in records]
+        return sc.parallelize(labelled, sc.defaultParallelism).map(naming_decoder(decoder))
 
     return kinesis_batch
+
+
+def naming_decoder(decoder: Callable) -> Callable:
+    """Wrap the decoder so an undecodable record fails its batch naming shard and position.
+
+    The batch then fails, so nothing in it is checkpointed and the record is read again after
+    a fix and restart; without the wrapper Spark would report a bare UnicodeDecodeError.
+    Only builtins are referenced, so executors need nothing but pyspark to unpickle it.
+    """
+    name = getattr(decoder, "__name__", repr(decoder))
+
+    def decode(item):
+        data, shard_id, sequence_number, sub_sequence_number = item
+        try:
+            return decoder(data)
+        except Exception as exc:
+            raise ValueError(
+                f"{name} cannot decode the record at {sequence_number}/{sub_sequence_number} of "
+                f"shard {shard_id} ({data[:32]!r}...): {type(exc).__name__}: {exc}; the batch "
+                f"failed, so this shard is not checkpointed past it") from exc
+
+    return decode

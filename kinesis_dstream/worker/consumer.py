@@ -3,7 +3,9 @@
 WAITING_ON_PARENTS -> INITIALIZING -> PROCESSING -> SHUTTING_DOWN -> SHUT_DOWN.
 Fetch errors never drop a record: the fetcher keeps its iterator and the consumer waits
 and asks again. A processor that raises (or a multilang child that died) is replaced and
-fetching restarts from the last checkpoint, so what it had not checkpointed comes again.
+fetching restarts from the last checkpoint, so what it had not checkpointed comes again;
+once the lease is lost there is no replacement: the processor that was running gets
+lease_lost (the KCL's lifecycle), whatever it raised.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ConsumerConfig
-from ..errors import KinesisDStreamError
+from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
 from .checkpoint import ShardCheckpointer
 from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
@@ -110,6 +112,10 @@ class ShardConsumer:
             while self._reason is None:
                 if self._run_processor():
                     break
+        except LeaseLostError as exc:  # reading the checkpoint found the lease gone
+            log.info("shard consumer %s stops: %s", self.shard_id, exc)
+            if self._reason is None:
+                self._reason = ShutdownReason.LEASE_LOST
         except Exception:  # noqa: BLE001 - the thread must not die silently
             log.exception("shard consumer %s failed; its lease will be released", self.shard_id)
             if self._reason is None:
@@ -125,9 +131,11 @@ class ShardConsumer:
         if self._reason is ShutdownReason.LEASE_LOST:
             self.checkpointer.close("lease lost")
         fetcher = self._make_fetcher(self.shard_id)
-        processor = self._processor_factory(self.shard_id)
+        # No processor is made for a shard we are told to leave before it could start: a
+        # processor that exists always gets initialize and, unless it fails, a final call.
         if not self._initialize_fetcher(fetcher, checkpoint):
             return True
+        processor = self._processor_factory(self.shard_id)
         try:
             self._call(processor.initialize, InitializeInput(
                 shard_id=self.shard_id,
@@ -136,11 +144,27 @@ class ShardConsumer:
             self.state = ConsumerState.PROCESSING
             return self._process_loop(fetcher, processor)
         except _ProcessorFailed as failure:
+            return self._processor_failed(processor, failure)
+
+    def _processor_failed(self, processor: Any, failure: "_ProcessorFailed") -> bool:
+        """After a callback raised: restart from the checkpoint, unless the lease is gone.
+
+        A lease lost before or during the back-off ends the shard here with lease_lost to
+        this processor (often what it raised was the checkpoint's ShutdownException). A
+        requested shutdown only closes it: shutdown_requested would let a processor that
+        failed mid-batch checkpoint records it never finished.
+        """
+        if self._reason is None:
             log.error("record processor for %s failed (%s); restarting it from checkpoint %s",
                       self.shard_id, failure.__cause__, self.checkpointer.last_checkpoint)
-            self._close_quietly(processor)
             self._sleep(self.config.retry_wait_time_ms / 1000.0)
-            return False
+        else:
+            log.warning("record processor for %s failed (%s) while its lease was ending (%s)",
+                        self.shard_id, failure.__cause__, self._reason.value)
+        if self._reason is ShutdownReason.LEASE_LOST:
+            self._shut_down(processor)
+        self._close_quietly(processor)
+        return self._reason is not None
 
     def _initialize_fetcher(self, fetcher: Any, checkpoint: ExtendedSequenceNumber) -> bool:
         """Get the first iterator, waiting out throttling and outages; False if told to stop."""
