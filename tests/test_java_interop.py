@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -298,3 +299,95 @@ def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
         assert not early, f"{shard}: re-delivered at or before the checkpoint: {early[:3]}"
     print(f"2/2 split {split:.1f} s after the Java daemon started; "
           f"{survivor_id} owned every lease {takeover:.1f} s after the kill of {victim_id}")
+
+
+# -- 4. graceful stop of ours: leases released, taken by the Java daemon at once ----------------
+
+TOOK = re.compile(r"Worker (\S+) successfully took (\d+) leases: (.*)")
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_of_our_worker_releases_its_leases_and_java_takes_all_of_them_at_once(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
+    """Released, not expired: the Java taker treats an unowned lease it has not seen before
+    as never renewed (DynamoDBLeaseTaker.updateAllLeases), so its first taker pass takes all
+    four. Leases left owned (the Java KCL's own graceful stop, or a kill -9) are treated as
+    just renewed: that pass could steal one at most, the rest only after failoverTimeMillis
+    and another taker pass (about 2 x failover later)."""
+    stream = make_stream(4)
+    expected = put_batch(kinesis_local, stream, "before", 400)
+    tag = uuid.uuid4().hex[:6]
+    our_id, java_id = f"ours-{tag}", f"java-{tag}"
+    config = make_config(stream, failover_time_ms=FAILOVER_MS, worker_id=our_id)
+    table_name = config.application_name
+    our_events = tmp_path / "ours.events.jsonl"
+    ours = start_our_worker(config, our_events, tmp_path)
+    java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
+
+    def logs() -> str:
+        ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
+        return f"owners: {owners(dynamodb, table_name)}\n--- ours.stderr ---\n{ours_log}\n{java.log_tail()}"
+
+    def delivered() -> list[dict]:
+        return (records_of(read_events(str(our_events)))
+                + records_of(read_events(str(java.events_path))))
+
+    def java_takes() -> list[tuple[int, list[str]]]:
+        text = java.stdout_path.read_text(errors="replace") + java.stderr_path.read_text(errors="replace") \
+            if java.stdout_path.exists() and java.stderr_path.exists() else ""
+        return [(int(m.group(2)), re.findall(r"shardId-\d+", m.group(3)))
+                for m in TOOK.finditer(text) if m.group(1) == java_id]
+
+    try:
+        wait_for(lambda: list(owners(dynamodb, table_name).values()) == [our_id] * 4, 30,
+                 "our worker to own all four leases", logs)
+        wait_for(lambda: {e["data"] for e in delivered()} >= set(expected)
+                 and all_checkpointed(dynamodb, table_name, 4), 30,
+                 "our worker to process and checkpoint every record", logs)
+        ours.send_signal(signal.SIGTERM)
+        assert ours.wait(timeout=config.shutdown_grace_ms / 1000 + 15) == 0, logs()
+        released = scan(dynamodb, table_name)
+        expected.update(put_batch(kinesis_local, stream, "after", 200))
+        java.start()
+        started = time.monotonic()
+        takeover = wait_for(lambda: list(owners(dynamodb, table_name).values()) == [java_id] * 4, 60,
+                            "the Java daemon to own every lease", logs)
+        wait_for(lambda: {e["data"] for e in delivered()} >= set(expected), 30,
+                 "every record after the takeover", logs)
+        first_take_s = time.monotonic() - started
+        takes = java_takes()
+    finally:
+        java.stop()
+        if ours.poll() is None:
+            ours.kill()
+        ours.wait(timeout=10)
+
+    # Released: no owner on any lease the moment our worker exited, checkpoints kept.
+    our_log = read_events(str(our_events))
+    our_checkpoints: dict[str, ExtendedSequenceNumber] = {}
+    for e in our_log:
+        if e["event"] == "checkpoint":
+            our_checkpoints[e["shard"]] = max(our_checkpoints.get(e["shard"], esn(e)), esn(e))
+    assert len(released) == 4
+    for item in released:
+        shard = item["leaseKey"]["S"]
+        assert "leaseOwner" not in item, f"{shard} still owned after a graceful stop: {item}"
+        assert ExtendedSequenceNumber(item["checkpoint"]["S"],
+                                      int(item["checkpointSubSequenceNumber"]["N"])) == our_checkpoints[shard]
+    assert sorted(e["shard"] for e in our_log if e["event"] == "shutdown_requested") == sorted(our_checkpoints)
+
+    # Taken at once: the Java daemon's first successful take was all four leases.
+    assert takes, f"no 'successfully took' line from {java_id}\n{java.log_tail()}"
+    assert takes[0][0] == 4 and len(takes) == 1, f"Java took them in several passes: {takes}"
+
+    # From our checkpoints: nothing at or before them delivered again, nothing lost.
+    everything = delivered()
+    assert {e["data"]: e["pk"] for e in everything} == expected
+    java_log = read_events(str(java.events_path))
+    for shard, checkpoint in our_checkpoints.items():
+        inits = [esn(e) for e in java_log if e["event"] == "initialize" and e["shard"] == shard]
+        assert inits == [checkpoint], f"{shard}: Java started at {inits}, our checkpoint {checkpoint}"
+        early = [e for e in records_of(java_log) if e["shard"] == shard and esn(e) <= checkpoint]
+        assert not early, f"{shard}: re-delivered at or before our checkpoint: {early[:3]}"
+    print(f"Java daemon owned all four released leases {takeover:.1f} s after its start "
+          f"(one taker pass: {takes}); every record {first_take_s:.1f} s after its start")
