@@ -16,7 +16,6 @@ Prints one JSON document: seconds as median / min / max per variant.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import statistics
@@ -112,19 +111,12 @@ def run_java(stream: str, kinesis: str, dynamodb: str, workdir: Path,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs per variant (default 5)")
-    parser.add_argument("--java-runs", type=int, default=3,
-                        help="Java MultiLangDaemon runs (about 30-45 s each; 0 skips it)")
-    parser.add_argument("--records", type=int, default=400, help="records put before the runs")
+    parser = common.start_benchmark_parser(__doc__.split("\n")[0], "runs per variant (default 5)")
     parser.add_argument("--timeout", type=float, default=60.0, help="per-run limit, seconds")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     load_before = os.getloadavg()
-
-    java_runs = args.java_runs if args.java_runs > 0 and common.java_available() else 0
-    if args.java_runs > 0 and not java_runs:
-        common.progress("java or the amazon_kclpy jars are missing: Java runs skipped")
+    java_runs = common.java_runs_to_do(args.java_runs)
     results: dict[str, list[float]] = {}
     failures: dict[str, int] = {}
 
@@ -140,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             tempfile.TemporaryDirectory(prefix="bench-start-") as tmp:
         workdir = Path(tmp)
         kinesis = emu["kinesis-local"].endpoint
-        stream = h.unique_name("bench-start")
-        h.create_stream(kinesis, stream, 4)
-        h.put_records(kinesis, stream, [f"record-{i:06d}".ljust(100, "x") for i in range(args.records)])
-        common.progress(f"{args.records} records in 4-shard stream {stream} on kinesis-local")
+        stream = common.prefilled_stream(kinesis, "bench-start", args.records)
         ddbs = {"moto": emu["moto"].endpoint, "dynalite": emu["dynalite"].endpoint}
         for run in range(max(args.runs, java_runs)):
             if run < args.runs:

@@ -358,3 +358,34 @@ if __name__ == "__main__":
         sys.exit(_kclpy_child())
     # `make bench` runs every bench/*.py; this module is a library, not a benchmark.
     sys.exit(0)
+
+
+# -- shared by the start-to-first-record benchmarks ---------------------------------------------
+def start_benchmark_parser(description: str, runs_help: str) -> "argparse.ArgumentParser":
+    """The options every start benchmark takes; callers add their own."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=5, help=runs_help)
+    parser.add_argument("--java-runs", type=int, default=3,
+                        help="Java MultiLangDaemon runs (about 30-45 s each; 0 skips it)")
+    parser.add_argument("--records", type=int, default=400, help="records put before the runs")
+    return parser
+
+
+def java_runs_to_do(requested: int) -> int:
+    """``requested``, or 0 (said on stderr) where java or the amazon_kclpy jars are missing."""
+    if requested > 0 and not java_available():
+        progress("java or the amazon_kclpy jars are missing: Java runs skipped")
+        return 0
+    return max(requested, 0)
+
+
+def prefilled_stream(kinesis: str, prefix: str, records: int) -> str:
+    """A fresh 4-shard stream already holding ``records`` records of 100 bytes."""
+    h = helpers()
+    stream = h.unique_name(prefix)
+    h.create_stream(kinesis, stream, 4)
+    h.put_records(kinesis, stream, [f"record-{i:06d}".ljust(100, "x") for i in range(records)])
+    progress(f"{records} records in 4-shard stream {stream} on kinesis-local")
+    return stream
