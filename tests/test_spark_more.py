@@ -129,8 +129,8 @@ def test_two_workers_split_four_shards_and_count_exactly(sc, env, make_stream, p
 def test_properties_file_settings_with_arguments_and_overrides_on_top(
         sc, env, tmp_path, make_stream, put_records, unique_app_name):
     stream = make_stream(1)
-    lines = unique_lines(120)
-    put_records(stream, [("k", line) for line in lines])  # before start: needs TRIM_HORIZON
+    lines = unique_lines(240)
+    put_records(stream, [("k", line) for line in lines[:120]])  # before start: needs TRIM_HORIZON
     properties = tmp_path / "wordcount.properties"
     properties.write_text(f"""\
 # The file names another application and a dead Kinesis endpoint: createStream's
@@ -176,13 +176,19 @@ metricsLevel = NONE
     counts = count_words(kstream)
     ssc.start()
     try:
-        wait_until(lambda: sum(counts.values()) >= sum(words_in(lines).values()), 60,
+        wait_until(lambda: sum(counts.values()) >= sum(words_in(lines[:120]).values()), 60,
                    "the records put before the start (TRIM_HORIZON from the file)")
         shard_id = list_shard_ids(env["kinesis"], stream)[0]
+        wait_until(lambda: "checkpoint" in lease(env, unique_app_name, shard_id), 15,
+                   "the first checkpoint")
+        # A shard's first checkpoint goes out at once; the next waits for the interval.
+        put_records(stream, [("k", line) for line in lines[120:]])
+        wait_until(lambda: sum(counts.values()) >= sum(words_in(lines).values()), 60,
+                   "the records put after the start")
         last = shard_records(env, stream, shard_id)[-1]["SequenceNumber"]
-        wait_until(lambda: lease(env, unique_app_name, shard_id).get("checkpoint", {}).get("S")
-                   == last, 15,
-                   "a checkpoint while running (configOverrides' 0.5 s, not the argument's 600 s)")
+        wait_until(lambda: lease(env, unique_app_name, shard_id)["checkpoint"]["S"] == last, 10,
+                   "a second checkpoint while running (configOverrides' 0.5 s, not the "
+                   "argument's 600 s)")
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert counts == words_in(lines)
@@ -249,7 +255,8 @@ def test_split_while_counting_ends_parent_only_after_its_records(sc, env, make_s
         wait_until(lambda: len(seen) >= 200, 60, "the backlog")
         thread.start()
         time.sleep(1.5)
-        low, high = int(parent["HashKeyRange"]["StartingHashKey"]), int(parent["HashKeyRange"]["EndingHashKey"])
+        hash_range = parent["HashKeyRange"]
+        low, high = int(hash_range["StartingHashKey"]), int(hash_range["EndingHashKey"])
         kinesis.split_shard(StreamName=stream, ShardToSplit=parent_id,
                             NewStartingHashKey=str((low + high) // 2))
         wait_stream_active(kinesis, stream)
@@ -346,9 +353,11 @@ def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
     def put(shard_id: str, n: int) -> None:
         start = len(produced)
         batch = unique_lines(n, start)
-        kinesis.put_records(StreamName=stream, Records=[
+        reply = kinesis.put_records(StreamName=stream, Records=[
             {"PartitionKey": "k", "ExplicitHashKey": hash_keys[shard_id], "Data": line.encode()}
             for line in batch])
+        assert reply["FailedRecordCount"] == 0, reply
+        assert {r["ShardId"] for r in reply["Records"]} == {shard_id}
         produced.extend(batch)
 
     put(victim, 60)
@@ -402,9 +411,9 @@ def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
             outside_renews += 1
 
         # While the outsider holds it: new records of both shards; only the other's are counted.
+        words_before = sum(counts.values())
         put(victim, 40)
         put(other, 40)
-        words_before = sum(counts.values())
         other_lines = produced[-40:]
         deadline = time.monotonic() + 8  # > failover time (3 s) + renew and taker periods
         other_done = False
@@ -426,7 +435,8 @@ def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
             UpdateExpression="REMOVE leaseOwner SET leaseCounter = :n",
             ConditionExpression="leaseCounter = :c",
             ExpressionAttributeValues={":n": {"N": str(counter + 1)}, ":c": {"N": str(counter)}})
-        wait_until(lambda: dict(counts) == words_in(produced), 30, "the held-back records after the return")
+        wait_until(lambda: dict(counts) == words_in(produced), 30,
+                   "the held-back records after the lease came back")
         time.sleep(2)
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)

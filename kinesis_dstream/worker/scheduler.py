@@ -84,7 +84,8 @@ class Scheduler:
             consumers = list(self._consumers.values())
         for consumer in consumers:
             consumer.request_shutdown()
-        clean = all(consumer.join(max(deadline - time.monotonic(), 0.1)) for consumer in consumers)
+        finished = [consumer.join(max(deadline - time.monotonic(), 0.1)) for consumer in consumers]
+        clean = all(finished)
         if not clean:
             log.warning("some record processors did not finish within %.1f s", timeout)
         for shard_id in self.coordinator.owned_shard_ids():
