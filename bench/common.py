@@ -361,7 +361,7 @@ if __name__ == "__main__":
 
 
 # -- shared by the start-to-first-record benchmarks ---------------------------------------------
-def start_benchmark_parser(description: str, runs_help: str) -> "argparse.ArgumentParser":
+def start_benchmark_parser(description: str, runs_help: str) -> Any:
     """The options every start benchmark takes; callers add their own."""
     import argparse
 

@@ -1,11 +1,15 @@
-"""Helpers shared by the createStream end-to-end tests (test_spark_stream.py,
-test_spark_java_engine.py): waiting, and the word count whose result must be exact."""
+"""Helpers shared by the createStream end-to-end tests (test_spark_*.py): waiting, the word
+count whose result must be exact, and createStream on the test emulators."""
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
 from typing import Any, Callable
+
+from emulators import client
+
+from kinesis_dstream import InitialPositionInStream, KinesisUtils
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 
@@ -44,3 +48,27 @@ def count_words(kstream: Any) -> Counter:
 
     pairs.foreachRDD(add)
     return counts
+
+
+# createStream on the test emulators with short engine timings
+FAST = dict(failover_time_ms=3000, shard_sync_interval_ms=2000, shutdown_grace_ms=8000,
+            idle_time_between_reads_ms=100, parent_shard_poll_interval_ms=200)
+
+
+def make_ssc(sc):
+    from pyspark.streaming import StreamingContext
+
+    return StreamingContext(sc, 1)
+
+
+def create(ssc, app, stream, env, **kwargs):
+    overrides = dict(FAST, **kwargs.pop("configOverrides", {}))
+    position = kwargs.pop("initialPositionInStream", InitialPositionInStream.TRIM_HORIZON)
+    return KinesisUtils.createStream(
+        ssc, app, stream, env["kinesis"], "us-east-1", position, kwargs.pop("checkpointInterval", 1),
+        dynamoDBEndpoint=env["dynamodb"], configOverrides=overrides, **kwargs)
+
+
+def leases(env, app: str) -> dict[str, dict]:
+    items = client("dynamodb", env["dynamodb"]).scan(TableName=app, ConsistentRead=True)["Items"]
+    return {i["leaseKey"]["S"]: i for i in items}

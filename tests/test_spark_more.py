@@ -14,40 +14,17 @@ from collections import Counter
 import pytest
 
 from emulators import client, list_shard_ids, wait_stream_active
-from spark_helpers import count_words, wait_until, word_lines, words_in
+from spark_helpers import count_words, create, leases, make_ssc, wait_until, word_lines, words_in
 
-from kinesis_dstream import InitialPositionInStream, KinesisUtils
+from kinesis_dstream import KinesisUtils
 from kinesis_dstream.config import SPARK_RECEIVER_MAX_RATE
 from kinesis_dstream.spark.receiver import receivers
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
-FAST = dict(failover_time_ms=3000, shard_sync_interval_ms=2000, shutdown_grace_ms=8000,
-            idle_time_between_reads_ms=100, parent_shard_poll_interval_ms=200)
-
-
 @pytest.fixture
 def env(aws_env, kinesis_local, dynamodb):
     return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
-def make_ssc(sc):
-    from pyspark.streaming import StreamingContext
-
-    return StreamingContext(sc, 1)
-
-
-def create(ssc, app, stream, env, **kwargs):
-    overrides = dict(FAST, **kwargs.pop("configOverrides", {}))
-    position = kwargs.pop("initialPositionInStream", InitialPositionInStream.TRIM_HORIZON)
-    return KinesisUtils.createStream(
-        ssc, app, stream, env["kinesis"], "us-east-1", position, kwargs.pop("checkpointInterval", 1),
-        dynamoDBEndpoint=env["dynamodb"], configOverrides=overrides, **kwargs)
-
-
-def leases(env, app: str) -> dict[str, dict]:
-    items = client("dynamodb", env["dynamodb"]).scan(TableName=app, ConsistentRead=True)["Items"]
-    return {i["leaseKey"]["S"]: i for i in items}
 
 
 def lease(env, app: str, shard_id: str) -> dict:

@@ -13,39 +13,15 @@ import warnings
 import pytest
 
 from emulators import client, list_shard_ids
-from spark_helpers import count_words, wait_until, word_lines, words_in
+from spark_helpers import count_words, create, leases, make_ssc, wait_until, word_lines, words_in
 
-from kinesis_dstream import InitialPositionInStream, KinesisUtils
+from kinesis_dstream import KinesisUtils
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
-
-FAST = dict(failover_time_ms=3000, shard_sync_interval_ms=2000, shutdown_grace_ms=8000,
-            idle_time_between_reads_ms=100, parent_shard_poll_interval_ms=200)
-
 
 @pytest.fixture
 def env(aws_env, kinesis_local, dynamodb):
     return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
-def make_ssc(sc):
-    from pyspark.streaming import StreamingContext
-
-    return StreamingContext(sc, 1)
-
-
-def create(ssc, app, stream, env, **kwargs):
-    overrides = dict(FAST, **kwargs.pop("configOverrides", {}))
-    kwargs.setdefault("initialPositionInStream", InitialPositionInStream.TRIM_HORIZON)
-    return KinesisUtils.createStream(
-        ssc, app, stream, env["kinesis"], "us-east-1", kwargs.pop("initialPositionInStream"), 1,
-        dynamoDBEndpoint=env["dynamodb"], configOverrides=overrides, **kwargs)
-
-
-def leases(env, app: str) -> dict[str, dict]:
-    ddb = client("dynamodb", env["dynamodb"])
-    items = ddb.scan(TableName=app, ConsistentRead=True)["Items"]
-    return {i["leaseKey"]["S"]: i for i in items}
 
 
 def collect_into(stream, sink: list, lock: threading.Lock) -> None:

@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 import emulators
-from recording_processor import make_factory, read_events
+from recording_processor import read_events
 
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import CredentialsError, EndpointUnreachableError, StreamNotFoundError

@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
