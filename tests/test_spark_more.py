@@ -19,6 +19,7 @@ from spark_helpers import count_words, create, leases, make_ssc, wait_until, wor
 from kinesis_dstream import KinesisUtils
 from kinesis_dstream.config import SPARK_RECEIVER_MAX_RATE
 from kinesis_dstream.spark.receiver import receivers
+from kinesis_dstream.spark.worker_processes import WorkerProcesses
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
@@ -101,6 +102,72 @@ def test_two_workers_split_four_shards_and_count_exactly(sc, env, make_stream, p
     assert all("leaseOwner" not in item for item in leases(env, unique_app_name).values())
 
 
+def test_late_second_worker_steals_and_each_record_still_counts_once(
+        sc, env, make_stream, put_records, unique_app_name, monkeypatch):
+    """Forces what a loaded machine does at random: w1 starts only once w0 owns every shard
+    and has forwarded records past their checkpoints, so w1 steals two shards and re-reads
+    them from those checkpoints. The driver drops the re-reads, and the new owners write the
+    positions their predecessor's records reached as soon as they have re-read that far."""
+    stream = make_stream(4)
+    lines = unique_lines(1200)
+    waves = [lines[:400], lines[400:800], lines[800:]]
+
+    def put(wave: list[str], start: int) -> None:
+        put_records(stream, [(f"pk{i}", line) for i, line in enumerate(wave, start)])
+
+    monkeypatch.setattr(WorkerProcesses, "start",
+                        lambda self: (self._spawn(0), self._monitor.start()))
+    put(waves[0], 0)
+    ssc = make_ssc(sc)
+    # One checkpoint per shard early on, then none for 120 s: the steal happens well behind.
+    counts = count_words(create(ssc, unique_app_name, stream, env, numWorkers=2,
+                                checkpointInterval=120))
+    ssc.start()
+    try:
+        receiver = receiver_of(stream)
+        shard_ids = list_shard_ids(env["kinesis"], stream)
+
+        def owners() -> dict[str, str | None]:
+            return {s: i.get("leaseOwner", {}).get("S") for s, i in leases(env, unique_app_name).items()}
+
+        wait_until(lambda: sum(counts.values()) >= sum(words_in(waves[0]).values()), 60,
+                   "the first wave")
+        (first,) = set(owners().values())
+        assert first is not None and len(owners()) == 4
+        put(waves[1], 400)
+        wait_until(lambda: sum(counts.values()) >= sum(words_in(lines[:800]).values()), 60,
+                   "the second wave")
+        last = {s: shard_records(env, stream, s)[-1]["SequenceNumber"] for s in shard_ids}
+        behind = {s: i["checkpoint"]["S"] for s, i in leases(env, unique_app_name).items()}
+        assert all(behind[s] != last[s] for s in shard_ids), (behind, last)
+
+        with receiver.workers._lock:
+            receiver.workers._spawn(1)
+        wait_until(lambda: sorted(Counter(owners().values()).values()) == [2, 2]
+                   and None not in owners().values(), 60, "w1 stealing two shards")
+        stolen = sorted(s for s, o in owners().items() if o != first)
+        wait_until(lambda: all(KinesisUtils.metrics(stream)[s]["duplicates_dropped"] > 0
+                               for s in stolen), 30, "the new owner's re-reads")
+        wait_until(lambda: all(lease(env, unique_app_name, s)["checkpoint"]["S"] == last[s]
+                               for s in stolen), 30,
+                   "the new owners writing what their predecessor's records reached")
+
+        put(waves[2], 800)
+        wait_until(lambda: sum(counts.values()) >= sum(words_in(lines).values()), 60,
+                   "the third wave")
+        metrics = KinesisUtils.metrics(stream)
+        assert sum(m["records"] for m in metrics.values()) == len(lines)
+        time.sleep(2)  # a few more (empty) batches: nothing counted twice
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert not duplicated_ids(counts)
+    assert counts == words_in(lines)
+    final = leases(env, unique_app_name)
+    assert all("leaseOwner" not in item for item in final.values())
+    assert {s: i["checkpoint"]["S"] for s, i in final.items()} == \
+        {s: shard_records(env, stream, s)[-1]["SequenceNumber"] for s in shard_ids}
+
+
 # --------------------------------------------------------------------------- 2. properties file
 
 def test_properties_file_settings_with_arguments_and_overrides_on_top(
@@ -147,7 +214,7 @@ metricsLevel = NONE
 
     def recording_put(shard_id, records, ack):
         pages.append(len(records))
-        original_put(shard_id, records, ack)
+        return original_put(shard_id, records, ack)
 
     receiver.buffer.put = recording_put
     counts = count_words(kstream)

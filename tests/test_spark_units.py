@@ -26,8 +26,16 @@ def rec(seq: int, sub: int = 0) -> tuple:
 
 
 # --- KinesisCheckpointer -------------------------------------------------------------------
+def owned(*shard_ids: str, interval_s: float = 0, clock: Clock | None = None) -> KinesisCheckpointer:
+    """A checkpointer whose shards have an owner (a worker sent INIT at TRIM_HORIZON)."""
+    cp = KinesisCheckpointer(interval_s=interval_s, clock=clock or Clock())
+    for shard_id in shard_ids:
+        cp.shard_started(shard_id)
+    return cp
+
+
 def test_position_written_only_after_its_batch_completed() -> None:
-    cp = KinesisCheckpointer(interval_s=0, clock=Clock())
+    cp = owned("s1")
     cp.batch_generated(1000, {"s1": ("10", 0)})
     assert cp.due_checkpoints() == []
     cp.batch_completed(1000, succeeded=True)
@@ -36,7 +44,7 @@ def test_position_written_only_after_its_batch_completed() -> None:
 
 
 def test_failed_batch_blocks_later_positions_of_its_shards() -> None:
-    cp = KinesisCheckpointer(interval_s=0, clock=Clock())
+    cp = owned("s1", "s2")
     cp.batch_generated(1000, {"s1": ("10", 0), "s2": ("20", 3)})
     cp.batch_generated(2000, {"s1": ("11", 0)})
     cp.batch_generated(3000, {"s1": ("12", 0), "s2": ("21", 0)})
@@ -49,7 +57,7 @@ def test_failed_batch_blocks_later_positions_of_its_shards() -> None:
 
 
 def test_out_of_order_completion_waits_for_earlier_batches() -> None:
-    cp = KinesisCheckpointer(interval_s=0, clock=Clock())
+    cp = owned("s1")
     cp.batch_generated(1000, {"s1": ("10", 0)})
     cp.batch_generated(2000, {"s1": ("11", 5)})
     cp.batch_completed(2000, succeeded=True)
@@ -61,7 +69,7 @@ def test_out_of_order_completion_waits_for_earlier_batches() -> None:
 
 def test_at_most_one_checkpoint_per_interval_per_shard() -> None:
     clock = Clock()
-    cp = KinesisCheckpointer(interval_s=10, clock=clock)
+    cp = owned("s1", interval_s=10, clock=clock)
     for i, t in enumerate((1000, 2000, 3000)):
         cp.batch_generated(t, {"s1": (str(10 + i), 0)})
         cp.batch_completed(t, succeeded=True)
@@ -71,14 +79,51 @@ def test_at_most_one_checkpoint_per_interval_per_shard() -> None:
     assert cp.due_checkpoints() == [("s1", ("12", 0))]
 
 
-def test_new_lease_forgets_the_old_leases_batches() -> None:
-    cp = KinesisCheckpointer(interval_s=0, clock=Clock())
+def test_progress_outlives_a_lease_move_and_goes_to_the_new_owner() -> None:
+    cp = owned("s1")
     cp.batch_generated(1000, {"s1": ("10", 0)})
-    cp.shard_closed("s1")  # lease lost
+    cp.shard_closed("s1")  # lease lost: nobody to write
     cp.batch_completed(1000, succeeded=True)
     assert cp.due_checkpoints() == []
-    cp.shard_started("s1")
-    assert cp.completed_position("s1") is None
+    cp.shard_started("s1", ("5", 0))  # the new owner starts at the last checkpoint
+    assert cp.completed_position("s1") == ("10", 0)
+    assert cp.due_checkpoints() == [("s1", ("10", 0))]
+
+
+def test_nothing_at_or_below_the_new_owners_start_is_handed_out() -> None:
+    cp = owned("s1")
+    cp.batch_generated(1000, {"s1": ("10", 0)})
+    cp.batch_completed(1000, succeeded=True)
+    cp.shard_closed("s1")
+    cp.shard_started("s1", ("20", 0))  # someone else wrote further meanwhile
+    assert cp.due_checkpoints() == []
+    cp.batch_generated(2000, {"s1": ("30", 0)})
+    cp.batch_completed(2000, succeeded=True)
+    assert cp.due_checkpoints() == [("s1", ("30", 0))]
+
+
+def test_refused_checkpoint_is_handed_out_again_after_the_interval() -> None:
+    clock = Clock()
+    cp = owned("s1", interval_s=5, clock=clock)
+    cp.batch_generated(1000, {"s1": ("10", 0)})
+    cp.batch_completed(1000, succeeded=True)
+    assert cp.due_checkpoints() == [("s1", ("10", 0))]
+    cp.checkpoint_refused("s1", ("10", 0))  # e.g. the old owner had just lost the lease
+    assert cp.due_checkpoints() == []  # still one per interval
+    clock.now += 5
+    assert cp.due_checkpoints() == [("s1", ("10", 0))]
+    cp.checkpoint_confirmed("s1", ("10", 0))
+    clock.now += 5
+    assert cp.due_checkpoints() == []
+
+
+def test_positions_compare_as_integers() -> None:
+    cp = owned("s1")
+    cp.batch_generated(1000, {"s1": ("9", 0)})
+    cp.batch_completed(1000, succeeded=True)
+    cp.shard_closed("s1")
+    cp.shard_started("s1", ("10", 0))  # "9" > "10" as text
+    assert cp.due_checkpoints() == []
 
 
 # --- RecordBuffer ---------------------------------------------------------------------------

@@ -8,6 +8,12 @@ once the batch holding a position has completed; ``shard_ended`` and
 ``shutdown_requested`` wait until the driver says the shard's records are processed.
 If the driver goes away the worker shuts itself down without checkpointing (the next
 owner re-reads from the last checkpoint). No pyspark import here.
+
+After a lease moved between two workers of one driver, the driver may ask the new owner
+for a position its predecessor read and the new owner has not re-read yet (the engine
+would refuse it: "beyond the last record delivered"). Such a checkpoint waits here and is
+written as soon as this worker has delivered that far; a final checkpoint at shutdown is
+cut back to what this worker delivered.
 """
 from __future__ import annotations
 
@@ -52,6 +58,9 @@ class DriverLink:
         self.worker_id = worker_id
         self.defer_checkpoints = defer_checkpoints
         self._deferred: dict[str, tuple] = {}  # shard_id -> the latest CHECKPOINT command
+        self._pending: dict[str, tuple] = {}  # shard_id -> a CHECKPOINT beyond what was delivered
+        self._delivered: dict[str, tuple[int, int]] = {}  # shard_id -> last position delivered
+        self._leased: set[str] = set()  # initialized here and not yet lost, ended or shut down
         self._conn = channel.connect(address, authkey_path)
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -111,6 +120,31 @@ class DriverLink:
         with self._lock:
             self._checkpointers.pop(shard_id, None)
             self._deferred.pop(shard_id, None)
+            self._pending.pop(shard_id, None)
+            self._delivered.pop(shard_id, None)
+            self._leased.discard(shard_id)
+
+    def lease_started(self, shard_id: str) -> None:
+        """A new lease: nothing of an earlier lease of this shard applies."""
+        self.forget(shard_id)
+        with self._lock:
+            self._leased.add(shard_id)
+
+    def delivered(self, shard_id: str, sequence_number: str, sub_sequence_number: int | None) -> None:
+        """The engine handed this worker records up to here; a waiting checkpoint that is
+        now covered is written (on the caller's thread: inside process_records)."""
+        position = _key(sequence_number, sub_sequence_number)
+        with self._lock:
+            self._delivered[shard_id] = position
+            message = self._pending.get(shard_id)
+            if message is None or _key(message[2], message[3]) > position:
+                return
+            del self._pending[shard_id]
+        self._apply(message)
+
+    def delivered_position(self, shard_id: str) -> tuple[int, int] | None:
+        with self._lock:
+            return self._delivered.get(shard_id)
 
     def checkpoint(self, shard_id: str, sequence_number: str | None,
                    sub_sequence_number: int | None) -> str | None:
@@ -168,6 +202,14 @@ class DriverLink:
 
     def _apply(self, message: tuple) -> None:
         _, shard_id, sequence_number, sub_sequence_number = message
+        with self._lock:  # with delivered(): a command is either written or waits, never lost
+            delivered = self._delivered.get(shard_id)
+            if shard_id in self._leased and (
+                    delivered is None or _key(sequence_number, sub_sequence_number) > delivered):
+                log.debug("%s: checkpoint at %s/%s waits until this worker re-read that far",
+                          shard_id, sequence_number, sub_sequence_number)
+                self._pending[shard_id] = message  # positions only grow: the latest covers
+                return
         error = self.checkpoint(shard_id, sequence_number, sub_sequence_number)
         if error is not None:
             self.send((channel.CHECKPOINTED, shard_id, sequence_number, sub_sequence_number, error))
@@ -191,6 +233,10 @@ class DriverLink:
         timer.start()
 
 
+def _key(sequence_number: str, sub_sequence_number: int | None) -> tuple[int, int]:
+    return int(sequence_number), int(sub_sequence_number or 0)
+
+
 class ForwardingProcessor(RecordProcessor):
     """One per shard lease: forwards records, checkpoints only when the driver says so."""
 
@@ -201,6 +247,7 @@ class ForwardingProcessor(RecordProcessor):
 
     def initialize(self, initialize_input: InitializeInput) -> None:
         self.shard_id = initialize_input.shard_id or self.shard_id
+        self.link.lease_started(self.shard_id)
         self.link.send((channel.INIT, self.shard_id, initialize_input.sequence_number,
                         initialize_input.sub_sequence_number))
 
@@ -225,6 +272,7 @@ class ForwardingProcessor(RecordProcessor):
         wire = [self._wire(r) for r in records]
         # Blocks while the driver's buffer is full: backpressure on this shard's fetching.
         self.link.request(self.shard_id, (channel.RECORDS, self.shard_id, wire, lag))
+        self.link.delivered(self.shard_id, wire[-1][2], wire[-1][3])
 
     def lease_lost(self, lease_lost_input: LeaseLostInput) -> None:
         self.link.forget(self.shard_id)
@@ -252,7 +300,13 @@ class ForwardingProcessor(RecordProcessor):
         if at_shard_end and complete:
             self.link.checkpoint(self.shard_id, None, None)  # SHARD_END: children may start
         elif sequence_number is not None:
-            self.link.checkpoint(self.shard_id, sequence_number, sub_sequence_number)
+            delivered = self.link.delivered_position(self.shard_id)
+            if delivered is not None and _key(sequence_number, sub_sequence_number) > delivered:
+                # Processed by the driver, read by this shard's previous owner, not yet
+                # re-read here: what this worker delivered is processed too; write that.
+                sequence_number, sub_sequence_number = str(delivered[0]), delivered[1]
+            if delivered is not None:
+                self.link.checkpoint(self.shard_id, sequence_number, sub_sequence_number)
         self.link.forget(self.shard_id)
 
 

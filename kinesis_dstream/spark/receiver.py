@@ -5,7 +5,10 @@ batch takes what is there (within the rate limit) and remembers, per shard, the 
 position it holds; when Spark reports the batch completed, KinesisCheckpointer decides what
 the workers write. Receivers live in a module registry keyed by the stream's id, so the
 batch function (pickled into Spark's checkpoint with configuration only) finds its
-receiver, or builds a fresh one after ``getOrCreate`` recovery. No pyspark import here:
+receiver, or builds a fresh one after ``getOrCreate`` recovery. A lease moving between
+this driver's workers costs no duplicate: the new owner's re-reads of records already
+received are dropped (buffer.py) and the shard's checkpoints go on from where its batches
+are (checkpointer.py). No pyspark import here:
 the Spark hooks are in ``listener.py``.
 """
 from __future__ import annotations
@@ -48,14 +51,16 @@ class StreamSpec:
 
 @dataclass
 class ShardStats:
-    records: int = 0
+    records: int = 0  # received and buffered, each once
+    duplicates_dropped: int = 0  # re-read by a new owner after a lease move: already here
     millis_behind_latest: int | None = None
     owner: str | None = None
     last_checkpoint: str | None = None
     state: str = "processing"
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(records=self.records, millis_behind_latest=self.millis_behind_latest,
+        return dict(records=self.records, duplicates_dropped=self.duplicates_dropped,
+                    millis_behind_latest=self.millis_behind_latest,
                     owner=self.owner, last_checkpoint=self.last_checkpoint, state=self.state)
 
 
@@ -78,6 +83,7 @@ class KinesisReceiver:
         self._shards: dict[str, ShardStats] = {}
         self._owners: dict[str, channel.Peer] = {}
         self._drains: dict[str, tuple[channel.Peer, str]] = {}
+        self._dropping: dict[str, list] = {}  # shard -> [worker id, dropped]: one log line a move
         self._batches: dict[int, BatchRecord] = {}
         self._directory: str | None = None
         self._server: channel.ChannelServer | None = None
@@ -203,8 +209,9 @@ class KinesisReceiver:
         with self._lock:
             due = [(s, p, self._owners.get(s)) for s, p in self.checkpointer.due_checkpoints(shard_ids)]
         for shard_id, (seq, sub), peer in due:
-            if peer is not None:
-                peer.send((channel.CHECKPOINT, shard_id, seq, sub))
+            if peer is None or not peer.send((channel.CHECKPOINT, shard_id, seq, sub)):
+                with self._lock:
+                    self.checkpointer.checkpoint_refused(shard_id, (seq, sub))
 
     def _check_drains(self) -> None:
         """Answer each shard waiting at shard end / shutdown once its records are processed."""
@@ -218,8 +225,9 @@ class KinesisReceiver:
                 del self._drains[shard_id]
                 position = self.checkpointer.completed_position(shard_id)
                 complete = done and not self.checkpointer.has_failed(shard_id)
-                self.checkpointer.shard_closed(shard_id)
-                self._owners.pop(shard_id, None)
+                if self._owners.get(shard_id) is peer:
+                    self.checkpointer.shard_closed(shard_id)
+                    del self._owners[shard_id]
                 stats = self._shards.get(shard_id)
                 if stats is not None:
                     stats.state = "ended" if reason == "shard_end" and complete else "released"
@@ -234,21 +242,30 @@ class KinesisReceiver:
         if kind == channel.RECORDS:
             _, _, records, lag = message
             with self._lock:
-                self._owners[shard_id] = peer
+                if shard_id not in self._owners:  # INIT comes first; this is a fallback
+                    self._owners[shard_id] = peer
+                    self.checkpointer.shard_started(shard_id)
+            # Outside the receiver's lock: a full buffer holds the ack, never this lock.
+            put = self.buffer.put(shard_id, records, lambda: peer.send((channel.ACK, shard_id)))
+            with self._lock:
                 stats = self._shards.setdefault(shard_id, ShardStats())
-                stats.records += len(records)
-                stats.millis_behind_latest = lag
-                stats.owner = peer.worker_id
-            self.buffer.put(shard_id, records, lambda: peer.send((channel.ACK, shard_id)))
+                stats.records += put.accepted
+                stats.duplicates_dropped += put.dropped
+                if self._owners.get(shard_id) is peer:
+                    stats.millis_behind_latest = lag
+                    stats.owner = peer.worker_id
+                self._note_dropped(shard_id, peer, put.dropped, caught_up=put.accepted > 0)
         elif kind == channel.LAG:
             with self._lock:
                 stats = self._shards.setdefault(shard_id, ShardStats())
-                stats.millis_behind_latest = message[2]
-                stats.owner = peer.worker_id
+                if self._owners.get(shard_id, peer) is peer:
+                    stats.millis_behind_latest = message[2]
+                    stats.owner = peer.worker_id
         elif kind == channel.INIT:
             with self._lock:
+                self._flush_dropped(shard_id)
                 self._owners[shard_id] = peer
-                self.checkpointer.shard_started(shard_id)
+                self.checkpointer.shard_started(shard_id, _start_position(message[2], message[3]))
                 stats = self._shards.setdefault(shard_id, ShardStats())
                 stats.owner, stats.state = peer.worker_id, "processing"
                 if message[2] is not None:
@@ -261,11 +278,11 @@ class KinesisReceiver:
             self._check_drains()
         elif kind == channel.LOST:
             with self._lock:
-                self.checkpointer.shard_closed(shard_id)
-                if self._owners.get(shard_id) is peer:
+                if self._owners.get(shard_id) is peer:  # not when a new owner came first
                     del self._owners[shard_id]
-                if shard_id in self._shards:
-                    self._shards[shard_id].state = "lost"
+                    self.checkpointer.shard_closed(shard_id)
+                    if shard_id in self._shards:
+                        self._shards[shard_id].state = "lost"
             log.warning("%s: %s lost the lease of shard %s", self.name, peer.worker_id, shard_id)
         elif kind == channel.CHECKPOINTED:
             _, _, seq, sub, error = message
@@ -275,8 +292,30 @@ class KinesisReceiver:
                         self._shards[shard_id].last_checkpoint = _position_text(seq, sub)
                     if seq != "SHARD_END":
                         self.checkpointer.checkpoint_confirmed(shard_id, (seq, sub))
+                elif seq not in (None, "SHARD_END"):
+                    self.checkpointer.checkpoint_refused(shard_id, (seq, sub))
         else:
             log.warning("%s: unknown message %r from %s", self.name, kind, peer)
+
+    def _note_dropped(self, shard_id: str, peer: channel.Peer, dropped: int,
+                      caught_up: bool) -> None:
+        """Count a new owner's re-reads; log them once it has caught up (one line a move)."""
+        if dropped:
+            episode = self._dropping.get(shard_id)
+            if episode is None or episode[0] != peer.worker_id:
+                self._flush_dropped(shard_id)
+                episode = self._dropping[shard_id] = [peer.worker_id, 0]
+            episode[1] += dropped
+        episode = self._dropping.get(shard_id)
+        if caught_up and episode is not None and episode[0] == peer.worker_id:
+            self._flush_dropped(shard_id)
+
+    def _flush_dropped(self, shard_id: str) -> None:
+        episode = self._dropping.pop(shard_id, None)
+        if episode is not None:
+            log.info("%s: %s re-read %d record(s) of shard %s already received from its "
+                     "previous owner; dropped them (counted once)", self.name, episode[0],
+                     episode[1], shard_id)
 
     def _on_disconnect(self, peer: channel.Peer) -> None:
         with self._lock:
@@ -299,6 +338,13 @@ class KinesisReceiver:
                 entry["processed"] = _position_text(*position) if position else None
                 view[shard_id] = entry
             return view
+
+
+def _start_position(seq: str | None, sub: int | None) -> Position | None:
+    """An owner's starting checkpoint as a position; None for the sentinels."""
+    if seq is None or not seq.isdigit():
+        return None
+    return seq, int(sub or 0)
 
 
 def _position_text(seq: str | None, sub: int | None) -> str | None:
