@@ -5,6 +5,7 @@ client carries dummy credentials explicitly, so these helpers work whatever the 
 """
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -203,3 +204,38 @@ def read_all(endpoint: str, stream: str, timeout: float = 30.0) -> list[dict[str
             if not page["Records"] and page.get("MillisBehindLatest", 0) == 0:
                 break
     return out
+
+
+class Producer:
+    """Puts ``batch`` records every ``interval_s`` on a thread while the block runs;
+    ``sent`` maps data -> partition key."""
+
+    def __init__(self, endpoint: str, stream: str, prefix: str, batch: int = 10,
+                 interval_s: float = 0.25) -> None:
+        self.endpoint, self.stream, self.prefix = endpoint, stream, prefix
+        self.batch, self.interval_s = batch, interval_s
+        self.sent: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def _run(self) -> None:
+        round_no = 0
+        while not self._stop.wait(self.interval_s):
+            self.sent.update(put_batch(self.endpoint, self.stream, f"{self.prefix}{round_no}",
+                                       self.batch))
+            round_no += 1
+
+    def __enter__(self) -> "Producer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def put_batch(endpoint: str, stream: str, prefix: str, count: int) -> dict[str, str]:
+    """``count`` records with distinct data and 37 partition keys; returns data -> key."""
+    batch = {f"{prefix}-{i}": f"pk-{prefix}-{i % 37}" for i in range(count)}
+    put_records(endpoint, stream, [(pk, data) for data, pk in batch.items()])
+    return batch

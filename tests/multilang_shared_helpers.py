@@ -14,11 +14,9 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-import emulators
 from java_kcl import EVENTS_ENV, JARS_DIR, JVM_FLAGS
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -79,36 +77,3 @@ class DaemonProcess:
         return f"--- {self.name} ({self.kind}, pid {self.proc.pid}) ---\n{text[-limit:]}"
 
 
-class Producer:
-    """Puts ``batch`` records every ``interval_s`` on a thread while the block runs;
-    ``sent`` maps data -> partition key."""
-
-    def __init__(self, endpoint: str, stream: str, prefix: str, batch: int = 10,
-                 interval_s: float = 0.25) -> None:
-        self.endpoint, self.stream, self.prefix = endpoint, stream, prefix
-        self.batch, self.interval_s = batch, interval_s
-        self.sent: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
-
-    def _run(self) -> None:
-        round_no = 0
-        while not self._stop.wait(self.interval_s):
-            self.sent.update(put_batch(self.endpoint, self.stream, f"{self.prefix}{round_no}",
-                                       self.batch))
-            round_no += 1
-
-    def __enter__(self) -> "Producer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
-def put_batch(endpoint: str, stream: str, prefix: str, count: int) -> dict[str, str]:
-    """``count`` records with distinct data and 37 partition keys; returns data -> key."""
-    batch = {f"{prefix}-{i}": f"pk-{prefix}-{i % 37}" for i in range(count)}
-    emulators.put_records(endpoint, stream, [(pk, data) for data, pk in batch.items()])
-    return batch

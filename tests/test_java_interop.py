@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Callable
 import pytest
 
 import emulators
+from emulators import Producer, put_batch
 from java_kcl import JavaDaemon
 from recording_processor import make_factory, read_events
 
@@ -113,36 +113,29 @@ def all_checkpointed(dynamodb: str, table: str, n_shards: int) -> bool:
         item.get("checkpoint", {}).get("S", "").isdigit() and "leaseOwner" in item for item in items)
 
 
-def put_batch(endpoint: str, stream: str, prefix: str, count: int) -> dict[str, str]:
-    batch = {f"{prefix}-{i}": f"pk-{prefix}-{i % 37}" for i in range(count)}
-    emulators.put_records(endpoint, stream, [(pk, data) for data, pk in batch.items()])
-    return batch
+def start_shared_run(kinesis_local: str, dynamodb: str, make_stream, make_config, tmp_path: Path):
+    """A 4-shard stream with 400 records, our worker process started first, then a Java daemon
+    on the same lease table; also returns two functions for failure messages and deliveries."""
+    stream = make_stream(4)
+    expected = put_batch(kinesis_local, stream, "before", 400)
+    tag = uuid.uuid4().hex[:6]
+    our_id, java_id = f"ours-{tag}", f"java-{tag}"
+    config = make_config(stream, failover_time_ms=FAILOVER_MS, worker_id=our_id)
+    table_name = config.application_name
+    our_events = tmp_path / "ours.events.jsonl"
+    ours = start_our_worker(config, our_events, tmp_path)
+    java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
 
+    def logs() -> str:
+        ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
+        return f"owners: {owners(dynamodb, table_name)}\n--- ours.stderr ---\n{ours_log}\n{java.log_tail()}"
 
-class Producer:
-    """Puts a small batch every ``interval_s`` on a thread until the block ends."""
+    def delivered() -> list[dict]:
+        return (records_of(read_events(str(our_events)))
+                + records_of(read_events(str(java.events_path))))
 
-    def __init__(self, endpoint: str, stream: str, prefix: str, batch: int = 10,
-                 interval_s: float = 0.2) -> None:
-        self.endpoint, self.stream, self.prefix = endpoint, stream, prefix
-        self.batch, self.interval_s = batch, interval_s
-        self.sent: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
-
-    def _run(self) -> None:
-        round_no = 0
-        while not self._stop.wait(self.interval_s):
-            self.sent.update(put_batch(self.endpoint, self.stream, f"{self.prefix}{round_no}", self.batch))
-            round_no += 1
-
-    def __enter__(self) -> "Producer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    return (stream, expected, our_id, java_id, config, table_name, our_events, ours, java, logs,
+            delivered)
 
 
 # -- 1. lease item format ----------------------------------------------------------------------
@@ -209,23 +202,8 @@ def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
 @pytest.mark.parametrize("killed", ["java", "ours"])
 def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
         killed, aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
-    stream = make_stream(4)
-    expected = put_batch(kinesis_local, stream, "before", 400)
-    tag = uuid.uuid4().hex[:6]
-    our_id, java_id = f"ours-{tag}", f"java-{tag}"
-    config = make_config(stream, failover_time_ms=FAILOVER_MS, worker_id=our_id)
-    table_name = config.application_name
-    our_events = tmp_path / "ours.events.jsonl"
-    ours = start_our_worker(config, our_events, tmp_path)
-    java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
-
-    def logs() -> str:
-        ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
-        return f"owners: {owners(dynamodb, table_name)}\n--- ours.stderr ---\n{ours_log}\n{java.log_tail()}"
-
-    def delivered() -> list[dict]:
-        return (records_of(read_events(str(our_events)))
-                + records_of(read_events(str(java.events_path))))
+    (stream, expected, our_id, java_id, config, table_name, our_events, ours, java, logs,
+     delivered) = start_shared_run(kinesis_local, dynamodb, make_stream, make_config, tmp_path)
 
     try:
         # Ours creates the table and leases and takes all four; then the Java daemon joins.
@@ -314,23 +292,8 @@ def test_sigterm_of_our_worker_releases_its_leases_and_java_takes_all_of_them_at
     four. Leases left owned (the Java KCL's own graceful stop, or a kill -9) are treated as
     just renewed: that pass could steal one at most, the rest only after failoverTimeMillis
     and another taker pass (about 2 x failover later)."""
-    stream = make_stream(4)
-    expected = put_batch(kinesis_local, stream, "before", 400)
-    tag = uuid.uuid4().hex[:6]
-    our_id, java_id = f"ours-{tag}", f"java-{tag}"
-    config = make_config(stream, failover_time_ms=FAILOVER_MS, worker_id=our_id)
-    table_name = config.application_name
-    our_events = tmp_path / "ours.events.jsonl"
-    ours = start_our_worker(config, our_events, tmp_path)
-    java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
-
-    def logs() -> str:
-        ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
-        return f"owners: {owners(dynamodb, table_name)}\n--- ours.stderr ---\n{ours_log}\n{java.log_tail()}"
-
-    def delivered() -> list[dict]:
-        return (records_of(read_events(str(our_events)))
-                + records_of(read_events(str(java.events_path))))
+    (stream, expected, our_id, java_id, config, table_name, our_events, ours, java, logs,
+     delivered) = start_shared_run(kinesis_local, dynamodb, make_stream, make_config, tmp_path)
 
     def java_takes() -> list[tuple[int, list[str]]]:
         text = java.stdout_path.read_text(errors="replace") + java.stderr_path.read_text(errors="replace") \

@@ -23,7 +23,8 @@ import pytest
 
 import emulators
 from java_kcl import CHILD
-from multilang_shared_helpers import DaemonProcess, Producer, put_batch, write_properties
+from emulators import Producer, put_batch
+from multilang_shared_helpers import DaemonProcess, write_properties
 from recording_processor import read_events
 
 from kinesis_dstream.multilang.properties import KNOWN_KEYS, load_properties, read_properties_file
