@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from .errors import RetriesExhaustedError
+
+if TYPE_CHECKING:
+    from .config import ConsumerConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -24,7 +27,7 @@ class RetryPolicy:
     max_wait_ms: int = 10_000
 
     @classmethod
-    def from_config(cls, config) -> "RetryPolicy":
+    def from_config(cls, config: "ConsumerConfig") -> "RetryPolicy":
         return cls(wait_time_ms=config.retry_wait_time_ms, max_attempts=config.retry_max_attempts)
 
     def backoff_ms(self, attempt: int) -> int:
