@@ -1,12 +1,11 @@
 """Shard sync decisions: which leases to create, parents before children (tier 1, no I/O)."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
+from kinesis_dstream.aws.kinesis import Shard
 from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.worker.shard_sync import ShardInfo, initial_checkpoint, new_leases, parents_done
+from kinesis_dstream.worker.shard_sync import initial_checkpoint, new_leases, parents_done
 
 
 def config(position: str = "TRIM_HORIZON", **kw) -> ConsumerConfig:
@@ -14,8 +13,9 @@ def config(position: str = "TRIM_HORIZON", **kw) -> ConsumerConfig:
                           initial_position=position, worker_id="w", **kw)
 
 
-def shard(shard_id: str, *parents: str, closed: bool = False) -> ShardInfo:
-    return ShardInfo(shard_id, tuple(parents), "0", "100", closed)
+def shard(shard_id: str, *parents: str, closed: bool = False) -> Shard:
+    return Shard(shard_id, parents[0] if parents else None, parents[1] if len(parents) > 1 else None,
+                 "0", "100", "1", "9" if closed else None)
 
 
 def by_key(leases: list[Lease]) -> dict[str, Lease]:
@@ -32,8 +32,8 @@ SPLIT_AND_MERGE = [
 ]
 
 
-def test_shard_info_from_a_list_shards_dict():
-    info = ShardInfo.of({
+def test_shard_from_a_list_shards_answer():
+    info = Shard.from_api({
         "ShardId": "shardId-000000000003",
         "ParentShardId": "shardId-000000000001",
         "AdjacentParentShardId": "shardId-000000000002",
@@ -41,20 +41,13 @@ def test_shard_info_from_a_list_shards_dict():
         "SequenceNumberRange": {"StartingSequenceNumber": "4959"},
     })
     assert info.shard_id == "shardId-000000000003"
-    assert info.parent_shard_ids == ("shardId-000000000001", "shardId-000000000002")
+    assert info.parent_shard_ids == ["shardId-000000000001", "shardId-000000000002"]
     assert info.ending_hash_key == "340282366920938463463374607431768211455"
-    assert not info.closed
-    closed = ShardInfo.of({"ShardId": "s0", "HashKeyRange": {},
-                           "SequenceNumberRange": {"StartingSequenceNumber": "1",
-                                                   "EndingSequenceNumber": "9"}})
-    assert closed.closed and closed.parent_shard_ids == ()
-
-
-def test_shard_info_from_an_object():
-    info = ShardInfo.of(SimpleNamespace(shard_id="s1", parent_shard_id="s0",
-                                        adjacent_parent_shard_id=None, starting_hash_key="0",
-                                        ending_hash_key="5", ending_sequence_number=None))
-    assert info == ShardInfo("s1", ("s0",), "0", "5", False)
+    assert not info.is_closed
+    closed = Shard.from_api({"ShardId": "s0", "HashKeyRange": {},
+                             "SequenceNumberRange": {"StartingSequenceNumber": "1",
+                                                     "EndingSequenceNumber": "9"}})
+    assert closed.is_closed and closed.parent_shard_ids == []
 
 
 def test_trim_horizon_fresh_table_leases_every_shard_children_name_parents():

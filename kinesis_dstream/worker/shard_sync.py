@@ -9,9 +9,9 @@ With LATEST on a fresh table, closed shards get no lease: their data is history.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ..aws.kinesis import Shard
 from ..aws.lease_table import Lease, LeaseTable
 from ..config import ConsumerConfig
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
@@ -19,36 +19,12 @@ from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ShardInfo:
-    shard_id: str
-    parent_shard_ids: tuple[str, ...]
-    starting_hash_key: str | None
-    ending_hash_key: str | None
-    closed: bool
-
-    @classmethod
-    def of(cls, shard: Any) -> "ShardInfo":
-        """Accept a boto3 ListShards dict or an object with snake_case attributes."""
-        if isinstance(shard, dict):
-            parents = tuple(p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p)
-            hash_range = shard.get("HashKeyRange", {})
-            return cls(shard["ShardId"], parents, hash_range.get("StartingHashKey"),
-                       hash_range.get("EndingHashKey"),
-                       "EndingSequenceNumber" in shard.get("SequenceNumberRange", {}))
-        parents = tuple(p for p in (getattr(shard, "parent_shard_id", None),
-                                    getattr(shard, "adjacent_parent_shard_id", None)) if p)
-        return cls(shard.shard_id, parents, getattr(shard, "starting_hash_key", None),
-                   getattr(shard, "ending_hash_key", None),
-                   getattr(shard, "ending_sequence_number", None) is not None)
-
-
 def initial_checkpoint(config: ConsumerConfig) -> ExtendedSequenceNumber:
     return ExtendedSequenceNumber({"LATEST": LATEST, "TRIM_HORIZON": TRIM_HORIZON,
                                    "AT_TIMESTAMP": AT_TIMESTAMP}[config.initial_position])
 
 
-def new_leases(shards: Iterable[ShardInfo], existing: dict[str, Lease],
+def new_leases(shards: Iterable[Shard], existing: dict[str, Lease],
                config: ConsumerConfig) -> list[Lease]:
     """The leases to create for shards that have none (pure: tested without AWS)."""
     shards = list(shards)
@@ -60,7 +36,7 @@ def new_leases(shards: Iterable[ShardInfo], existing: dict[str, Lease],
             continue
         # Every closed shard, not only closed roots: a leased closed middle generation
         # would make the open shards its children, read from TRIM_HORIZON (a full replay).
-        if shard.closed and config.initial_position == LATEST and fresh_table:
+        if shard.is_closed and config.initial_position == LATEST and fresh_table:
             continue
         parents = frozenset(p for p in shard.parent_shard_ids if p in known)
         if parents:
@@ -99,7 +75,7 @@ class ShardSyncer:
 
     def sync(self) -> int:
         """List shards and create missing leases; returns how many were created."""
-        shards = [ShardInfo.of(shard) for shard in self.kinesis.list_shards()]
+        shards = self.kinesis.list_shards()
         existing = {lease.lease_key: lease for lease in self.table.list_leases()}
         created = 0
         for lease in new_leases(shards, existing, self.config):
