@@ -56,6 +56,17 @@ class RetriesExhaustedError(KinesisDStreamError):
         self.last_error = last_error
 
 
+class UnreachableAfterRetriesError(EndpointUnreachableError, RetriesExhaustedError):
+    """The endpoint stayed unreachable through every retry.
+
+    It is both kinds on purpose: start-up code that asks "is the endpoint dead?" and a shard
+    consumer that waits after ``RetriesExhaustedError`` both recognise it. Not retryable
+    itself: the retries already happened.
+    """
+
+    retryable = False
+
+
 class LeaseLostError(KinesisDStreamError):
     """Another worker holds the lease now (our conditional write failed)."""
 

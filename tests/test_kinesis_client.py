@@ -12,7 +12,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from kinesis_dstream.aws.kinesis import KinesisClient, Shard, UnreachableAfterRetriesError
+from kinesis_dstream.aws.kinesis import KinesisClient, Shard
+from kinesis_dstream.errors import UnreachableAfterRetriesError
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import (
     EndpointUnreachableError,

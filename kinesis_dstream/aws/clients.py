@@ -7,7 +7,8 @@ endpoint fails in seconds, naming its URL.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Callable
 
 import boto3
 import botocore.config
@@ -20,10 +21,13 @@ from ..errors import (
     EndpointUnreachableError,
     ExpiredIteratorError,
     KinesisDStreamError,
+    RetriesExhaustedError,
     StreamNotFoundError,
     ThrottlingError,
     TransientServiceError,
+    UnreachableAfterRetriesError,
 )
+from ..retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -158,5 +162,32 @@ def error_code(exc: BaseException) -> str | None:
     return None
 
 
-def is_conditional_check_failure(exc: BaseException) -> bool:
-    return error_code(exc) == "ConditionalCheckFailedException"
+def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
+         expected: tuple[str, ...] = (), sleep: Callable[[float], None] = time.sleep,
+         **kwargs: Any) -> Any:
+    """One AWS call under the retry policy, its errors translated to ours.
+
+    Error codes in ``expected`` are answers the caller handles (a conditional write that
+    lost, a table that does not exist yet), so they come back as the raw ClientError. An
+    endpoint that stays unreachable through every retry raises UnreachableAfterRetriesError
+    naming it and the setting to check.
+    """
+    def attempt() -> Any:
+        try:
+            return method(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - every botocore error is classified here
+            if error_code(exc) in expected:
+                raise
+            raise translate_error(exc, what) from exc
+
+    try:
+        return policy.call(attempt, what, sleep=sleep)
+    except RetriesExhaustedError as exc:
+        if isinstance(exc.last_error, EndpointUnreachableError):
+            service = getattr(getattr(method, "__self__", None), "meta", None)
+            name = service.service_model.service_name if service is not None else "service"
+            raise UnreachableAfterRetriesError(
+                f"{exc.last_error} (no answer in {policy.max_attempts} attempts; check the "
+                f"{name} endpoint setting or AWS_ENDPOINT_URL_{name.upper()})",
+                exc.last_error) from exc
+        raise

@@ -15,25 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import ConsumerConfig
-from ..errors import EndpointUnreachableError, RetriesExhaustedError
 from ..retry import RetryPolicy
-from .clients import make_client, translate_error
+from .clients import call, make_client
 
 log = logging.getLogger(__name__)
 
 ITERATOR_TYPES = ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST",
                   "AT_TIMESTAMP")
-
-
-class UnreachableAfterRetriesError(EndpointUnreachableError, RetriesExhaustedError):
-    """The endpoint stayed unreachable through every retry.
-
-    It is both kinds on purpose: start-up code that asks "is the endpoint dead?" and a shard
-    consumer that waits after ``RetriesExhaustedError`` both recognise it. Not retryable
-    itself: the retries already happened.
-    """
-
-    retryable = False
 
 
 @dataclass(frozen=True)
@@ -95,23 +83,8 @@ class KinesisClient:
         return f"stream {self.stream_name!r} in {self._config.region_name} at {self.endpoint_url}"
 
     def _call(self, operation: str, what: str, **kwargs: Any) -> dict:
-        method = getattr(self._client, operation)
-
-        def attempt() -> dict:
-            try:
-                return method(**kwargs)
-            except Exception as exc:  # noqa: BLE001 - every botocore error is translated
-                raise translate_error(exc, what) from exc
-
-        try:
-            return self._policy.call(attempt, what, sleep=self._sleep)
-        except RetriesExhaustedError as exc:
-            if isinstance(exc.last_error, EndpointUnreachableError):
-                raise UnreachableAfterRetriesError(
-                    f"{exc.last_error} (no answer in {self._policy.max_attempts} attempts; check "
-                    "the Kinesis endpoint setting or AWS_ENDPOINT_URL_KINESIS)",
-                    exc.last_error) from exc
-            raise
+        return call(self._policy, getattr(self._client, operation), what, sleep=self._sleep,
+                    **kwargs)
 
     def describe_stream_summary(self) -> dict:
         """The stream's summary; called at start so a wrong name fails at once, clearly."""

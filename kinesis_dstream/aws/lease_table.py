@@ -19,7 +19,7 @@ from ..config import ConsumerConfig
 from ..errors import LeaseLostError
 from ..retry import RetryPolicy
 from ..records import ExtendedSequenceNumber
-from .clients import error_code, is_conditional_check_failure, make_client, translate_error
+from .clients import call, make_client
 
 log = logging.getLogger(__name__)
 
@@ -106,22 +106,9 @@ class LeaseTable:
         return self.config.lease_table_name
 
     def _call(self, what: str, operation: str, expected: tuple[str, ...] = (), **kwargs: Any) -> Any:
-        """One DynamoDB call under the retry policy.
-
-        Error codes in ``expected`` (and conditional-check failures) are answers the caller
-        handles, so they come back raw instead of as our errors.
-        """
-        method = getattr(self.client, operation)
-
-        def attempt() -> Any:
-            try:
-                return method(**kwargs)
-            except Exception as exc:  # noqa: BLE001 - classified below
-                if is_conditional_check_failure(exc) or error_code(exc) in expected:
-                    raise
-                raise translate_error(exc, f"{what} (table {self.table_name})") from exc
-
-        return self.retry.call(attempt, what)
+        """One DynamoDB call; a lost conditional write always comes back raw (see _guarded_update)."""
+        return call(self.retry, getattr(self.client, operation), f"{what} (table {self.table_name})",
+                    expected=(*expected, "ConditionalCheckFailedException"), **kwargs)
 
     # -- table --------------------------------------------------------------------------
     def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
