@@ -43,11 +43,6 @@ def epoch_ms(value: Any) -> int:
     return int(float(value) * 1000)  # epoch seconds, as the JSON wire format has it
 
 
-def is_aggregate(data: bytes) -> bool:
-    """True when the bytes carry the KPL magic (a plain record could too, rarely)."""
-    return data[:_MAGIC_LEN] == MAGIC
-
-
 def _split(data: bytes, sequence_number: str, arrival_ms: int,
            shard_id: str) -> list[Record] | None:
     """The user records of an aggregate, or None (after a warning) when it is malformed."""
@@ -102,7 +97,7 @@ def deaggregate(kinesis_records: Iterable[dict], shard_id: str) -> list[Record]:
         data = raw["Data"]
         sequence_number = raw["SequenceNumber"]
         arrival_ms = epoch_ms(raw.get("ApproximateArrivalTimestamp"))
-        if data[:_MAGIC_LEN] == MAGIC:
+        if data[:_MAGIC_LEN] == MAGIC:  # the KPL magic (a plain record could carry it, rarely)
             users = _split(data, sequence_number, arrival_ms, shard_id)
             if users is not None:
                 out.extend(users)

@@ -63,10 +63,6 @@ class KinesisDataFetcher:
     def child_shard_ids(self) -> list[str]:
         return list(self._child_shard_ids)
 
-    @property
-    def initialized(self) -> bool:
-        return self._start is not None
-
     def initialize(self, checkpoint: ExtendedSequenceNumber) -> None:
         """Position the fetcher at a lease's checkpoint (or the initial position sentinel)."""
         self._start = checkpoint
@@ -149,11 +145,8 @@ class KinesisDataFetcher:
     def _drop_delivered(self, records: list[Record]) -> list[Record]:
         """Drop the user records at or before ``_skip_through``; records come in shard order."""
         assert self._skip_through is not None
-        limit_seq = int(self._skip_through.sequence_number)
-        limit_sub = self._skip_through.sub_sequence_number
         for index, record in enumerate(records):
-            seq = int(record.sequence_number)
-            if seq < limit_seq or (seq == limit_seq and record.sub_sequence_number <= limit_sub):
+            if record.extended_sequence_number <= self._skip_through:
                 continue
             self._skip_through = None
             return records[index:]
