@@ -178,13 +178,12 @@ def self_cpu_seconds() -> float:
 def spawn_worker(config: Any, factory_spec: str, factory_args: dict[str, Any], workdir: Path,
                  env: dict[str, str], name: str) -> subprocess.Popen:
     """``python -m kinesis_dstream worker``; its stderr goes to ``workdir/name.stderr``."""
-    config_path = workdir / f"{name}.json"
-    config_path.write_text(json.dumps(config.to_dict()))
-    command = [sys.executable, "-m", "kinesis_dstream", "worker", "--config", str(config_path),
-               "--processor-factory", factory_spec, "--factory-args", json.dumps(factory_args)]
+    from kinesis_dstream.worker.process import spawn_worker as spawn
+
     with open(workdir / f"{name}.stderr", "wb") as stderr:
-        return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        return spawn(config, workdir / f"{name}.json", factory_spec, factory_args, env=env,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                     start_new_session=True)
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> int:

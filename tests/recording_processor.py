@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
+from pathlib import Path
+from typing import Any
 
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.worker.process import spawn_worker
 from kinesis_dstream.worker.processor import RecordProcessor
 
 _lock = threading.Lock()
@@ -67,3 +72,15 @@ def read_events(path: str) -> list[dict]:
         return []
     with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def start_worker(config: ConsumerConfig, log_path: Path, tmp_path: Path, name: str,
+                 **factory_args: Any) -> subprocess.Popen:
+    """A worker process running this processor; its stderr goes to ``tmp_path/name.stderr``."""
+    here = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (here, os.environ.get("PYTHONPATH")) if p))
+    with open(tmp_path / f"{name}.stderr", "wb") as stderr:
+        return spawn_worker(config, tmp_path / f"{name}.json", "recording_processor:make_factory",
+                            {"path": str(log_path), **factory_args},
+                            env=env, stdout=subprocess.DEVNULL, stderr=stderr)

@@ -8,12 +8,9 @@ DynamoDB. Timings are shortened on both sides alike (failoverTimeMillis = FAILOV
 """
 from __future__ import annotations
 
-import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,14 +21,13 @@ import pytest
 import emulators
 from emulators import Producer, put_batch
 from java_kcl import JavaDaemon
-from recording_processor import make_factory, read_events
+from recording_processor import make_factory, read_events, start_worker
 
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.scheduler import Scheduler
 
-TESTS_DIR = Path(__file__).resolve().parent
 FAILOVER_MS = 5000
 # Attributes a KCL 2.x writer puts on an item only in some states: resharding
 # (parentShardId, childShardIds) and a two-phase checkpoint (pendingCheckpoint*).
@@ -51,16 +47,7 @@ def java_daemon(tmp_path: Path, name: str, stream: str, application: str, kinesi
 
 
 def start_our_worker(config: ConsumerConfig, events_path: Path, tmp_path: Path) -> subprocess.Popen:
-    config_path = tmp_path / "ours.json"
-    config_path.write_text(json.dumps(config.to_dict()))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH")) if p))
-    with open(tmp_path / "ours.stderr", "wb") as stderr:
-        return subprocess.Popen(
-            [sys.executable, "-m", "kinesis_dstream", "worker", "--config", str(config_path),
-             "--processor-factory", "recording_processor:make_factory",
-             "--factory-args", json.dumps({"path": str(events_path)})],
-            env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    return start_worker(config, events_path, tmp_path, "ours")
 
 
 def scan(dynamodb: str, table: str) -> list[dict[str, Any]]:

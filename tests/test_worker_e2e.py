@@ -6,40 +6,21 @@ tests/recording_processor.py, so a test can check deliveries even after a kill -
 """
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 import emulators
-from recording_processor import read_events
+from recording_processor import read_events, start_worker
 
-from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import CredentialsError, EndpointUnreachableError, StreamNotFoundError
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
 
-TESTS_DIR = Path(__file__).resolve().parent
-
-
-def start_worker(config: ConsumerConfig, log_path: Path, tmp_path: Path, name: str,
-                 **factory_args: Any) -> subprocess.Popen:
-    config_path = tmp_path / f"{name}.json"
-    config_path.write_text(json.dumps(config.to_dict()))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
-    stderr = open(tmp_path / f"{name}.stderr", "wb")
-    command = [sys.executable, "-m", "kinesis_dstream", "worker", "--config", str(config_path),
-               "--processor-factory", "recording_processor:make_factory",
-               "--factory-args", json.dumps({"path": str(log_path), **factory_args})]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def stop_all(processes: list[subprocess.Popen]) -> None:

@@ -24,8 +24,9 @@ from typing import Any
 
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError
+from ..worker.process import write_private
 from .kclpy_child import ARGS_ENV
-from .worker_processes import WorkerProcesses, _write_private
+from .worker_processes import WorkerProcesses
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class JavaDaemonProcesses(WorkerProcesses):
         worker_id = f"{self.config.worker_id}-j{index}-{self._generation}"
         config = self.config.replace(worker_id=worker_id)
         properties_path = os.path.join(self.directory, f"java-kcl-{index}.properties")
-        _write_private(properties_path, properties_text(daemon_properties(config)))
+        write_private(properties_path, properties_text(daemon_properties(config)))
         env = daemon_env(config, dict(self.factory_args, worker_id=worker_id))
         command = [find_java(), "-cp", f"{find_jars()}/*", DAEMON_CLASS,
                    "--properties-file", properties_path]

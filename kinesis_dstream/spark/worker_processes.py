@@ -7,7 +7,6 @@ directory.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -18,16 +17,11 @@ import time
 from typing import Any
 
 from ..config import ConsumerConfig
+from ..worker.process import spawn_worker
 
 log = logging.getLogger(__name__)
 
 FACTORY = "kinesis_dstream.spark.forwarder:make_factory"
-
-
-def _write_private(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 class WorkerProcesses:
@@ -54,13 +48,10 @@ class WorkerProcesses:
         self._generation += 1
         worker_id = f"{self.config.worker_id}-w{index}-{self._generation}"
         config_path = os.path.join(self.directory, f"worker-{index}.json")
-        config = self.config.replace(worker_id=worker_id)
-        _write_private(config_path, json.dumps(config.to_dict()))
-        args = dict(self.factory_args, worker_id=worker_id)
-        command = [sys.executable, "-m", "kinesis_dstream", "worker", "--config", config_path,
-                   "--processor-factory", FACTORY, "--factory-args", json.dumps(args)]
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                                start_new_session=True)
+        proc = spawn_worker(self.config.replace(worker_id=worker_id), config_path, FACTORY,
+                            dict(self.factory_args, worker_id=worker_id),
+                            stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+                            start_new_session=True)
         self._procs[index], self._worker_ids[index] = proc, worker_id
         log.info("%s: started worker %s (pid %d)", self.name, worker_id, proc.pid)
 

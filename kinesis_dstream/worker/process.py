@@ -10,6 +10,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -69,9 +70,22 @@ def main(argv: list[str]) -> int:
     return run_worker(config, factory)
 
 
-def spawn_worker(config_path: str, factory_spec: str, factory_args: Mapping[str, Any] | None = None,
+def write_private(path: str | os.PathLike, text: str) -> None:
+    """Write a file only its owner can read: worker configs may hold credentials."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def spawn_worker(config: ConsumerConfig, config_path: str | os.PathLike, factory_spec: str,
+                 factory_args: Mapping[str, Any] | None = None,
                  **popen_kwargs: Any) -> subprocess.Popen:
-    """Start a worker process running this interpreter (used by the Spark glue and tests)."""
-    command = [sys.executable, "-m", "kinesis_dstream", "worker", "--config", config_path,
-               "--processor-factory", factory_spec, "--factory-args", json.dumps(dict(factory_args or {}))]
+    """Write ``config`` to ``config_path`` (0600) and start a worker process on it.
+
+    Used by the Spark glue, the tests and the benchmarks, so all start workers one way.
+    """
+    write_private(config_path, json.dumps(config.to_dict()))
+    command = [sys.executable, "-m", "kinesis_dstream", "worker", "--config", str(config_path),
+               "--processor-factory", factory_spec,
+               "--factory-args", json.dumps(dict(factory_args or {}))]
     return subprocess.Popen(command, **popen_kwargs)
