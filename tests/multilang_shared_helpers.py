@@ -17,14 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from java_kcl import EVENTS_ENV, JARS_DIR, JVM_FLAGS
+from java_kcl import EVENTS_ENV, JVM_FLAGS
+
+from kinesis_dstream.spark.java_engine import daemon_command, properties_text
 
 TESTS_DIR = Path(__file__).resolve().parent
 
 
 def write_properties(path: Path, settings: dict[str, Any]) -> Path:
     path.write_text("# one file for the Java MultiLangDaemon and for ours\n"
-                    + "".join(f"{key} = {value}\n" for key, value in settings.items()))
+                    + properties_text(settings))
     return path
 
 
@@ -37,9 +39,7 @@ class DaemonProcess:
         self.events_path = workdir / f"{name}.events.jsonl"
         self.log_path = workdir / f"{name}.log"
         if kind == "java":
-            command = ["java", *JVM_FLAGS, "-cp", f"{JARS_DIR}/*",
-                       "software.amazon.kinesis.multilang.MultiLangDaemon",
-                       "--properties-file", str(properties)]
+            command = daemon_command(properties, JVM_FLAGS)
         else:
             command = [sys.executable, "-m", "kinesis_dstream", "multilang",
                        "--properties-file", str(properties)]

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError
@@ -118,6 +118,16 @@ def daemon_properties(config: ConsumerConfig) -> dict[str, Any]:
     return settings
 
 
+def daemon_command(properties_path: str | os.PathLike, jvm_flags: Sequence[str] = ()) -> list[str]:
+    """``java ... MultiLangDaemon --properties-file F`` with amazon_kclpy's jars.
+
+    The one place that knows how the Java daemon is launched; the tests and benchmarks that
+    run it as a compatibility oracle use it too.
+    """
+    return [find_java(), *jvm_flags, "-cp", f"{find_jars()}/*", DAEMON_CLASS,
+            "--properties-file", str(properties_path)]
+
+
 def properties_text(settings: dict[str, Any]) -> str:
     return "".join(f"{key} = {str(value).replace(chr(92), chr(92) * 2)}\n"
                    for key, value in settings.items())
@@ -147,9 +157,7 @@ class JavaDaemonProcesses(WorkerProcesses):
         properties_path = os.path.join(self.directory, f"java-kcl-{index}.properties")
         write_private(properties_path, properties_text(daemon_properties(config)))
         env = daemon_env(config, dict(self.factory_args, worker_id=worker_id))
-        command = [find_java(), "-cp", f"{find_jars()}/*", DAEMON_CLASS,
-                   "--properties-file", properties_path]
-        proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(daemon_command(properties_path), env=env, stdin=subprocess.DEVNULL,
                                 stdout=sys.stderr.fileno(), start_new_session=True)
         self._procs[index], self._worker_ids[index] = proc, worker_id
         log.info("%s: started Java MultiLangDaemon %s (pid %d)", self.name, worker_id, proc.pid)
