@@ -98,6 +98,36 @@ class LeaseTaker:
         return candidates[:steal]
 
 
+class TakingPace:
+    """When the next taker pass runs and how many leases it may take.
+
+    Free leases are taken 1, 2, 4, ... per pass, ``ramp_interval_s`` apart, not all at once:
+    workers started together then see each other and split the shards without stealing (a
+    stolen shard's records after its last checkpoint would be read twice). The first lease
+    is taken in the first pass, so the first record is not delayed.
+    """
+
+    def __init__(self, interval_s: float, ramp_interval_s: float = 0.5):
+        self.interval_s = interval_s
+        self.ramp_interval_s = ramp_interval_s
+        self.budget = 1
+        self._next_at = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self._next_at
+
+    def passed(self, wanted_more: bool, now: float) -> None:
+        if wanted_more:
+            self.budget *= 2
+            self._next_at = now + self.ramp_interval_s
+        else:
+            self._next_at = now + self.interval_s
+
+    def soon(self) -> None:
+        """Look again at the next tick (after a shard sync created leases)."""
+        self._next_at = 0.0
+
+
 class LeaseCoordinator:
     """Holds this worker's leases: takes them, renews them, checkpoints and releases them.
 

@@ -18,18 +18,13 @@ from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
-from .leases import LeaseCoordinator
+from .leases import LeaseCoordinator, TakingPace
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
 
 log = logging.getLogger(__name__)
 
 _TICK_S = 0.2
-# Free leases are taken 1, 2, 4, ... per pass, half a second apart, not all at once: workers
-# started together then see each other and split the shards without stealing, and a stolen
-# shard's records after its last checkpoint are not read twice. The first record is not
-# delayed: the first lease is taken in the first pass.
-_RAMP_INTERVAL_S = 0.5
 
 
 class Scheduler:
@@ -98,9 +93,8 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
         next_sync = time.monotonic() + self.config.shard_sync_interval_ms / 1000.0
-        next_take = 0.0
+        pace = TakingPace(self.config.taker_interval_ms / 1000.0)
         next_parent_poll = 0.0
-        take_budget = 1
         while not self._stop.is_set():
             now = time.monotonic()
             try:
@@ -108,14 +102,10 @@ class Scheduler:
                     self._sync_now.clear()
                     self.syncer.sync()
                     next_sync = now + self.config.shard_sync_interval_ms / 1000.0
-                    next_take = 0.0
-                if now >= next_take:
-                    self.coordinator.take_leases(limit=take_budget)
-                    if self.coordinator.wanted_more:
-                        take_budget *= 2
-                        next_take = now + _RAMP_INTERVAL_S
-                    else:
-                        next_take = now + self.config.taker_interval_ms / 1000.0
+                    pace.soon()
+                if pace.due(now):
+                    self.coordinator.take_leases(limit=pace.budget)
+                    pace.passed(self.coordinator.wanted_more, now)
                 elif now >= next_parent_poll and self._any_waiting_on_parents():
                     self.coordinator.refresh()
                     next_parent_poll = now + self.config.parent_shard_poll_interval_ms / 1000.0
