@@ -106,8 +106,9 @@ class BatchPlanner:
                                      start, start_ts))
         read = functools.partial(_read, self.config, reports)
         rdd = sc.parallelize(ranges, len(ranges)).mapPartitions(read)
-        if self.spec.storage_level is not None:
-            rdd = rdd.persist(self.spec.storage_level)
+        level = self.spec.storage_level
+        if level is not None and (level.useMemory or level.useDisk or level.useOffHeap):
+            rdd = rdd.persist(level)
         try:
             rdd.count()
         except Exception as exc:  # noqa: BLE001 - the batch's own jobs read it again
