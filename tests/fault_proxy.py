@@ -1,4 +1,5 @@
-"""A loopback HTTP proxy in front of a Kinesis emulator that throttles a share of GetRecords.
+"""A loopback HTTP proxy in front of a Kinesis emulator that throttles a share of GetRecords,
+or (``dropping``) drops every connection unanswered, as an endpoint outage does.
 
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
@@ -45,6 +46,8 @@ class FaultProxy:
         self.max_injections = max_injections
         self.max_lifetime_s = max_lifetime_s
         self.injected = 0
+        self.dropping = False  # drop every connection unanswered: an endpoint outage
+        self.dropped = 0
         self.get_records_forwarded = 0
         self.forwarded = 0
         self._server: ThreadingHTTPServer | None = None
@@ -144,6 +147,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if self.owner.dropping:
+            with self.owner._lock:
+                self.owner.dropped += 1
+            self.close_connection = True
+            self.connection.shutdown(2)  # no answer at all, as from a dead endpoint
+            return
         if self.owner.should_throttle(self.headers.get("X-Amz-Target", "")):
             self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
                              ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],

@@ -20,10 +20,11 @@ Permanent errors (no such stream, bad credentials) found after start are kept in
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import Lease, LeaseTable
@@ -105,6 +106,7 @@ class ShardCoordinator:
         self.started = False
         self.stopped = False
         self.fatal: BaseException | None = None
+        self._up = False
         self._fault_logged_at = -1e9
         self._faults = 0
 
@@ -117,13 +119,27 @@ class ShardCoordinator:
     def start(self) -> None:
         """Check the stream and tables, take a first lease, then run the loop (idempotent).
 
-        A wrong stream, missing credentials or a dead endpoint raise here, naming what is
-        wrong, within the retry policy's bounded time.
+        A permanent error (no such stream, bad credentials, a malformed endpoint) is kept in
+        ``fatal``: the next batch raises it, which fails the StreamingContext with a message
+        naming the stream, region and endpoint. A transient one (an endpoint that does not
+        answer) leaves the start-up to the loop, which retries it with backoff.
         """
         with self._lock:
             if self.started:
                 return
             self.started = True
+        try:
+            self._start_up()
+        except PERMANENT_ERRORS as exc:
+            self._fail(exc)
+            return
+        except KinesisDStreamError as exc:
+            log.warning("%s: start-up failed, retrying in the background: %s", self.name, exc)
+        self._thread = threading.Thread(target=self._loop, name=f"{self.name}-coordinator",
+                                        daemon=True)
+        self._thread.start()
+
+    def _start_up(self) -> None:
         self.kinesis.describe_stream_summary()
         self.table.create_table_if_not_exists()
         self.ranges.create_table_if_not_exists()
@@ -131,15 +147,21 @@ class ShardCoordinator:
         self.leases.take_leases(limit=1)
         self._reconcile()
         self.leases.start_renewer()
-        self._thread = threading.Thread(target=self._loop, name=f"{self.name}-coordinator",
-                                        daemon=True)
-        self._thread.start()
+        self._up = True
         log.info("%s: driver %s coordinates the leases (input streams: %d)", self.name,
                  self.config.worker_id, len(self._members))
+
+    def _fail(self, exc: BaseException) -> None:
+        self.fatal = exc
+        log.error("%s: %s; the next batch fails the StreamingContext", self.name, exc)
 
     def stop(self) -> None:
         """Write every completed position, release the leases, clean up the batch ranges."""
         if not self.started or self.stopped:
+            return
+        if not self._up:
+            self.stopped = True
+            self._stop.set()
             return
         self.stopped = True
         self._stop.set()
@@ -214,12 +236,14 @@ class ShardCoordinator:
     def _loop(self) -> None:
         next_sync = time.monotonic() + self.config.shard_sync_interval_ms / 1000.0
         pace = TakingPace(self.config.taker_interval_ms / 1000.0)
-        pace.passed(True, time.monotonic())  # start() took the first lease
+        pace.passed(True, time.monotonic())  # start-up took the first lease
         pace.budget = 2
         failures = 0
         while not self._stop.is_set():
             now = time.monotonic()
             try:
+                if not self._up:
+                    self._start_up()
                 if self._sync_now.is_set() or now >= next_sync:
                     self._sync_now.clear()
                     self.syncer.sync()
@@ -237,13 +261,12 @@ class ShardCoordinator:
                              "pass(es)", self.name, failures)
                 failures = 0
             except PERMANENT_ERRORS as exc:
-                self.fatal = exc
-                log.error("%s: %s; the next batch fails the StreamingContext", self.name, exc)
+                self._fail(exc)
                 return
             except KinesisDStreamError as exc:
                 failures += 1
                 self._log_fault(exc, failures)
-                self._stop.wait(min(30.0, 0.2 * 2 ** min(failures, 8)) * (0.5 + 0.5 * _jitter()))
+                self._stop.wait(backoff_s(failures))
                 continue
             except Exception:  # noqa: BLE001 - keep coordinating, loudly
                 log.exception("%s: coordinator pass failed unexpectedly", self.name)
@@ -385,10 +408,10 @@ class ShardCoordinator:
         return self.leases.owned_shard_ids()
 
 
-def _jitter() -> float:
-    import random
-
-    return random.random()
+def backoff_s(failures: int, base_s: float = 0.2, cap_s: float = 30.0,
+              rand: Callable[[], float] = random.random) -> float:
+    """Capped exponential backoff with jitter: never a fixed-period hot loop."""
+    return min(cap_s, base_s * 2 ** min(failures, 16)) * (0.5 + 0.5 * rand())
 
 
 _registry: dict[tuple, ShardCoordinator] = {}

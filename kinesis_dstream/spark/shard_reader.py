@@ -26,9 +26,16 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..aws.kinesis import KinesisClient
+from ..aws.lease_table import LeaseTable
 from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
-from ..errors import KinesisDStreamError, RetriesExhaustedError, ThrottlingError
+from ..errors import (
+    EndpointUnreachableError,
+    KinesisDStreamError,
+    RetriesExhaustedError,
+    ThrottlingError,
+    TransientServiceError,
+)
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
 from ..retry import RetryPolicy
 from ..worker.fetcher import KinesisDataFetcher
@@ -57,6 +64,7 @@ class ShardRange:
     time_budget_s: float
     start: ExtendedSequenceNumber | None = None
     start_timestamp: float | None = None
+    owner: str | None = None  # the driver's worker id: read only while it holds the lease
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ class RangeReports:
 class _Clients:
     kinesis: KinesisClient
     ranges: BatchRangeTable
+    leases: LeaseTable
 
 
 _clients: dict[ConsumerConfig, _Clients] = {}
@@ -99,7 +108,8 @@ def _clients_for(config: ConsumerConfig) -> _Clients:
     with _clients_lock:
         clients = _clients.get(config)
         if clients is None:
-            clients = _clients[config] = _Clients(KinesisClient(config), BatchRangeTable(config))
+            clients = _clients[config] = _Clients(KinesisClient(config), BatchRangeTable(config),
+                                                  LeaseTable(config))
         return clients
 
 
@@ -131,6 +141,28 @@ def _page(fetcher: KinesisDataFetcher, reading: _Reading) -> Any:
         reading.seconds += time.perf_counter() - began
 
 
+def _transient(exc: BaseException) -> bool:
+    """Throttling and an endpoint that does not answer pass; nothing else is waited out."""
+    if isinstance(exc, RetriesExhaustedError) and exc.last_error is not None:
+        exc = exc.last_error
+    return isinstance(exc, (ThrottlingError, EndpointUnreachableError, TransientServiceError))
+
+
+_faults: dict[str, list] = {}  # shard -> [first seen, count, last logged], per Python worker
+
+
+def _note_fault(planned: ShardRange, exc: BaseException, kept: int) -> None:
+    """Log a transient fault at most once a minute per shard in this process, with a count."""
+    now = time.monotonic()
+    fault = _faults.setdefault(planned.shard_id, [now, 0, -1e9])
+    fault[1] += 1
+    if now - fault[2] >= 60.0:
+        fault[2] = now
+        log.warning("shard %s: %s (%d time(s) in this executor process); batch %d keeps the %d "
+                    "record(s) read so far and the next batch goes on from there",
+                    planned.shard_id, exc, fault[1], planned.batch_ms, kept)
+
+
 def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
               start: ExtendedSequenceNumber, timestamp: float | None,
               sleep: Callable[[float], None]) -> _Reading:
@@ -143,14 +175,13 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
     while True:
         try:
             result = _page(fetcher, reading)
-        except (ThrottlingError, RetriesExhaustedError) as exc:
-            if isinstance(exc, RetriesExhaustedError) and not isinstance(exc.last_error, ThrottlingError):
+        except (ThrottlingError, RetriesExhaustedError, EndpointUnreachableError,
+                TransientServiceError) as exc:
+            if not _transient(exc):
                 raise
             throttled += 1
             if reading.records or time.monotonic() >= deadline:
-                log.warning("shard %s throttled in batch %d: the batch keeps the %d record(s) "
-                            "read so far; the next batch goes on from there", planned.shard_id,
-                            planned.batch_ms, len(reading.records))
+                _note_fault(planned, exc, len(reading.records))
                 break
             sleep(min(policy.backoff_ms(throttled) / 1000.0, max(0.0, deadline - time.monotonic())))
             continue
@@ -205,6 +236,22 @@ def _read_exact(clients: _Clients, config: ConsumerConfig, stored: BatchRange,
                 f"{stored.end}, but the shard ended at {reading.records[-1].extended_sequence_number if reading.records else stored.start}")
 
 
+def _lease_moved(clients: _Clients, planned: ShardRange) -> bool:
+    """Did the lease move to another worker between planning and this read?
+
+    A batch planned just before the driver noticed a lost lease may be read a little later;
+    its new owner reads from the last checkpoint, so reading on here would count twice.
+    """
+    if planned.owner is None:
+        return False
+    lease = clients.leases.get_lease(planned.shard_id)
+    if lease is None or lease.lease_owner == planned.owner:
+        return False
+    log.info("shard %s: its lease moved to %s before batch %d read it; the batch reads none "
+             "of it", planned.shard_id, lease.lease_owner, planned.batch_ms)
+    return True
+
+
 def read_shard_range(config: ConsumerConfig, planned: ShardRange,
                      sleep: Callable[[float], None] = time.sleep) -> tuple[list[Record], ReadReport]:
     """The records of one (batch, shard) partition: the same ones every time it is computed."""
@@ -229,7 +276,10 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange,
         if stored is None:
             if start.sequence_number != AT_TIMESTAMP:
                 timestamp = None
-            reading = _read_new(clients, config, planned, start, timestamp, sleep)
+            if _lease_moved(clients, planned):
+                reading = _Reading()  # an empty range: the new owner reads these records
+            else:
+                reading = _read_new(clients, config, planned, start, timestamp, sleep)
             records = reading.records
             candidate = BatchRange(
                 planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
