@@ -97,7 +97,8 @@ class ShardCoordinator:
         self._members: list[str] = []
         self._periods: dict[str, LeasePeriod] = {}
         self._stats: dict[str, ShardStats] = {}
-        self._cleanup: dict[tuple[str, str], set[int]] = {}  # (member, shard) -> batch times
+        # (member, shard) -> completed batches whose range is recorded: deleted once checkpointed
+        self._recorded: dict[tuple[str, str], set[int]] = {}
         self._planned: dict[tuple[str, int], list[str]] = {}  # (member, batch) -> shards
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -176,7 +177,7 @@ class ShardCoordinator:
                 if shard_id in self._stats and self._stats[shard_id].state == "processing":
                     self._stats[shard_id].state = "released"
             if period is not None:
-                self._delete_ranges(period.member, shard_id, None)
+                self._delete_ranges(period.member, shard_id, keep_newest=False)
         self.leases.stop()
         log.info("%s: stopped; leases released", self.name)
 
@@ -200,7 +201,6 @@ class ShardCoordinator:
                 planned.append(PlannedShard(shard_id, period.floor, period.floor_timestamp,
                                             period.since_ms, period.last_planned_ms))
                 period.last_planned_ms = batch_ms
-                self._cleanup.setdefault((member, shard_id), set()).add(batch_ms)
             self.checkpointer.batch_generated(batch_ms, [p.shard_id for p in planned])
             if planned:
                 self._planned[(member, batch_ms)] = [p.shard_id for p in planned]
@@ -229,6 +229,8 @@ class ShardCoordinator:
         with self._lock:
             shard_ids = self._planned.pop((member, batch_ms), [])
             touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)
+            for shard_id in reached:
+                self._recorded.setdefault((member, shard_id), set()).add(batch_ms)
         if touched:
             self._wake.set()
 
@@ -346,7 +348,7 @@ class ShardCoordinator:
                     self._stats[shard_id].last_checkpoint = str(position)
             log.debug("%s: checkpointed %s at %s", self.name, shard_id, position)
             if period is not None:
-                self._delete_ranges(period.member, shard_id, period.last_planned_ms)
+                self._delete_ranges(period.member, shard_id, keep_newest=True)
             if position == SHARD_END:
                 self._shard_ended(shard_id)
 
@@ -360,24 +362,22 @@ class ShardCoordinator:
         with self._lock:
             self._close_period(shard_id, "ended")
         if period is not None:
-            self._delete_ranges(period.member, shard_id, None)
+            self._delete_ranges(period.member, shard_id, keep_newest=False)
         self.leases.release(shard_id)
         self.leases.refresh()
         self._sync_now.set()
 
-    def _delete_ranges(self, member: str, shard_id: str, through_ms: int | None) -> None:
-        """Drop the ranges of batches whose positions are checkpointed (all: ``None``).
+    def _delete_ranges(self, member: str, shard_id: str, keep_newest: bool) -> None:
+        """Drop the ranges of completed batches, whose positions are checkpointed.
 
-        The newest one stays while the shard is read here: the next batch may start from it.
+        While the shard is read here the newest one stays: a batch planned before its
+        predecessor's range was known looks that range up to find where it starts.
         """
         with self._lock:
-            times = self._cleanup.get((member, shard_id), set())
-            if through_ms is not None:
-                newest = self._periods.get(shard_id)
-                keep = newest.last_planned_ms if newest is not None else None
-                doomed = {t for t in times if t < through_ms and t != keep}
-            else:
-                doomed = set(times)
+            times = self._recorded.get((member, shard_id), set())
+            doomed = set(times)
+            if keep_newest and times:
+                doomed.discard(max(times))
             times -= doomed
         if doomed:
             try:
