@@ -106,7 +106,12 @@ def read_rows(path: Path) -> list[tuple[str, int, int, str]]:
 
 
 def leases_at(dynamodb: str, app: str) -> dict[str, dict]:
-    items = client("dynamodb", dynamodb).scan(TableName=app, ConsistentRead=True)["Items"]
+    """The lease table's items by shard ({} until a driver created the table)."""
+    ddb = client("dynamodb", dynamodb)
+    try:
+        items = ddb.scan(TableName=app, ConsistentRead=True)["Items"]
+    except ddb.exceptions.ResourceNotFoundException:
+        return {}
     return {i["leaseKey"]["S"]: i for i in items}
 
 
