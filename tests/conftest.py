@@ -37,6 +37,7 @@ from kinesis_dstream.local import (  # noqa: E402
     DUMMY_REGION,
     DUMMY_SECRET_ACCESS_KEY,
     Emulator,
+    free_port,
 )
 
 _started: dict[str, Emulator] = {}
@@ -251,6 +252,7 @@ def sc() -> Iterator[Any]:
     """The session's one SparkContext; a process can hold only one, so every Spark test
     module shares it and stops its StreamingContexts with stopSparkContext=False.
 
+    The UI is on (a free loopback port): tests read Spark's REST API.
     Master ``local-cluster[2,1,1024]``: two executor JVMs in processes of their own, so every
     Spark test reads Kinesis where a cluster would, on executors. Executors inherit the
     driver's environment when they start: the emulators' dummy credentials and region are
@@ -265,8 +267,9 @@ def sc() -> Iterator[Any]:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", DUMMY_SECRET_ACCESS_KEY)
     os.environ.setdefault("AWS_DEFAULT_REGION", DUMMY_REGION)
     conf = (SparkConf().setMaster(SPARK_MASTER).setAppName("kinesis-dstream-tests")
-            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
-            .set("spark.driver.bindAddress", "127.0.0.1")
+            .set("spark.ui.enabled", "true").set("spark.ui.port", str(free_port()))
+            .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+            .set("spark.ui.showConsoleProgress", "false")
             .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     context = SparkContext(conf=conf)
     context.setLogLevel("WARN")
