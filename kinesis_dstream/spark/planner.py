@@ -137,17 +137,18 @@ class BatchPlanner:
             metadata = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(metadata)
             info = jvm.org.apache.spark.streaming.scheduler.StreamInputInfo(
                 self.input_stream_id, count, metadata)
-            tracker = self._tracker
+            # JobScheduler makes its tracker when the context starts: look it up each time.
+            tracker = self._scala_ssc.scheduler().inputInfoTracker()
             tracker.reportInfo(jvm.org.apache.spark.streaming.Time(batch_ms), info)
         except Exception as exc:  # noqa: BLE001 - visibility only, never the data path
-            log.debug("%s: could not report batch %d input to Spark: %s", self.name, batch_ms, exc)
+            log.warning("%s: could not report batch %d input to Spark's UI: %s", self.name,
+                        batch_ms, exc)
 
     def bind(self, jssc: Any) -> None:
         """Get an input stream id of our own from Spark and its input-info tracker."""
         if self.input_stream_id is None:
-            scala_ssc = jssc.ssc()
-            self.input_stream_id = int(scala_ssc.getNewInputStreamId())
-            self._tracker = scala_ssc.scheduler().inputInfoTracker()
+            self._scala_ssc = jssc.ssc()
+            self.input_stream_id = int(self._scala_ssc.getNewInputStreamId())
 
     def batch_completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
                         scheduling_delay_ms: int | None, failure: str | None) -> None:
