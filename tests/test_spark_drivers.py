@@ -29,7 +29,13 @@ def split_between_two(dynamodb: str, app: str, shards: int) -> bool:
 def start_two(tmp_path, app, stream, kinesis, dynamodb):
     drivers = {name: start_driver(tmp_path, name, app, stream, kinesis, dynamodb,
                                   checkpoint_interval="1") for name in ("a", "b")}
-    wait_until(lambda: split_between_two(dynamodb, app, 4), 120, "the two drivers splitting")
+    try:
+        wait_until(lambda: split_between_two(dynamodb, app, 4), 120, "the two drivers splitting")
+    except BaseException:
+        for proc, _, _ in drivers.values():
+            proc.kill()
+            proc.wait()
+        raise
     return drivers
 
 
