@@ -35,6 +35,19 @@ def words_in(lines: list[str]) -> Counter:
     return Counter(w for line in lines for w in line.split())
 
 
+def collected(kstream: Any) -> list:
+    """Every row of every batch of ``kstream``, collected on the driver as batches finish.
+
+    Append-only under the GIL: read ``len(rows)`` or ``list(rows)`` from the test thread."""
+    rows: list = []
+
+    def keep(rdd: Any) -> None:
+        rows.extend(rdd.collect())
+
+    kstream.foreachRDD(keep)
+    return rows
+
+
 class WordCounts(Counter):
     """A word count's running total, and how many batches added to it."""
 

@@ -55,7 +55,7 @@ def test_two_drivers_split_the_shards_and_one_takes_over_after_a_graceful_stop(
         tmp_path, aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name):
     stream = make_stream(4)
     drivers = start_two(tmp_path, unique_app_name, stream, kinesis_local, dynamodb)
-    (a, out_a, _), (b, out_b, stop_b) = drivers["a"], drivers["b"]
+    (_, out_a, _), (b, out_b, stop_b) = drivers["a"], drivers["b"]
     try:
         puts = put_records(stream, [(f"k{i}", f"r{i}") for i in range(400)])
         produced = {(p.shard_id, int(p.sequence_number)) for p in puts}
@@ -87,7 +87,7 @@ def test_a_driver_killed_loses_nothing(tmp_path, aws_env, kinesis_local, dynamod
                                        put_records, unique_app_name):
     stream = make_stream(4)
     drivers = start_two(tmp_path, unique_app_name, stream, kinesis_local, dynamodb)
-    (a, out_a, _), (b, out_b, _) = drivers["a"], drivers["b"]
+    (_, out_a, _), (b, out_b, _) = drivers["a"], drivers["b"]
     try:
         puts = put_records(stream, [(f"k{i}", f"r{i}") for i in range(400)])
         produced = lambda: {(p.shard_id, int(p.sequence_number)) for p in puts}  # noqa: E731

@@ -5,13 +5,12 @@ Real Spark (the session's local-cluster context), kinesis-local, moto's DynamoDB
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import warnings
 
 import pytest
 
-from spark_helpers import create, make_ssc, wait_until
+from spark_helpers import collected, create, make_ssc, wait_until
 
 from kinesis_dstream.errors import ConfigurationError, CredentialsError
 
@@ -66,15 +65,7 @@ def test_a_kinesis_outage_of_20_s_is_waited_out_and_loses_nothing(
     put_records(stream, [(f"k{i}", f"a{i}") for i in range(100)])
     ssc = make_ssc(sc)
     kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=proxy.endpoint))
-    rows: list[str] = []
-    lock = threading.Lock()
-
-    def keep(rdd):
-        got = rdd.collect()
-        with lock:
-            rows.extend(got)
-
-    kstream.foreachRDD(keep)
+    rows = collected(kstream)
     caplog.set_level(logging.WARNING, logger="kinesis_dstream")
     ssc.start()
     try:

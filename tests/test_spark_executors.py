@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark import StorageLevel, TaskContext
 
-from emulators import client
-from spark_helpers import create, make_ssc, wait_until
+from spark_helpers import collected, create, make_ssc, wait_until
 
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.range_table import BatchRangeTable
@@ -54,15 +53,7 @@ def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_str
     put_records(stream, [(f"pk{i}", f"r{i}") for i in range(400)])
     ssc = make_ssc(sc)
     kstream = create(ssc, unique_app_name, stream, env)
-    rows: list[str] = []
-    lock = threading.Lock()
-
-    def keep(rdd):
-        got = rdd.collect()
-        with lock:
-            rows.extend(got)
-
-    kstream.foreachRDD(keep)
+    rows = collected(kstream)
     ssc.start()
     try:
         wait_until(lambda: len(rows) >= 400, 90, "every record")

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from aws_kinesis_agg import MAGIC
 
-from spark_helpers import create, leases, make_ssc, wait_until
+from spark_helpers import collected, create, leases, make_ssc, wait_until
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
@@ -35,15 +35,7 @@ def test_aggregates_corrupt_records_and_throttling(sc, env, make_stream, put_rec
     kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=proxy.endpoint),
                      messageHandler=lambda r: (r.data, r.partition_key, r.sequence_number,
                                                r.sub_sequence_number))
-    rows: list[tuple] = []
-    lock = threading.Lock()
-
-    def keep(rdd):
-        got = rdd.collect()
-        with lock:
-            rows.extend(got)
-
-    kstream.foreachRDD(keep)
+    rows = collected(kstream)
     ssc.start()
     try:
         wait_until(lambda: len(rows) >= 251, 90, "every user record and the corrupt one")

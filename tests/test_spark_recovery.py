@@ -6,13 +6,9 @@ one). The recovered driver takes the dead one's leases once they expire.
 """
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 from spark_helpers import leases_at as leases
 from spark_helpers import read_rows, start_driver, wait_until

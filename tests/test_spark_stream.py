@@ -7,7 +7,6 @@ stopSparkContext=False.
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 
 import pytest

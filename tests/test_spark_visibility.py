@@ -5,14 +5,13 @@ Real Spark (the session's local-cluster context, UI on), kinesis-local, moto's D
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 import warnings
 
 import pytest
 from pyspark.streaming.listener import StreamingListener
 
-from spark_helpers import create, make_ssc, wait_until
+from spark_helpers import collected, create, make_ssc, wait_until
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
@@ -46,15 +45,7 @@ def test_rest_api_and_listeners_count_the_records_processed(sc, env, make_stream
     ssc = make_ssc(sc)
     listener = Batches()
     ssc.addStreamingListener(listener)
-    rows: list[str] = []
-    lock = threading.Lock()
-
-    def keep(rdd):
-        got = rdd.collect()
-        with lock:
-            rows.extend(got)
-
-    create(ssc, unique_app_name, stream, env).foreachRDD(keep)
+    rows = collected(create(ssc, unique_app_name, stream, env))
     ssc.start()
     try:
         wait_until(lambda: len(rows) >= total, 60, "every record")

@@ -38,7 +38,7 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
-from ..worker.leases import LeaseCoordinator, TakingPace
+from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.shard_sync import ShardSyncer, parents_done
 from .checkpointer import SHARD_END, KinesisCheckpointer
 from .shard_reader import ReadReport
@@ -92,6 +92,7 @@ class ShardCoordinator:
         self.ranges = range_table if range_table is not None else BatchRangeTable(config)
         self.leases = LeaseCoordinator(config, self.table, on_lease_lost=self._lease_lost)
         self.syncer = ShardSyncer(config, self.kinesis, self.table)
+        self.lease_manager = LeaseManager(config, self.leases, self.syncer)
         self.checkpointer = KinesisCheckpointer(config.checkpoint_interval_ms / 1000.0)
         self._lock = threading.RLock()
         self._members: list[str] = []
@@ -102,7 +103,6 @@ class ShardCoordinator:
         self._planned: dict[tuple[str, int], list[str]] = {}  # (member, batch) -> shards
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._sync_now = threading.Event()
         self._thread: threading.Thread | None = None
         self.started = False
         self.stopped = False
@@ -145,7 +145,8 @@ class ShardCoordinator:
         self.table.create_table_if_not_exists()
         self.ranges.create_table_if_not_exists()
         self.syncer.sync()
-        self.leases.take_leases(limit=1)
+        self.leases.take_leases(limit=self.lease_manager.pace.budget)
+        self.lease_manager.pace.passed(self.leases.wanted_more, time.monotonic())
         self._reconcile()
         self.leases.start_renewer()
         self._up = True
@@ -236,26 +237,12 @@ class ShardCoordinator:
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
-        next_sync = time.monotonic() + self.config.shard_sync_interval_ms / 1000.0
-        pace = TakingPace(self.config.taker_interval_ms / 1000.0)
-        pace.passed(True, time.monotonic())  # start-up took the first lease
-        pace.budget = 2
         failures = 0
         while not self._stop.is_set():
-            now = time.monotonic()
             try:
                 if not self._up:
                     self._start_up()
-                if self._sync_now.is_set() or now >= next_sync:
-                    self._sync_now.clear()
-                    self.syncer.sync()
-                    next_sync = now + self.config.shard_sync_interval_ms / 1000.0
-                    pace.soon()
-                if pace.due(now):
-                    self.leases.take_leases(limit=pace.budget)
-                    pace.passed(self.leases.wanted_more, now)
-                elif self._waiting_on_parents():
-                    self.leases.refresh()
+                self.lease_manager.run_due(time.monotonic(), self._waiting_on_parents)
                 self._reconcile()
                 self._write_checkpoints(force=False)
                 if failures:
@@ -365,7 +352,7 @@ class ShardCoordinator:
             self._delete_ranges(period.member, shard_id, keep_newest=False)
         self.leases.release(shard_id)
         self.leases.refresh()
-        self._sync_now.set()
+        self.lease_manager.sync_soon()
 
     def _delete_ranges(self, member: str, shard_id: str, keep_newest: bool) -> None:
         """Drop the ranges of completed batches, whose positions are checkpointed.

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable

@@ -18,7 +18,7 @@ from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
-from .leases import LeaseCoordinator, TakingPace
+from .leases import LeaseCoordinator, LeaseManager
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
 
@@ -38,11 +38,11 @@ class Scheduler:
         self.table = lease_table if lease_table is not None else LeaseTable(config)
         self.coordinator = LeaseCoordinator(config, self.table, on_lease_lost=self._lease_lost)
         self.syncer = ShardSyncer(config, self.kinesis, self.table)
+        self.lease_manager = LeaseManager(config, self.coordinator, self.syncer)
         self._consumers: dict[str, ShardConsumer] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self._sync_now = threading.Event()
         self._thread: threading.Thread | None = None
         self.started_at: float | None = None
 
@@ -92,23 +92,9 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
-        next_sync = time.monotonic() + self.config.shard_sync_interval_ms / 1000.0
-        pace = TakingPace(self.config.taker_interval_ms / 1000.0)
-        next_parent_poll = 0.0
         while not self._stop.is_set():
-            now = time.monotonic()
             try:
-                if self._sync_now.is_set() or now >= next_sync:
-                    self._sync_now.clear()
-                    self.syncer.sync()
-                    next_sync = now + self.config.shard_sync_interval_ms / 1000.0
-                    pace.soon()
-                if pace.due(now):
-                    self.coordinator.take_leases(limit=pace.budget)
-                    pace.passed(self.coordinator.wanted_more, now)
-                elif now >= next_parent_poll and self._any_waiting_on_parents():
-                    self.coordinator.refresh()
-                    next_parent_poll = now + self.config.parent_shard_poll_interval_ms / 1000.0
+                self.lease_manager.run_due(time.monotonic(), self._any_waiting_on_parents)
                 self._reconcile()
             except KinesisDStreamError as exc:
                 log.warning("scheduler pass failed, retrying: %s", exc)
@@ -168,7 +154,7 @@ class Scheduler:
     def _shard_ended(self, shard_id: str, child_shard_ids: list[str]) -> None:
         log.info("shard %s ended; children %s", shard_id, child_shard_ids or "unknown yet")
         self.coordinator.record_children(shard_id, child_shard_ids)
-        self._sync_now.set()
+        self.lease_manager.sync_soon()
 
     def _lease_lost(self, shard_id: str) -> None:
         with self._lock:
