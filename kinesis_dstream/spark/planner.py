@@ -34,7 +34,7 @@ class StreamSpec:
     """What the batch function carries into Spark's checkpoint: configuration only."""
 
     key: str
-    config: dict  # ConsumerConfig.to_dict()
+    config: dict = field(repr=False)  # ConsumerConfig.to_dict(): may hold a secret key
     batch_interval_ms: int = 1000
     rate: RateSettings = field(default_factory=RateSettings)
     storage_level: Any = None  # a pyspark StorageLevel
