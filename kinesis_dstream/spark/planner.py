@@ -103,7 +103,7 @@ class BatchPlanner:
             start_ts = previous.batch_range.start_timestamp if previous is not None else None
             ranges.append(ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor,
                                      p.floor_timestamp, p.since_ms, per_shard, budget,
-                                     start, start_ts, self.config.worker_id))
+                                     start, start_ts, self.coordinator.config.worker_id))
         read = functools.partial(_read, self.config, reports)
         rdd = sc.parallelize(ranges, len(ranges)).mapPartitions(read)
         level = self.spec.storage_level
