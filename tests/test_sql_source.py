@@ -145,3 +145,219 @@ def test_reads_plain_and_aggregated_records_on_executors(spark, env, make_stream
         order = [ExtendedSequenceNumber(r[1], r[2]) for b in sorted(sink.by_batch)
                  for r in sink.by_batch[b] if r[0] == shard]
         assert order == sorted(order)
+
+
+def offsets_logged(checkpoint: str) -> list[dict[str, Any]]:
+    """The source offsets in the query's offset log, by batch id."""
+    out = []
+    folder = Path(checkpoint) / "offsets"
+    for path in sorted(folder.glob("[0-9]*"), key=lambda p: int(p.name)):
+        out.append(json.loads(path.read_text().strip().splitlines()[-1]))
+    return out
+
+
+class KeyedProducer(threading.Thread):
+    """Puts 10 records every 0.2 s under 6 fixed partition keys, data unique; ``sent`` in order."""
+
+    def __init__(self, endpoint: str, stream: str) -> None:
+        super().__init__(name="keyed-producer", daemon=True)
+        self.endpoint, self.stream = endpoint, stream
+        self.sent: list[bytes] = []
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        try:
+            while not self.halt.wait(0.2):
+                batch = [(f"key{(n + i) % 6}", f"rec-{n + i:06d}") for i in range(10)]
+                put_at(self.endpoint, self.stream, batch)
+                self.sent.extend(d.encode() for _, d in batch)
+                n += 10
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            self.error = exc
+
+    def finish(self) -> list[bytes]:
+        self.halt.set()
+        self.join(30)
+        if self.error is not None:
+            raise self.error
+        return list(self.sent)
+
+
+# -- restart -----------------------------------------------------------------------------------
+def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
+        spark, env, make_stream, checkpoint):
+    stream = make_stream(2)
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"])
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    sink = Batches()
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: len(sink.by_batch) >= 3 and sum(sink.data().values()) >= 60, 120,
+                   "three batches with data")
+    finally:
+        stop(query)
+    sent_at_stop = len(producer.sent)
+    wait_until(lambda: len(producer.sent) >= sent_at_stop + 60, 30, "records put while stopped")
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    got = sink.data()
+    assert got == Counter(sent), (len(got), len(sent), [d for d, n in got.items() if n > 1][:5])
+    assert not sink.reruns_differing
+    # One query id across both runs: the restarted query found its ranges.
+    assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
+
+
+# -- resharding --------------------------------------------------------------------------------
+def ancestors_of(kinesis: str, stream: str) -> dict[str, set[str]]:
+    shards = client("kinesis", kinesis).list_shards(StreamName=stream)["Shards"]
+    parents = {s["ShardId"]: [p for p in (s.get("ParentShardId"), s.get("AdjacentParentShardId"))
+                              if p] for s in shards}
+
+    def up(shard: str) -> set[str]:
+        out: set[str] = set()
+        for p in parents.get(shard, []):
+            out |= {p} | up(p)
+        return out
+
+    return {s: up(s) for s in parents}
+
+
+def reshard(kinesis: str, stream: str, action: Callable[[Any], None]) -> None:
+    from emulators import wait_stream_active
+
+    k = client("kinesis", kinesis)
+    action(k)
+    time.sleep(0.1)  # the stream turns UPDATING a moment after the call returns
+    wait_stream_active(k, stream, 60)
+
+
+def open_shards(kinesis: str, stream: str) -> list[dict[str, Any]]:
+    shards = client("kinesis", kinesis).list_shards(StreamName=stream)["Shards"]
+    return sorted((s for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]),
+                  key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+
+
+def test_split_and_merge_during_a_query_lose_nothing_and_parents_come_first(
+        spark, env, make_stream, checkpoint):
+    stream = make_stream(1)
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    sink = Batches()
+    query = start_query(spark, options(stream, env["kinesis"], env["dynamodb"], env["app"]),
+                        checkpoint, sink)
+    try:
+        wait_until(lambda: sum(sink.data().values()) >= 40, 120, "records before the split")
+        (parent,) = open_shards(env["kinesis"], stream)
+        reshard(env["kinesis"], stream, lambda k: k.split_shard(
+            StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str(2 ** 127)))
+        children = [s["ShardId"] for s in open_shards(env["kinesis"], stream)]
+        wait_until(lambda: {r[0] for r in sink.rows()} >= set(children), 120,
+                   "records from both children")
+        reshard(env["kinesis"], stream, lambda k: k.merge_shards(
+            StreamName=stream, ShardToMerge=children[0], AdjacentShardToMerge=children[1]))
+        (merged,) = open_shards(env["kinesis"], stream)
+        wait_until(lambda: merged["ShardId"] in {r[0] for r in sink.rows()}, 120,
+                   "records from the merged shard")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    assert sink.data() == Counter(sent)
+    assert not sink.reruns_differing
+    ancestors = ancestors_of(env["kinesis"], stream)
+    assert len(ancestors) == 4
+    # For each key: every record of an ancestor shard came in an earlier batch than any record
+    # of its descendants (a batch reads a child only once its parents ended in earlier batches).
+    first_batch: dict[tuple[str, str], int] = {}
+    last_batch: dict[tuple[str, str], int] = {}
+    for batch_id, rows in sink.by_batch.items():
+        for shard, _, _, key, _ in rows:
+            first_batch[(key, shard)] = min(first_batch.get((key, shard), batch_id), batch_id)
+            last_batch[(key, shard)] = max(last_batch.get((key, shard), batch_id), batch_id)
+    checked = 0
+    for (key, shard), first in first_batch.items():
+        for ancestor in ancestors[shard]:
+            if (key, ancestor) in last_batch:
+                assert last_batch[(key, ancestor)] < first, (key, ancestor, shard)
+                checked += 1
+    assert checked >= 6
+
+
+# -- a task that fails after recording its range -----------------------------------------------
+class FaultySource(KinesisSource):
+    """Test-only: the first read with records of reading >= 2 fails after its range is recorded,
+    having written what it read to ``kinesis.test.faultDir``/failed.json."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "aws-kinesis-faulty"
+
+    def streamReader(self, schema: Any) -> Any:  # noqa: N802
+        opts = {k: v for k, v in self.options.items() if k.lower() != "kinesis.test.faultdir"}
+        reader = FaultyReader(parse_source_options(opts))
+        reader.fault_dir = self.options["kinesis.test.faultDir"]
+        return reader
+
+
+class FaultyReader(sql_source.KinesisStreamReader):
+    fault_dir = ""
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        batches = list(super().read(partition))
+        rows = [(s, q, u) for b in batches for s, q, u in zip(
+            b.column("shardId").to_pylist(), b.column("sequenceNumber").to_pylist(),
+            b.column("subSequenceNumber").to_pylist())]
+        if rows and partition.shard_range.batch_ms >= 2:
+            try:
+                fd = os.open(os.path.join(self.fault_dir, "failed.json"),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"reading": partition.shard_range.batch_ms, "pid": os.getpid(),
+                               "rows": rows}, f)
+                raise RuntimeError("injected fault: the range is recorded, the task dies")
+        yield from batches
+
+
+def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
+        spark, env, make_stream, checkpoint, tmp_path):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(FaultySource)
+    stream = make_stream(2)
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"])
+    opts["kinesis.test.faultDir"] = str(tmp_path)
+    df = spark.readStream.format("aws-kinesis-faulty").options(**opts).load()
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=TRIGGER).start())
+    failed = tmp_path / "failed.json"
+    try:
+        wait_until(failed.exists, 120, "the injected fault")
+        wait_until(lambda: len(sink.by_batch) >= 3, 60, "batches after the fault")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    assert sink.data() == Counter(sent)
+    fault = json.loads(failed.read_text())
+    shard = fault["rows"][0][0]
+    # Reading n is micro-batch n - 1: the retried task delivered exactly what the failed one read.
+    delivered = [(s, q, u) for s, q, u, _, _ in sink.by_batch[fault["reading"] - 1] if s == shard]
+    assert delivered == sorted(tuple(r) for r in fault["rows"])
