@@ -361,3 +361,97 @@ def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
     # Reading n is micro-batch n - 1: the retried task delivered exactly what the failed one read.
     delivered = [(s, q, u) for s, q, u, _, _ in sink.by_batch[fault["reading"] - 1] if s == shard]
     assert delivered == sorted(tuple(r) for r in fault["rows"])
+
+
+# -- kill -9 of the driver ---------------------------------------------------------------------
+def spawn_driver(out_dir: Path, checkpoint: str, opts: dict[str, str], log_path: Path) -> Any:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            [sys.executable, __file__, "driver", str(out_dir), checkpoint, json.dumps(opts)],
+            env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+
+def batch_files(out_dir: Path) -> dict[int, list[list]]:
+    """Every batch the subprocess driver wrote (a re-run batch writes a second file)."""
+    found: dict[int, list[list]] = {}
+    for path in out_dir.glob("batch-*.json"):
+        found.setdefault(int(path.name.split("-")[1]), []).append(json.loads(path.read_text()))
+    return found
+
+
+def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_stream, tmp_path):
+    stream = make_stream(2)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    checkpoint = str(tmp_path / "checkpoint")
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"])
+    log_path = tmp_path / "driver.log"
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    driver = spawn_driver(out_dir, checkpoint, opts, log_path)
+    try:
+        wait_until(lambda: len(batch_files(out_dir)) >= 3 or driver.poll() is not None, 180,
+                   "three batches from the first driver")
+        assert driver.poll() is None, log_path.read_text()[-3000:]
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+        driver.wait(30)
+        driver = spawn_driver(out_dir, checkpoint, opts, log_path)
+        sent_at_restart = len(producer.sent)
+        wait_until(lambda: len(producer.sent) >= sent_at_restart + 100, 60, "more records")
+        sent = producer.finish()
+
+        def delivered() -> Counter:
+            return Counter(r[4] for files in batch_files(out_dir).values() for r in files[0])
+
+        wait_until(lambda: set(delivered()) >= {s.decode() for s in sent}
+                   or driver.poll() is not None, 180, "every record put")
+        assert driver.poll() is None, log_path.read_text()[-3000:]
+    finally:
+        producer.halt.set()
+        (out_dir / "STOP").touch()
+        try:
+            driver.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    batches = batch_files(out_dir)
+    for batch_id, files in batches.items():  # a batch run again read the same records
+        assert all(f == files[0] for f in files), batch_id
+    assert delivered() == Counter(s.decode() for s in sent)
+
+
+def _driver_main(out_dir: str, checkpoint: str, opts_json: str) -> None:
+    """The subprocess driver: local[2], foreachBatch writes batch-<id>-<uuid>.json files."""
+    from pyspark.sql import SparkSession
+
+    logging.basicConfig(level=logging.WARNING)
+    spark = (SparkSession.builder.master("local[2]").appName("sql-source-recovery")
+             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KinesisSource)
+
+    def write(df: Any, batch_id: int) -> None:
+        rows = sorted([r.shardId, r.sequenceNumber, r.subSequenceNumber, r.partitionKey,
+                       bytes(r.data).decode()] for r in df.collect())
+        path = Path(out_dir) / f"batch-{batch_id}-{uuid.uuid4().hex[:8]}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, path)
+
+    query = (spark.readStream.format("aws-kinesis").options(**json.loads(opts_json)).load()
+             .writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=TRIGGER).start())
+    stop_file = Path(out_dir) / "STOP"
+    while not stop_file.exists() and query.isActive:
+        time.sleep(0.2)
+    query.stop()
+    spark.stop()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["driver"]:
+    _driver_main(*sys.argv[2:5])
