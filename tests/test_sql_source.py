@@ -363,6 +363,160 @@ def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
     assert delivered == sorted(tuple(r) for r in fault["rows"])
 
 
+
+# -- admission control and Trigger.AvailableNow ------------------------------------------------
+def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, make_stream,
+                                                                    put_records, checkpoint):
+    stream = make_stream(2)
+    sent = [p.data for p in put_records(stream, [f"m-{i}" for i in range(400)])]
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"],
+                   **{"kinesis.maxRecordsPerTrigger": "60"})
+    query = start_query(spark, opts, checkpoint, sink, {"processingTime": "200 milliseconds"})
+    try:
+        wait_until(lambda: sum(sink.data().values()) >= len(sent), 120, "400 records")
+    finally:
+        stop(query)
+    assert sink.data() == Counter(sent)
+    assert max(len(rows) for rows in sink.by_batch.values()) <= 60
+    assert all(o["limit"] == 30 for o in offsets_logged(checkpoint))
+
+
+def test_available_now_reads_what_was_there_and_stops(spark, env, make_stream, put_records,
+                                                      checkpoint):
+    stream = make_stream(2)
+    first = [p.data for p in put_records(stream, [f"a-{i}" for i in range(250)])]
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"],
+                   **{"kinesis.maxFetchRecordsPerShard": "40"})
+    query = start_query(spark, opts, checkpoint, sink, {"availableNow": True})
+    assert query.awaitTermination(120), "an AvailableNow query stops by itself"
+    assert query.exception() is None
+    assert sink.data() == Counter(first)
+    assert len(sink.by_batch) >= 250 // 80  # 40 per shard and batch: several batches
+    second = [p.data for p in put_records(stream, [f"b-{i}" for i in range(30)])]
+    query = start_query(spark, opts, checkpoint, sink, {"availableNow": True})
+    assert query.awaitTermination(120)
+    assert sink.data() == Counter(first + second)
+
+
+# -- options -----------------------------------------------------------------------------------
+BASE = {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:1"}
+
+
+def test_unknown_option_is_warned_by_name(caplog):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
+        parsed = parse_source_options({**BASE, "kinesis.maxFetchRecordz": "5",
+                                       "KINESIS.STARTINGPOSITION": "earliest"})
+    assert "kinesis.maxfetchrecordz" in caplog.text
+    assert "startingposition" not in caplog.text.lower()
+    assert parsed.starting_position.kind == "TRIM_HORIZON"  # keys are case-insensitive
+
+
+@pytest.mark.parametrize("key,value", [
+    ("kinesis.maxFetchRecordsPerShard", "lots"), ("kinesis.maxFetchRecordsPerShard", "0"),
+    ("kinesis.startingPosition", "YESTERDAY"), ("kinesis.startingPosition", "AT_TIMESTAMP soon"),
+    ("kinesis.failOnDataLoss", "maybe"), ("kinesis.describeShardInterval", "often"),
+    ("kinesis.getRecords.numberOfRecordsPerFetch", "20000"), ("kinesis.metadataCommitterType", "S3"),
+    ("kinesis.consumerType", "Push"), ("kinesis.clientNumRetries", "-1"),
+])
+def test_invalid_value_names_the_option(key, value):
+    with pytest.raises(ConfigurationError, match=key.lower().replace(".", r"\.")):
+        parse_source_options({**BASE, key: value})
+
+
+def test_options_map_onto_the_reader_config():
+    parsed = parse_source_options({
+        **BASE, "kinesis.region": "eu-west-1", "kinesis.startingPosition": "AT_TIMESTAMP 2024-05-01T10:00:00Z",
+        "kinesis.getRecords.numberOfRecordsPerFetch": "500", "kinesis.clientNumRetries": "2",
+        "kinesis.clientRetryIntervalsMs": "250", "kinesis.dynamodb.tableName": "tbl",
+        "kinesis.maxFetchRecordsPerShard": "7", "kinesis.failOnDataLoss": "TRUE"})
+    assert parsed.config.region_name == "eu-west-1"
+    assert parsed.config.max_records == 500
+    assert (parsed.config.retry_max_attempts, parsed.config.retry_wait_time_ms) == (3, 250)
+    assert parsed.range_table_name == "tbl-kinesis-dstream-ranges"
+    assert parsed.starting_position.timestamp == 1714557600.0
+    assert parsed.max_fetch_records_per_shard == 7 and parsed.fail_on_data_loss
+
+
+def test_required_options_and_subscribe_to_shard():
+    with pytest.raises(ConfigurationError, match="kinesis.streamname"):
+        parse_source_options({"kinesis.endpointUrl": "http://x"})
+    with pytest.raises(ConfigurationError, match="kinesis.endpointurl"):
+        parse_source_options({"kinesis.streamName": "s"})
+    with pytest.raises(ConfigurationError, match="SubscribeToShard.*not supported"):
+        parse_source_options({**BASE, "kinesis.consumerType": "SubscribeToShard"})
+
+
+def test_bad_option_fails_the_load_in_spark_naming_it(spark):
+    reader = spark.readStream.format("aws-kinesis").options(
+        **BASE, **{"kinesis.maxFetchRecordsPerShard": "lots"})
+    with pytest.raises(Exception, match="kinesis.maxfetchrecordspershard"):
+        reader.load()
+    reader = spark.readStream.format("aws-kinesis").options(
+        **BASE, **{"kinesis.consumerType": "SubscribeToShard"})
+    with pytest.raises(Exception, match="SubscribeToShard"):
+        reader.load()
+
+
+# -- offsets: pure logic -----------------------------------------------------------------------
+def shard(shard_id: str, *parents: str, closed: bool = False) -> Any:
+    from kinesis_dstream.aws.kinesis import Shard
+
+    return Shard(shard_id, parents[0] if parents else None, parents[1] if len(parents) > 1 else None,
+                 "0", "1", "1", "2" if closed else None)
+
+
+def test_children_wait_until_every_parent_ended():
+    start = {"at": "TRIM_HORIZON"}
+    listing = [shard("a", closed=True), shard("b", closed=True), shard("c", "a", "b")]
+    shards = sql_source.next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True}},
+                                    listing, start, False)
+    assert shards["c"] == {"at": "TRIM_HORIZON", "wait": ["a"]}
+    assert [s for s, e in shards.items() if sql_source.is_readable(e)] == ["a"]
+    shards = sql_source.next_shards({**shards, "a": {"ended": True}}, listing, start, False)
+    assert shards["c"] == {"at": "TRIM_HORIZON"}
+    # A grandchild waits for its parent even while that parent itself still waits.
+    listing.append(shard("d", "c"))
+    shards = sql_source.next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True},
+                                     "c": {"at": "TRIM_HORIZON", "wait": ["a"]}}, listing, start,
+                                    False)
+    assert shards["d"]["wait"] == ["c"]
+
+
+def test_a_shard_gone_before_its_end_is_data_loss():
+    with pytest.raises(sql_source.DataLossError, match="shard x"):
+        sql_source.next_shards({"x": {"after": "5", "sub": 0}}, [], {"at": "TRIM_HORIZON"}, True)
+    assert sql_source.next_shards({"x": {"after": "5", "sub": 0}}, [], {}, False) == \
+        {"x": {"ended": True}}
+    assert sql_source.next_shards({"x": {"ended": True}}, [], {}, True) == {}
+
+
+def test_offsets_are_plain_json_in_a_fixed_order():
+    from kinesis_dstream.aws.range_table import BatchRange
+
+    seq = "49654826129375727396155516464345066431716066104036425730"
+    entry = sql_source.advance({"at": "TRIM_HORIZON"}, BatchRange(
+        "k", "s", 1, ExtendedSequenceNumber("TRIM_HORIZON"), None, ExtendedSequenceNumber(seq, 3), 9))
+    assert entry == {"after": seq, "sub": 3}
+    offset = sql_source.make_offset("q", 2, 10, {"z": entry, "a": {"ended": True}})
+    assert json.dumps(offset) == json.dumps(json.loads(json.dumps(offset)))
+    assert list(offset) == ["v", "query", "batch", "limit", "shards"]
+    assert list(offset["shards"]) == ["a", "z"]
+    assert sql_source.position_of(entry) == (ExtendedSequenceNumber(seq, 3), None)
+
+
+def test_arrow_batches_match_the_declared_schema_exactly():
+    from kinesis_dstream.records import Record
+
+    batch = sql_source.to_arrow([Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")],
+                                "s", sql_source.arrow_schema())
+    assert batch.schema.equals(sql_source.arrow_schema())
+    assert all(not f.nullable for f in batch.schema)
+    row = batch.to_pylist()[0]
+    assert row["approximateArrivalTimestamp"].timestamp() == 1_700_000_000.123
+
+
 # -- kill -9 of the driver ---------------------------------------------------------------------
 def spawn_driver(out_dir: Path, checkpoint: str, opts: dict[str, str], log_path: Path) -> Any:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(
