@@ -31,7 +31,6 @@ on executors with only what the partition carries.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -73,6 +72,8 @@ NAME = "aws-kinesis"
 OFFSET_VERSION = 1
 # Rows per Arrow batch handed to Spark: bounded memory per batch, few batches per partition.
 ARROW_ROWS = 10_000
+# Ranges of finished readings are deleted in groups, every this many readings.
+CLEANUP_EVERY = 10
 
 SCHEMA = StructType([
     StructField("data", BinaryType(), False),
@@ -256,16 +257,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._target_ms: int | None = None  # Trigger.AvailableNow: read what arrived before
         self._last_end: dict[str, Any] | None = None  # pyspark < 4.2 calls latestOffset()
         self._lag: dict[str, int | None] = {}
-        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_kinesis=None, _ranges=None, _listing=None, _lock=None)
+        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None)
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     # clients, created on first use in the driver process
     @property
@@ -336,10 +333,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             start = self._last_end if self._last_end is not None else self.initialOffset()
         query, batch = start["query"], int(start["batch"])
         key = stream_key(self.config.stream_name, query)
-        shards: dict[str, dict[str, Any]] = {}
-        for shard_id, entry in start["shards"].items():
-            stored = self.ranges.get(key, shard_id, batch) if is_readable(entry) and batch > 0 else None
-            shards[shard_id] = advance(entry, stored)
+        ranges = self.ranges  # created once, before the threads share it
+        read_last = [s for s, e in start["shards"].items() if is_readable(e)] if batch > 0 else []
+        stored = self._parallel(lambda s: ranges.get(key, s, batch), read_last)
+        shards = {s: advance(e, stored.get(s)) for s, e in start["shards"].items()}
         shards = next_shards(shards, self._shards(), self._child_start(),
                              self.options.fail_on_data_loss)
         readable = [s for s, e in shards.items() if is_readable(e)]
@@ -385,27 +382,47 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        """Reading ``end.batch`` is done and the offsets after it are logged: older ranges go."""
+        """Reading ``end.batch`` is done and the offsets after it are logged: the ranges of the
+        readings before it are not needed any more. Deleted every CLEANUP_EVERY readings, off
+        the query's path (items also expire by TTL where the table has it)."""
         self._last_end = end
         batch = int(end["batch"])
-        if batch < 2:
+        if batch % CLEANUP_EVERY:
             return
         key = stream_key(self.config.stream_name, end["query"])
-        for shard_id in end["shards"]:
-            self.ranges.delete(key, shard_id, [batch - 1])
+        old = list(range(max(1, batch - 2 * CLEANUP_EVERY), batch))
+        shard_ids = list(end["shards"])
+
+        def delete() -> None:
+            try:
+                for shard_id in shard_ids:
+                    self.ranges.delete(key, shard_id, old)
+            except KinesisDStreamError as exc:
+                log.warning("could not delete old batch ranges of %s (TTL will): %s", key, exc)
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+        self._pool.submit(delete)
 
     def stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._kinesis = self._ranges = None
 
     # -- probes: is there anything to read? ---------------------------------------------------
+    def _parallel(self, fn: Any, shard_ids: Sequence[str]) -> dict[str, Any]:
+        """``fn(shard id)`` for each shard, concurrently: the driver's wait per trigger is one
+        round trip, not one per shard."""
+        if len(shard_ids) <= 1:
+            return {s: fn(s) for s in shard_ids}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+        futures = {s: self._pool.submit(fn, s) for s in shard_ids}
+        return {s: f.result() for s, f in futures.items()}
+
     def _probe_all(self, readable: dict[str, dict[str, Any]]) -> dict[str, Probe]:
-        if not readable:
-            return {}
-        if len(readable) == 1:
-            return {s: self._probe(s, e) for s, e in readable.items()}
-        with ThreadPoolExecutor(max_workers=min(8, len(readable))) as pool:
-            futures = {s: pool.submit(self._probe, s, e) for s, e in readable.items()}
-            return {s: f.result() for s, f in futures.items()}
+        return self._parallel(lambda s: self._probe(s, readable[s]), list(readable))
 
     def _probe(self, shard_id: str, entry: dict[str, Any]) -> Probe:
         """One GetRecords from the shard's position: a record (before the AvailableNow target),
