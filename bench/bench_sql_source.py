@@ -102,7 +102,10 @@ def drain_sql(spark: Any, kinesis: str, dynamodb: str, stream: str, total: int, 
                        "rec_s_after_first_batch": round(total / (counter.done_at - counter.first_data_at))
                        if counter.done_at > counter.first_data_at else None,
                        "batches": counter.batches,
-                       "driver_python_cpu_s": round(common.self_cpu_seconds() - cpu0, 2)})
+                       "driver_python_cpu_s": round(common.self_cpu_seconds() - cpu0, 2),
+                       # where a batch's time goes (Spark's own phases, ms), batches with data
+                       "batch_duration_ms": [p["durationMs"] for p in query.recentProgress
+                                             if p.get("numInputRows")]})
     finally:
         query.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
@@ -235,6 +238,7 @@ def bench_latency(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
             if not sc_common.wait_for(lambda: len(seen) >= producer.sent, 30):
                 common.progress(f"latency: only {len(seen)} of {producer.sent} records seen")
             progress = query.lastProgress
+            durations = [p["durationMs"] for p in query.recentProgress if p.get("numInputRows")]
         finally:
             query.stop()
             shutil.rmtree(checkpoint, ignore_errors=True)
@@ -254,6 +258,10 @@ def bench_latency(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
                       "max": round(max(latencies), 3)},
         "target_median_s": TARGETS["latency_median_s"],
         "meets_target": median <= TARGETS["latency_median_s"] and len(seen) == producer.sent,
+        "batch_duration_ms_median": {
+            phase: statistics.median(d.get(phase, 0) for d in durations)
+            for phase in ("triggerExecution", "latestOffset", "addBatch", "walCommit",
+                          "commitOffsets")} if durations else None,
         "last_progress_source": (progress or {}).get("sources", [{}])[0] if progress else None,
     }
 

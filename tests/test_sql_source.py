@@ -185,6 +185,23 @@ class KeyedProducer(threading.Thread):
         return list(self.sent)
 
 
+def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make_stream,
+                                                                put_records, checkpoint):
+    stream = make_stream(2)
+    put_records(stream, [f"before-{i}" for i in range(50)])
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"],
+                   **{"kinesis.startingPosition": "LATEST"})
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: query.lastProgress is not None, 60, "the first trigger")
+        after = [p.data for p in put_records(stream, [f"after-{i}" for i in range(40)])]
+        wait_until(lambda: sum(sink.data().values()) >= len(after), 60, "40 records")
+    finally:
+        stop(query)
+    assert sink.data() == Counter(after)
+
+
 # -- restart -----------------------------------------------------------------------------------
 def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
         spark, env, make_stream, checkpoint):

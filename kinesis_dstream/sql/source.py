@@ -64,7 +64,7 @@ from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
 from ..spark.shard_reader import ShardRange, read_shard_range
 from ..worker.fetcher import KinesisDataFetcher
-from ._source_options import ARROW_BATCHES, SourceOptions, parse_source_options
+from ._source_options import SourceOptions, parse_source_options
 
 log = logging.getLogger(__name__)
 
