@@ -1,0 +1,1 @@
+"""Structured Streaming on PySpark's Python Data Source API: the ``aws-kinesis`` format."""
