@@ -17,6 +17,7 @@ from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
+from ..retry import Backoff, FaultLog
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
 from .leases import LeaseCoordinator
 from .processor import ProcessorFactory
@@ -101,8 +102,13 @@ class Scheduler:
         next_take = 0.0
         next_parent_poll = 0.0
         take_budget = 1
+        # Capped at the renew interval: a pass also starts consumers for leases just taken.
+        base_ms = max(self.config.retry_wait_time_ms * 2, int(_TICK_S * 1000))
+        backoff = Backoff(base_ms=base_ms, cap_ms=max(self.config.renew_interval_ms, base_ms))
+        fault = FaultLog(log, f"worker {self.config.worker_id}: scheduler pass")
         while not self._stop.is_set():
             now = time.monotonic()
+            wait = _TICK_S
             try:
                 if self._sync_now.is_set() or now >= next_sync:
                     self._sync_now.clear()
@@ -120,11 +126,14 @@ class Scheduler:
                     self.coordinator.refresh()
                     next_parent_poll = now + self.config.parent_shard_poll_interval_ms / 1000.0
                 self._reconcile()
+                backoff.reset()
+                fault.succeeded()
             except KinesisDStreamError as exc:
-                log.warning("scheduler pass failed, retrying: %s", exc)
+                wait = backoff.next_wait_s()
+                fault.failed(exc, wait)
             except Exception:  # noqa: BLE001 - keep the worker alive, loudly
                 log.exception("scheduler pass failed unexpectedly")
-            self._stop.wait(_TICK_S)
+            self._stop.wait(wait)
 
     def _any_waiting_on_parents(self) -> bool:
         with self._lock:
