@@ -67,10 +67,16 @@ class ConsumerConfig:
     cloudwatch_endpoint: str | None = None
     # Credentials: None means boto3's default chain.
     aws_access_key_id: str | None = None
-    aws_secret_key: str | None = None
+    # repr=False: a config is logged and shown in tracebacks; secrets never are.
+    aws_secret_key: str | None = field(default=None, repr=False)
     sts_assume_role_arn: str | None = None
     sts_session_name: str | None = None
-    sts_external_id: str | None = None
+    sts_external_id: str | None = field(default=None, repr=False)
+    # None means boto3's resolution (AWS_ENDPOINT_URL_STS, then the regional endpoint).
+    sts_endpoint: str | None = None
+    # Assumed-role credentials are refreshed this long before they expire (botocore's
+    # advisory window); the session asked for lasts sts_duration_s (STS minimum 900).
+    sts_duration_s: int = 3600
 
     initial_position: str = "LATEST"
     initial_position_timestamp: float | None = None  # epoch seconds, AT_TIMESTAMP only
@@ -125,11 +131,13 @@ class ConsumerConfig:
                 "sts_assume_role_arn, sts_session_name and sts_external_id must be given together"
             )
         positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
-                    "retry_max_attempts", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
+                    "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive, got {getattr(self, name)}")
-        non_negative = ("idle_time_between_reads_ms", "retry_wait_time_ms", "checkpoint_interval_ms",
+        # retry_wait_time_ms is positive, not just non-negative: 0 made every retry and every
+        # transient-fault wait a hot loop against a failing service.
+        non_negative = ("idle_time_between_reads_ms", "checkpoint_interval_ms",
                         "shutdown_grace_ms", "parent_shard_poll_interval_ms")
         for name in non_negative:
             if getattr(self, name) < 0:

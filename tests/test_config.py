@@ -1,6 +1,6 @@
 """ConsumerConfig: cross-field validation, Spark conf keys, dict round trip (tier 1, no I/O)."""
 from __future__ import annotations
-
+import dataclasses
 import json
 
 import pytest
@@ -109,7 +109,7 @@ def test_all_three_sts_arguments_accepted():
 
 @pytest.mark.parametrize("name", ["max_records", "failover_time_ms", "shard_sync_interval_ms",
                                   "retry_max_attempts", "max_leases_to_steal_at_one_time",
-                                  "max_leases_for_worker"])
+                                  "max_leases_for_worker", "retry_wait_time_ms"])
 @pytest.mark.parametrize("value", [0, -1])
 def test_positive_settings(name, value):
     with pytest.raises(ConfigurationError, match=name) as info:
@@ -117,7 +117,7 @@ def test_positive_settings(name, value):
     assert str(value) in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["idle_time_between_reads_ms", "retry_wait_time_ms",
+@pytest.mark.parametrize("name", ["idle_time_between_reads_ms",
                                   "checkpoint_interval_ms", "shutdown_grace_ms",
                                   "parent_shard_poll_interval_ms"])
 def test_non_negative_settings(name):
@@ -134,7 +134,7 @@ def test_max_records_is_capped_at_the_kinesis_limit():
 
 def test_config_is_frozen():
     config = make()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="max_records"):
         config.max_records = 5  # type: ignore[misc]
 
 
@@ -218,3 +218,12 @@ def test_from_dict_validates():
     data["max_records"] = 0
     with pytest.raises(ConfigurationError, match="max_records"):
         ConsumerConfig.from_dict(data)
+
+
+def test_repr_hides_the_secret_key_and_the_external_id():
+    config = make(aws_access_key_id="AKIDEXAMPLE", aws_secret_key="s3cr3t-KEY-value",
+                  sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s",
+                  sts_external_id="ext-id-secret")
+    text = repr(config) + str(config)
+    assert "s3cr3t-KEY-value" not in text and "ext-id-secret" not in text
+    assert "AKIDEXAMPLE" in text  # the key id says which credentials, and is no secret

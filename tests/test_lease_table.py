@@ -43,7 +43,7 @@ def aws() -> Iterator[Any]:
 
 def config_for(app: str, worker: str = "A", **kw: Any) -> ConsumerConfig:
     settings: dict[str, Any] = dict(application_name=app, stream_name="s", region_name=REGION,
-                                    worker_id=worker, retry_wait_time_ms=0, failover_time_ms=10_000)
+                                    worker_id=worker, retry_wait_time_ms=1, failover_time_ms=10_000)
     settings.update(kw)
     return ConsumerConfig(**settings)
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
+from ..retry import Backoff, FaultLog
 from .checkpoint import ShardCheckpointer
 from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
                         ShardEndedInput, ShutdownRequestedInput)
@@ -167,37 +168,38 @@ class ShardConsumer:
 
     def _initialize_fetcher(self, fetcher: Any, checkpoint: ExtendedSequenceNumber) -> bool:
         """Get the first iterator, waiting out throttling and outages; False if told to stop."""
-        failures = 0
+        backoff = self._backoff()
+        fault = FaultLog(log, f"shard {self.shard_id}: getting an iterator at {checkpoint}")
         while self._reason is None:
             try:
                 fetcher.initialize(checkpoint)
+                fault.succeeded()
                 return True
             except KinesisDStreamError as exc:
-                failures += 1
-                wait = self._backoff_s(failures)
-                log.warning("shard %s: getting an iterator at %s failed (%s); trying again in %.1f s",
-                            self.shard_id, checkpoint, exc, wait)
+                wait = backoff.next_wait_s()
+                fault.failed(exc, wait)
                 self._sleep(wait)
         return False
 
-    def _backoff_s(self, failures: int) -> float:
-        return min(self.config.retry_wait_time_ms * 2 ** min(failures, 6), 10_000) / 1000.0
+    def _backoff(self) -> Backoff:
+        """Waits after the retry policy gave up: they grow while the fault lasts, jittered."""
+        return Backoff(base_ms=self.config.retry_wait_time_ms * 2, cap_ms=10_000)
 
     def _process_loop(self, fetcher: Any, processor: Any) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        failures = 0
+        backoff = self._backoff()
+        fault = FaultLog(log, f"shard {self.shard_id}: GetRecords")
         while True:
             if self._reason is not None:
                 return self._shut_down(processor)
             try:
                 result = fetcher.get_records()
-                failures = 0
+                backoff.reset()
+                fault.succeeded()
             except KinesisDStreamError as exc:
-                failures += 1
-                wait = self._backoff_s(failures)
-                log.warning("shard %s: GetRecords failed (%s); trying again in %.1f s",
-                            self.shard_id, exc, wait)
+                wait = backoff.next_wait_s()
+                fault.failed(exc, wait)
                 self._sleep(wait)
                 continue
             self.millis_behind_latest = result.millis_behind_latest
@@ -226,6 +228,7 @@ class ShardConsumer:
         assert checkpointer is not None
         self.state = ConsumerState.SHUTTING_DOWN
         checkpointer.reached_shard_end()
+        backoff = self._backoff()
         attempt = 0
         while self._reason is None:
             self._call(processor.shard_ended, ShardEndedInput(checkpointer=checkpointer))
@@ -236,7 +239,7 @@ class ShardConsumer:
             attempt += 1
             log.error("processor of %s did not checkpoint at shard end (attempt %d); its children "
                       "wait until it does", self.shard_id, attempt)
-            self._sleep(self._backoff_s(attempt))
+            self._sleep(backoff.next_wait_s())
         return self._shut_down(processor)
 
     def _shut_down(self, processor: Any) -> bool:

@@ -17,6 +17,7 @@ from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
+from ..retry import Backoff, FaultLog
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
 from .leases import LeaseCoordinator, LeaseManager
 from .processor import ProcessorFactory
@@ -92,15 +93,23 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
+        # Capped at the renew interval: a pass also starts consumers for leases just taken.
+        base_ms = max(self.config.retry_wait_time_ms * 2, int(_TICK_S * 1000))
+        backoff = Backoff(base_ms=base_ms, cap_ms=max(self.config.renew_interval_ms, base_ms))
+        fault = FaultLog(log, f"worker {self.config.worker_id}: scheduler pass")
         while not self._stop.is_set():
+            wait = _TICK_S
             try:
                 self.lease_manager.run_due(time.monotonic(), self._any_waiting_on_parents)
                 self._reconcile()
+                backoff.reset()
+                fault.succeeded()
             except KinesisDStreamError as exc:
-                log.warning("scheduler pass failed, retrying: %s", exc)
+                wait = backoff.next_wait_s()
+                fault.failed(exc, wait)
             except Exception:  # noqa: BLE001 - keep the worker alive, loudly
                 log.exception("scheduler pass failed unexpectedly")
-            self._stop.wait(_TICK_S)
+            self._stop.wait(wait)
 
     def _any_waiting_on_parents(self) -> bool:
         with self._lock:
