@@ -20,11 +20,10 @@ Permanent errors (no such stream, bad credentials) found after start are kept in
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import Lease, LeaseTable
@@ -38,6 +37,7 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
+from ..retry import Backoff, FaultLog
 from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.shard_sync import ShardSyncer, parents_done
 from .checkpointer import SHARD_END, KinesisCheckpointer
@@ -108,8 +108,6 @@ class ShardCoordinator:
         self.stopped = False
         self.fatal: BaseException | None = None
         self._up = False
-        self._fault_logged_at = -1e9
-        self._faults = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def add_member(self, key: str) -> None:
@@ -237,37 +235,30 @@ class ShardCoordinator:
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
-        failures = 0
+        backoff = Backoff(base_ms=200, cap_ms=30_000)
+        fault = FaultLog(log, f"{self.name}: coordinator pass")
         while not self._stop.is_set():
+            wait = _TICK_S
             try:
                 if not self._up:
                     self._start_up()
                 self.lease_manager.run_due(time.monotonic(), self._waiting_on_parents)
                 self._reconcile()
                 self._write_checkpoints(force=False)
-                if failures:
-                    log.info("%s: the lease table and stream answer again after %d failed "
-                             "pass(es)", self.name, failures)
-                failures = 0
+                backoff.reset()
+                fault.succeeded()
             except PERMANENT_ERRORS as exc:
                 self._fail(exc)
                 return
             except KinesisDStreamError as exc:
-                failures += 1
-                self._log_fault(exc, failures)
-                self._stop.wait(backoff_s(failures))
+                wait = backoff.next_wait_s()
+                fault.failed(exc, wait)
+                self._stop.wait(wait)
                 continue
             except Exception:  # noqa: BLE001 - keep coordinating, loudly
                 log.exception("%s: coordinator pass failed unexpectedly", self.name)
-            self._wake.wait(_TICK_S)
+            self._wake.wait(wait)
             self._wake.clear()
-
-    def _log_fault(self, exc: BaseException, failures: int) -> None:
-        now = time.monotonic()
-        if now - self._fault_logged_at >= 60.0:
-            self._fault_logged_at = now
-            log.warning("%s: coordinator pass failed (%d in a row), backing off: %s", self.name,
-                        failures, exc)
 
     def _waiting_on_parents(self) -> bool:
         with self._lock:
@@ -393,12 +384,6 @@ class ShardCoordinator:
 
     def owned_shard_ids(self) -> list[str]:
         return self.leases.owned_shard_ids()
-
-
-def backoff_s(failures: int, base_s: float = 0.2, cap_s: float = 30.0,
-              rand: Callable[[], float] = random.random) -> float:
-    """Capped exponential backoff with jitter: never a fixed-period hot loop."""
-    return min(cap_s, base_s * 2 ** min(failures, 16)) * (0.5 + 0.5 * rand())
 
 
 _registry: dict[tuple, ShardCoordinator] = {}

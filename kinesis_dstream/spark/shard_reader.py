@@ -37,7 +37,7 @@ from ..errors import (
     TransientServiceError,
 )
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
-from ..retry import RetryPolicy
+from ..retry import FaultLog, RetryPolicy
 from ..worker.fetcher import KinesisDataFetcher
 
 log = logging.getLogger(__name__)
@@ -148,19 +148,15 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, (ThrottlingError, EndpointUnreachableError, TransientServiceError))
 
 
-_faults: dict[str, list] = {}  # shard -> [first seen, count, last logged], per Python worker
+_faults: dict[str, FaultLog] = {}  # per shard, in this Python worker process
 
 
-def _note_fault(planned: ShardRange, exc: BaseException, kept: int) -> None:
-    """Log a transient fault at most once a minute per shard in this process, with a count."""
-    now = time.monotonic()
-    fault = _faults.setdefault(planned.shard_id, [now, 0, -1e9])
-    fault[1] += 1
-    if now - fault[2] >= 60.0:
-        fault[2] = now
-        log.warning("shard %s: %s (%d time(s) in this executor process); batch %d keeps the %d "
-                    "record(s) read so far and the next batch goes on from there",
-                    planned.shard_id, exc, fault[1], planned.batch_ms, kept)
+def _fault_log(shard_id: str) -> FaultLog:
+    """A transient fault is logged at most once a minute per shard and process, with a count."""
+    fault = _faults.get(shard_id)
+    if fault is None:
+        fault = _faults[shard_id] = FaultLog(log, f"reading shard {shard_id}")
+    return fault
 
 
 def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
@@ -181,10 +177,15 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
                 raise
             throttled += 1
             if reading.records or time.monotonic() >= deadline:
-                _note_fault(planned, exc, len(reading.records))
+                # The batch keeps what it read; the next batch goes on from there.
+                _fault_log(planned.shard_id).failed(exc, 0.0)
                 break
-            sleep(min(policy.backoff_ms(throttled) / 1000.0, max(0.0, deadline - time.monotonic())))
+            sleep(min(policy.jittered_backoff_ms(throttled) / 1000.0, max(0.0, deadline - time.monotonic())))
             continue
+        throttled = 0
+        fault = _faults.get(planned.shard_id)
+        if fault is not None and fault.failing:
+            fault.succeeded()
         reading.records.extend(result.records)
         reading.millis_behind_latest = result.millis_behind_latest
         if len(reading.records) >= planned.max_records:
@@ -219,7 +220,7 @@ def _read_exact(clients: _Clients, config: ConsumerConfig, stored: BatchRange,
             throttled += 1
             if throttled > 10 * policy.max_attempts:
                 raise
-            sleep(policy.backoff_ms(throttled) / 1000.0)
+            sleep(policy.jittered_backoff_ms(throttled) / 1000.0)
             continue
         throttled = 0
         reading.millis_behind_latest = result.millis_behind_latest
