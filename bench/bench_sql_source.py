@@ -102,12 +102,12 @@ def drain_sql(spark: Any, kinesis: str, dynamodb: str, stream: str, total: int, 
                        "rec_s_after_first_batch": round(total / (counter.done_at - counter.first_data_at))
                        if counter.done_at > counter.first_data_at else None,
                        "batches": counter.batches,
-                       "driver_python_cpu_s": round(common.self_cpu_seconds() - cpu0, 2),
-                       # where a batch's time goes (Spark's own phases, ms), batches with data
-                       "batch_duration_ms": [p["durationMs"] for p in query.recentProgress
-                                             if p.get("numInputRows")]})
+                       "driver_python_cpu_s": round(common.self_cpu_seconds() - cpu0, 2)})
     finally:
         query.stop()
+        # where a batch's time goes (Spark's phases, ms; posted once the batch ended)
+        result["batch_duration_ms"] = [p["durationMs"] for p in query.recentProgress
+                                       if p.get("numInputRows")]
         shutil.rmtree(checkpoint, ignore_errors=True)
         common.delete_table(dynamodb, f"{table}-kinesis-dstream-ranges")
     return result

@@ -329,8 +329,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         log.info("Trigger.AvailableNow: reading records that arrived up to %d", self._target_ms)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
-        if start is None:  # pyspark < 4.2
-            start = self._last_end if self._last_end is not None else self.initialOffset()
+        if start is None:  # pyspark < 4.2 does not say where the next batch starts
+            if self._last_end is None:
+                self._last_end = self.initialOffset()
+            start = self._last_end
         query, batch = start["query"], int(start["batch"])
         key = stream_key(self.config.stream_name, query)
         ranges = self.ranges  # created once, before the threads share it
