@@ -148,3 +148,29 @@ def test_explicit_hash_key_decides_the_shard_not_the_partition_key(kinesis_local
     md5_shard = [s for s, (a, b) in ranges.items()
                  if a <= int.from_bytes(hashlib.md5(b"one-key").digest(), "big") <= b]
     assert len(md5_shard) == 1  # so three of the four groups prove the hash key won
+
+
+def test_a_reshard_reloads_the_shard_map(kinesis_local, make_stream):
+    """After a split the first aggregate may land on one child (KPL behaviour too); the answer's
+    ShardId tells the producer, which reloads the map, so later records are placed right."""
+    stream = make_stream(1)
+    kinesis = client("kinesis", kinesis_local)
+    producer = KinesisProducer(producer_config(stream, kinesis_local))
+    producer.put_many((f"before-{i}", f"k{i}") for i in range(100))
+    producer.flush()
+    parent = list_shard_ids(kinesis_local, stream)[0]
+    kinesis.split_shard(StreamName=stream, ShardToSplit=parent,
+                        NewStartingHashKey=str(2**127))
+    from emulators import wait_stream_active
+    wait_stream_active(kinesis, stream)
+    producer.put_many((f"during-{i}", f"k{i}") for i in range(100))
+    producer.flush()   # grouped with the old map: all for the parent, lands on one child
+    producer.put_many((f"after-{i}", f"k{i}") for i in range(100))
+    producer.close()
+    assert producer.stats.shard_map_refreshes == 2
+    _, users = read_back(kinesis_local, stream)
+    assert Counter(u.binary_data.decode().split("-")[0] for u in users) == \
+        {"before": 100, "during": 100, "after": 100}
+    after = [u for u in users if u.binary_data.startswith(b"after-")]
+    assert_on_own_shards(after, shard_ranges(kinesis_local, stream))
+    assert len({u.shard_id for u in after}) == 2

@@ -15,6 +15,11 @@ rejects are sent again with capped exponential backoff and full jitter until
 ``max_attempts`` or ``deadline_ms``; after that ``PutRecordsFailedError`` names the stream and
 the number of user records not written.
 
+Shard ranges come from ListShards (open shards) when the first record arrives and again after
+a PutRecords answer puts an aggregate on another shard than planned (a reshard): as with the
+KPL, aggregates built before that answer may land whole on one child shard; later ones are
+placed right.
+
 The producer is synchronous and single-threaded from the caller's side (Spark's ``write``
 runs one per task): ``put`` buffers, and sends when a PutRecords request is full or the
 oldest buffered record is older than ``record_max_buffered_time_ms``; ``flush`` sends the
