@@ -174,3 +174,72 @@ def test_a_reshard_reloads_the_shard_map(kinesis_local, make_stream):
     after = [u for u in users if u.binary_data.startswith(b"after-")]
     assert_on_own_shards(after, shard_ranges(kinesis_local, stream))
     assert len({u.shard_id for u in after}) == 2
+
+
+def test_computed_aggregate_size_is_the_encoded_size():
+    """The limits are checked on a computed size; it must be the real one, byte for byte."""
+    from kinesis_dstream.aws.producer import _Aggregate
+
+    rng = random.Random(3)
+    for trial in range(200):
+        aggregate = _Aggregate("shard", 0.0)
+        for _ in range(rng.randrange(1, 60)):
+            key = "k" * rng.choice((1, 5, 127, 128, 200)) + str(rng.randrange(4))
+            ehk = str(rng.randrange(2**128)) if rng.random() < 0.3 else None
+            data = bytes(rng.randrange(256) for _ in range(rng.choice((0, 1, 127, 128, 300))))
+            assert aggregate.try_add(key, key.encode(), ehk, data, hash_key_of(key, ehk),
+                                     MAX_RECORD_BYTES)
+        encoded = aggregate.encode()
+        assert aggregate.kinesis_bytes(aggregate.body_bytes, aggregate.first_key) == \
+            len(encoded) + len(aggregate.first_key.encode()), f"trial {trial}"
+        assert deaggregate([{"Data": encoded, "PartitionKey": aggregate.first_key,
+                             "SequenceNumber": "1"}], "shard")[0].aggregated
+
+
+def test_records_wait_at_most_the_buffered_time(kinesis_local, make_stream):
+    stream = make_stream(1)
+    now = [100.0]
+    producer = KinesisProducer(producer_config(stream, kinesis_local),
+                               record_max_buffered_time_ms=1000, clock=lambda: now[0])
+    producer.put_many((f"r{i}", "k") for i in range(10))
+    now[0] += 0.9
+    producer.put("r10", "k")
+    assert producer.stats.put_records_calls == 0 and producer.buffered_records() == 11
+    now[0] += 0.1
+    producer.put("r11", "k")
+    assert producer.stats.put_records_calls == 1 and producer.buffered_records() == 0
+    _, users = read_back(kinesis_local, stream)
+    assert len(users) == 12
+
+
+def test_concurrent_connections_write_every_record_once(kinesis_local, make_stream):
+    import threading
+
+    stream = make_stream(2)
+    real = client("kinesis", kinesis_local)
+    in_flight, peak, lock = [0], [0], threading.Lock()
+
+    class CountingClient:
+        """The real client; counts PutRecords calls in flight at once."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def put_records(self, **kwargs: Any) -> Any:
+            with lock:
+                in_flight[0] += 1
+                peak[0] = max(peak[0], in_flight[0])
+            try:
+                return real.put_records(**kwargs)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+    with KinesisProducer(producer_config(stream, kinesis_local), aggregation=False,
+                         max_connections=3, record_max_buffered_time_ms=60_000,
+                         client=CountingClient()) as producer:
+        producer.put_many((f"c-{i}", f"k{i}") for i in range(2600))
+    assert producer.stats.put_records_calls == 6  # 500 x 5 + 100
+    assert peak[0] >= 2
+    _, users = read_back(kinesis_local, stream)
+    assert Counter(u.binary_data for u in users) == Counter(f"c-{i}".encode() for i in range(2600))

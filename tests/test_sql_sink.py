@@ -184,3 +184,21 @@ def test_registered_without_any_call_in_a_fresh_process(kinesis_local, make_stre
     assert done.returncode == 0, done.stderr[-3000:]
     _, users = read_back(kinesis_local, stream)
     assert [u.binary_data for u in users] == [b"fresh-1", b"fresh-1"]
+
+
+def test_without_the_data_source_api_the_sql_package_names_the_version():
+    """As on pyspark < 4.0: kinesis_dstream imports, kinesis_dstream.sql says what it needs."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["pyspark.sql.datasource"] = None   # what an older pyspark lacks
+        import kinesis_dstream
+        from kinesis_dstream import KinesisUtils
+        try:
+            import kinesis_dstream.sql
+        except ImportError as exc:
+            print(exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert "needs pyspark >= 4.0" in done.stdout
