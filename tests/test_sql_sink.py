@@ -202,3 +202,20 @@ def test_without_the_data_source_api_the_sql_package_names_the_version():
                           timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stderr
     assert "needs pyspark >= 4.0" in done.stdout
+
+
+def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis_local,
+                                                                   make_stream):
+    from fault_proxy import FaultProxy
+
+    stream = make_stream(1)
+    df = spark.createDataFrame([(f"k{i}", f"d{i}") for i in range(40)],
+                               "partitionKey string, data string").coalesce(1)
+    with FaultProxy(kinesis_local, share=0.0, put_failure_share=1.0) as proxy:
+        with pytest.raises(Exception) as failure:
+            df.write.format("aws-kinesis").options(**sink_options(
+                stream, proxy.endpoint, **{"kinesis.sink.flushWaitTimeMs": "1",
+                                           "kinesis.sink.aggregationEnabled": "false"})) \
+                .mode("append").save()
+    assert f"40 records not written to stream '{stream}'" in str(failure.value)
+    assert proxy.put_entries_failed >= 40 * 10
