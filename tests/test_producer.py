@@ -182,7 +182,7 @@ def test_computed_aggregate_size_is_the_encoded_size():
 
     rng = random.Random(3)
     for trial in range(200):
-        aggregate = _Aggregate("shard", 0.0)
+        aggregate = _Aggregate("shard")
         for _ in range(rng.randrange(1, 60)):
             key = "k" * rng.choice((1, 5, 127, 128, 200)) + str(rng.randrange(4))
             ehk = str(rng.randrange(2**128)) if rng.random() < 0.3 else None

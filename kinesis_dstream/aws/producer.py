@@ -117,9 +117,9 @@ class _Aggregate:
     """User records bound for one shard, with the size of their KPL encoding kept exact."""
 
     __slots__ = ("shard_id", "keys", "hash_keys", "records", "body_bytes", "first_key",
-                 "first_hash_key", "started")
+                 "first_hash_key")
 
-    def __init__(self, shard_id: str, started: float) -> None:
+    def __init__(self, shard_id: str) -> None:
         self.shard_id = shard_id
         self.keys: dict[str, int] = {}
         self.hash_keys: dict[str, int] = {}
@@ -127,20 +127,6 @@ class _Aggregate:
         self.body_bytes = 0
         self.first_key = ""
         self.first_hash_key = 0
-        self.started = started
-
-    def _growth(self, key: bytes, key_new: bool, ehk: str | None, ehk_index: int | None,
-                data: bytes) -> int:
-        """Body bytes added by one user record (key tables included)."""
-        grow = _field_len(len(key)) if key_new else 0
-        key_index = self.keys.get(key.decode("utf-8"), len(self.keys))
-        record = 1 + _varint_len(key_index) + _field_len(len(data))
-        if ehk is not None:
-            if ehk_index is None:
-                grow += _field_len(len(ehk))
-                ehk_index = len(self.hash_keys)
-            record += 1 + _varint_len(ehk_index)
-        return grow + _field_len(record)
 
     def kinesis_bytes(self, body_bytes: int, first_key: str) -> int:
         """What Kinesis counts against the 1 MiB record limit: data + partition key."""
@@ -148,19 +134,34 @@ class _Aggregate:
 
     def try_add(self, partition_key: str, key_bytes: bytes, explicit_hash_key: str | None,
                 data: bytes, hash_key: int, max_bytes: int) -> bool:
-        key_new = partition_key not in self.keys
-        ehk_index = self.hash_keys.get(explicit_hash_key) if explicit_hash_key else None
-        grow = self._growth(key_bytes, key_new, explicit_hash_key, ehk_index, data)
+        """Add one user record unless the aggregate would outgrow ``max_bytes``.
+
+        The size is computed, not encoded: protobuf's length-delimited fields and varints,
+        the key tables included (a test compares it with the real encoding).
+        """
+        key_index = self.keys.get(partition_key)
+        grow = 0
+        if key_index is None:
+            grow += _field_len(len(key_bytes))
+        record = 1 + _varint_len(len(self.keys) if key_index is None else key_index)
+        record += _field_len(len(data))
+        ehk_index = None
+        if explicit_hash_key is not None:
+            ehk_index = self.hash_keys.get(explicit_hash_key)
+            if ehk_index is None:
+                grow += _field_len(len(explicit_hash_key))  # ASCII digits: chars == bytes
+            record += 1 + _varint_len(len(self.hash_keys) if ehk_index is None else ehk_index)
+        grow += _field_len(record)
         first_key = self.first_key if self.records else partition_key
         if self.kinesis_bytes(self.body_bytes + grow, first_key) > max_bytes:
             return False
-        if key_new:
-            self.keys[partition_key] = len(self.keys)
+        if key_index is None:
+            key_index = self.keys[partition_key] = len(self.keys)
         if explicit_hash_key is not None and ehk_index is None:
             ehk_index = self.hash_keys[explicit_hash_key] = len(self.hash_keys)
         if not self.records:
             self.first_key, self.first_hash_key = partition_key, hash_key
-        self.records.append((self.keys[partition_key], ehk_index, data))
+        self.records.append((key_index, ehk_index, data))
         self.body_bytes += grow
         return True
 
@@ -205,7 +206,9 @@ class KinesisProducer:
 
     ``put`` may send (when a request fills up or records waited long enough); ``flush``
     sends everything buffered and returns only when it is written, or raises
-    ``PutRecordsFailedError``. Use as a context manager or call ``close`` (which flushes).
+    ``PutRecordsFailedError``. Use as a context manager or call ``close`` (which flushes);
+    a block left by an exception sends nothing more, so the caller's retry (a Spark task
+    retry) decides.
     ``client``, ``sleep``, ``clock`` and ``rng`` exist for tests.
     """
 
@@ -274,7 +277,7 @@ class KinesisProducer:
             self._oldest = now
         self.stats.user_records += 1
         if self.aggregation:
-            self._aggregate(data, partition_key, key_bytes, explicit_hash_key, now)
+            self._aggregate(data, partition_key, key_bytes, explicit_hash_key)
         else:
             self._add_plain(data, partition_key, key_bytes, explicit_hash_key)
         if self._max_buffered_s >= 0 and now - self._oldest >= self._max_buffered_s:
@@ -295,18 +298,18 @@ class KinesisProducer:
         self._enqueue(_Entry(request, len(data) + len(key_bytes), user_records, shard_id))
 
     def _aggregate(self, data: bytes, partition_key: str, key_bytes: bytes,
-                   explicit_hash_key: str | None, now: float) -> None:
+                   explicit_hash_key: str | None) -> None:
         hash_key = hash_key_of(partition_key, explicit_hash_key)
         shard = self._shards().shard_for(hash_key)
         aggregate = self._open.get(shard.shard_id)
         if aggregate is None:
-            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id, now)
+            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id)
         if aggregate.try_add(partition_key, key_bytes, explicit_hash_key, data, hash_key,
                              self._aggregation_max_bytes):
             return
         if aggregate.records:  # full: close it and start the next one with this record
             self._close_aggregate(aggregate)
-            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id, now)
+            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id)
             if aggregate.try_add(partition_key, key_bytes, explicit_hash_key, data, hash_key,
                                  self._aggregation_max_bytes):
                 return
