@@ -219,3 +219,8 @@ def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis
                 .mode("append").save()
     assert f"40 records not written to stream '{stream}'" in str(failure.value)
     assert proxy.put_entries_failed >= 40 * 10
+
+
+def test_reading_says_it_is_not_there_yet(spark):
+    with pytest.raises(Exception, match="reading from format 'aws-kinesis' is not available yet"):
+        spark.read.format("aws-kinesis").option("kinesis.streamName", "s").load().collect()
