@@ -1,6 +1,11 @@
 """A loopback HTTP proxy in front of a Kinesis emulator that throttles a share of GetRecords,
 or (``dropping``) drops every connection unanswered, as an endpoint outage does.
 
+With ``put_failure_share`` it also fails a share of PutRecords *entries* the way Kinesis
+does: those entries are taken out of the request before it is forwarded (so they are not
+written) and come back in the answer, at their place, with ErrorCode
+ProvisionedThroughputExceededException; ``put_entries_failed`` counts them.
+
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
 ``{"__type": "ProvisionedThroughputExceededException", ...}``. Speaks HTTP/1.1 JSON (boto3),
@@ -18,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 GET_RECORDS_TARGET = "Kinesis_20131202.GetRecords"
+PUT_RECORDS_TARGET = "Kinesis_20131202.PutRecords"
 THROTTLE_BODY = json.dumps({
     "__type": "ProvisionedThroughputExceededException",
     "message": "Rate exceeded for shard in account 000000000000.",
@@ -35,7 +41,8 @@ class FaultProxy:
     """
 
     def __init__(self, upstream: str, *, share: float = 0.5, seed: int | None = None,
-                 max_injections: int | None = None, max_lifetime_s: float = 900.0) -> None:
+                 max_injections: int | None = None, max_lifetime_s: float = 900.0,
+                 put_failure_share: float = 0.0, max_put_failures: int | None = None) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
@@ -48,6 +55,9 @@ class FaultProxy:
         self.injected = 0
         self.dropping = False  # drop every connection unanswered: an endpoint outage
         self.dropped = 0
+        self.put_failure_share = put_failure_share
+        self.max_put_failures = max_put_failures
+        self.put_entries_failed = 0
         self.get_records_forwarded = 0
         self.forwarded = 0
         self._server: ThreadingHTTPServer | None = None
@@ -84,6 +94,27 @@ class FaultProxy:
             else:
                 self.get_records_forwarded += 1
             return inject
+
+    def fail_put_entries(self, target: str, body: bytes) -> tuple[bytes, list[int]]:
+        """The PutRecords body to forward and the indexes of the entries failed instead."""
+        if target != PUT_RECORDS_TARGET or self.put_failure_share <= 0:
+            return body, []
+        request = json.loads(body)
+        records = request["Records"]
+        failed: list[int] = []
+        with self._lock:
+            for index in range(len(records)):
+                if (self.max_put_failures is not None
+                        and self.put_entries_failed >= self.max_put_failures):
+                    break
+                if self._random.random() < self.put_failure_share:
+                    failed.append(index)
+                    self.put_entries_failed += 1
+        if not failed:
+            return body, []
+        gone = set(failed)
+        request["Records"] = [r for i, r in enumerate(records) if i not in gone]
+        return json.dumps(request).encode(), failed
 
     def start(self) -> "FaultProxy":
         proxy = self
@@ -158,6 +189,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                              ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
                        THROTTLE_BODY)
             return
+        body, failed = self.owner.fail_put_entries(self.headers.get("X-Amz-Target", ""), body)
+        if failed and not json.loads(body)["Records"]:  # all failed: Kinesis refuses an empty call
+            self._send(200, [("Content-Type", "application/x-amz-json-1.1")],
+                       _merge_put_answer(b'{"Records": []}', failed, len(failed)))
+            return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
             conn = self._connection()
@@ -174,7 +210,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     return
         with self.owner._lock:
             self.owner.forwarded += 1
+        if failed and reply.status == 200:
+            data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed))
         self._send(reply.status, reply.getheaders(), data)
 
     do_POST = _handle
     do_GET = _handle
+
+
+def _merge_put_answer(data: bytes, failed: list[int], total: int) -> bytes:
+    """Put the failed entries back into a PutRecords answer at their places."""
+    answer = json.loads(data)
+    written = iter(answer["Records"])
+    gone = set(failed)
+    answer["Records"] = [
+        {"ErrorCode": "ProvisionedThroughputExceededException",
+         "ErrorMessage": "Rate exceeded for shard (fault proxy)."} if i in gone else next(written)
+        for i in range(total)]
+    answer["FailedRecordCount"] = answer.get("FailedRecordCount", 0) + len(failed)
+    return json.dumps(answer).encode()

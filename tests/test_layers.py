@@ -12,6 +12,8 @@ SHARED = {"config", "errors", "retry", "records"}
 ALLOWED = {
     "aws": SHARED | {"aws"},
     "worker": SHARED | {"aws", "worker"},
+    # Spark SQL glue: the producer and pyspark (>= 4.0), never the DStream glue or the worker.
+    "sql": SHARED | {"aws", "sql", "pyspark"},
 }
 
 
@@ -53,3 +55,9 @@ def test_the_checker_sees_a_forbidden_import(tmp_path):
     module = PACKAGE / "worker" / "scheduler.py"
     assert "aws" in _imports(module)
     assert "pyspark" not in _imports(module)
+
+
+def test_dstream_glue_does_not_import_the_sql_package():
+    """The sql package needs pyspark >= 4.0; DStream users on 3.5 must not need it."""
+    for path in sorted((PACKAGE / "spark").glob("*.py")) + [PACKAGE / "__init__.py"]:
+        assert "sql" not in _imports(path), f"{path.name} imports kinesis_dstream.sql"
