@@ -38,7 +38,7 @@ TARGETS = {"drain_ratio": 0.8, "latency_median_s": 1.5}
 def spark_session() -> Any:
     from pyspark.sql import SparkSession
 
-    from kinesis_dstream.sql.source import KinesisSource
+    from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
 
     sc = sc_common.spark_context(MASTER)
     spark = SparkSession(sc)

@@ -221,6 +221,39 @@ def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis
     assert proxy.put_entries_failed >= 40 * 10
 
 
-def test_reading_says_it_is_not_there_yet(spark):
-    with pytest.raises(Exception, match="reading from format 'aws-kinesis' is not available yet"):
+def test_a_batch_read_says_to_read_a_stream(spark):
+    with pytest.raises(Exception, match="format 'aws-kinesis' reads as a stream only"):
         spark.read.format("aws-kinesis").option("kinesis.streamName", "s").load().collect()
+
+
+def test_round_trip_through_the_sink_and_the_source(spark, kinesis_local, dynamodb, aws_env,
+                                                    make_stream, unique_app_name, tmp_path):
+    """10k rows written aggregated, read back with readStream.format("aws-kinesis"): all
+    come back once, each on the shard its own key maps to, in far fewer Kinesis records."""
+    from kinesis_dstream.aws.producer import hash_key_of
+
+    stream = make_stream(4)
+    rows = [(f"key-{i % 997}", f"row-{i}") for i in range(10_000)]
+    spark.createDataFrame(rows, "partitionKey string, data string").repartition(2) \
+        .write.format("aws-kinesis").options(**sink_options(stream, kinesis_local)) \
+        .mode("append").save()
+    name = f"roundtrip_{unique_app_name.replace('-', '_')}"
+    query = (spark.readStream.format("aws-kinesis")
+             .options(**sink_options(stream, kinesis_local))
+             .option("kinesis.dynamodb.endpointUrl", dynamodb)
+             .option("kinesis.dynamodb.tableName", unique_app_name)
+             .option("kinesis.startingPosition", "TRIM_HORIZON").load()
+             .writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    got = spark.sql(f"SELECT partitionKey, CAST(data AS STRING) AS data, shardId, sequenceNumber "
+                    f"FROM {name}").collect()
+    assert Counter((r.partitionKey, r.data) for r in got) == Counter(rows)
+    ranges = shard_ranges(kinesis_local, stream)
+    misplaced = [r for r in got
+                 if not ranges[r.shardId][0] <= hash_key_of(r.partitionKey, None) <= ranges[r.shardId][1]]
+    assert misplaced == []
+    kinesis_records = {(r.shardId, r.sequenceNumber) for r in got}
+    assert len(kinesis_records) <= 200, len(kinesis_records)

@@ -31,7 +31,7 @@ from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.sql import source as sql_source
 from kinesis_dstream.sql._source_options import parse_source_options
-from kinesis_dstream.sql.source import KinesisSource
+from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
 
 TRIGGER = "1 second"
 

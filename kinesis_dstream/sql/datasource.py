@@ -1,9 +1,9 @@
 """The ``aws-kinesis`` data source: one class that Spark finds by name.
 
-The sink is here; the source (``reader``/``streamReader``) is not built yet and fails in one
-place, ``_no_source``, with a message saying what to use meanwhile. ``schema()`` is already
-the source's schema (the awslabs connector's, plus ``subSequenceNumber`` and ``shardId`` so
-KPL user records and their shards can be told apart).
+Streaming reads (``source.py``: the driver plans, executors read), batch and streaming
+writes (``sink.py``). ``schema()`` is the source's (the awslabs connector's, plus
+``subSequenceNumber`` and ``shardId`` so KPL user records and their shards can be told apart).
+A batch read (``spark.read``) is not offered: it fails in one place, ``_no_batch_read``.
 
 Registration needs no call: the top-level modules ``pyspark_kinesis_dstream`` (``aws-kinesis``)
 and ``pyspark_kinesis`` (``kinesis``) expose subclasses as ``DefaultSource``, which PySpark
@@ -14,21 +14,25 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from .options import SINK_OPTIONS, parse_options
+from ._source_options import parse_source_options
 from .sink import KinesisBatchWriter, KinesisStreamWriter
-
-SOURCE_SCHEMA = ("data binary, streamName string, partitionKey string, sequenceNumber string, "
-                 "subSequenceNumber long, shardId string, approximateArrivalTimestamp timestamp")
+from .source import SCHEMA, KinesisStreamReader
 
 
-def _no_source(format_name: str) -> NoReturn:
+
+def _no_batch_read(format_name: str) -> NoReturn:
     raise NotImplementedError(
-        f"reading from format {format_name!r} is not available yet: only the sink is "
-        "(df.write / df.writeStream). Read Kinesis with kinesis_dstream.KinesisUtils.createStream "
-        "(DStreams) meanwhile.")
+        f"format {format_name!r} reads as a stream only: use spark.readStream (with "
+        "Trigger.AvailableNow to read what the stream holds and stop)")
 
 
 class KinesisDataSource(DataSource):
@@ -38,8 +42,8 @@ class KinesisDataSource(DataSource):
     def name(cls) -> str:
         return "aws-kinesis"
 
-    def schema(self) -> str:
-        return SOURCE_SCHEMA
+    def schema(self) -> StructType:
+        return SCHEMA
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return KinesisBatchWriter(parse_options(self.options, (SINK_OPTIONS,)), schema)
@@ -48,10 +52,7 @@ class KinesisDataSource(DataSource):
         return KinesisStreamWriter(parse_options(self.options, (SINK_OPTIONS,)), schema)
 
     def reader(self, schema: StructType) -> NoReturn:
-        _no_source(self.name())
+        _no_batch_read(self.name())
 
-    def streamReader(self, schema: StructType) -> NoReturn:
-        _no_source(self.name())
-
-    def simpleStreamReader(self, schema: StructType) -> NoReturn:
-        _no_source(self.name())
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        return KinesisStreamReader(parse_source_options(self.options))

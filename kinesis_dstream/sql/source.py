@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Sequence
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
     BinaryType,
     LongType,
@@ -64,7 +64,7 @@ from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
 from ..spark.shard_reader import ShardRange, read_shard_range
 from ..worker.fetcher import KinesisDataFetcher
-from ._source_options import SourceOptions, parse_source_options
+from ._source_options import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -443,18 +443,3 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                 return Probe(result.records[0].approximate_arrival_timestamp <= self._target_ms, lag)
             return Probe(True, lag)
         return Probe(bool(lag) and self._target_ms is None, lag)
-
-
-class KinesisSource(DataSource):
-    """``spark.readStream.format("aws-kinesis")`` (register with ``spark.dataSource.register``)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> StructType:
-        parse_source_options(self.options)  # a bad option fails at load(), naming itself
-        return SCHEMA
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        return KinesisStreamReader(parse_source_options(self.options))
