@@ -108,6 +108,8 @@ class ConsumerConfig:
     checkpoint_interval_ms: int = 10000
     shutdown_grace_ms: int = 20000
     metrics_level: str = "DETAILED"
+    # CloudWatch publishing period (the KCL's metricsBufferTimeMillis).
+    metrics_buffer_time_ms: int = 10000
 
     def __post_init__(self) -> None:
         for name in ("application_name", "stream_name", "region_name"):
@@ -131,7 +133,8 @@ class ConsumerConfig:
                 "sts_assume_role_arn, sts_session_name and sts_external_id must be given together"
             )
         positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
-                    "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
+                    "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s",
+                    "metrics_buffer_time_ms", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive, got {getattr(self, name)}")

@@ -20,6 +20,8 @@ from ..records import ExtendedSequenceNumber
 from ..retry import Backoff, FaultLog
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
 from .leases import LeaseCoordinator
+from .metrics import (CURRENT_LEASES, RENEW_ALL_LEASES, TAKE_LEASES, TAKEN_LEASES, TOTAL_LEASES,
+                      MetricsPublisher)
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
 
@@ -35,7 +37,8 @@ _RAMP_INTERVAL_S = 0.5
 
 class Scheduler:
     def __init__(self, config: ConsumerConfig, processor_factory: ProcessorFactory, *,
-                 kinesis: Any = None, lease_table: LeaseTable | None = None):
+                 kinesis: Any = None, lease_table: LeaseTable | None = None,
+                 metrics: MetricsPublisher | None = None):
         from ..aws.kinesis import KinesisClient  # the AWS layer, built when we start
 
         self.config = config
@@ -51,6 +54,9 @@ class Scheduler:
         self._sync_now = threading.Event()
         self._thread: threading.Thread | None = None
         self.started_at: float | None = None
+        # Built in start(): CloudWatch is only contacted by a worker that runs.
+        self._metrics = metrics
+        self._owns_metrics = metrics is None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -64,6 +70,8 @@ class Scheduler:
         self.table.create_table_if_not_exists()
         self.syncer.sync()
         self.coordinator.start_renewer()
+        if self._metrics is None:
+            self._metrics = MetricsPublisher(self.config)
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
         self._thread.start()
         log.info("worker %s started on stream %s (application %s)", self.config.worker_id,
@@ -92,6 +100,8 @@ class Scheduler:
         for shard_id in self.coordinator.owned_shard_ids():
             self.coordinator.release(shard_id)
         self.coordinator.stop()
+        if self._metrics is not None and self._owns_metrics:
+            self._metrics.close()
         self._stopped.set()
         log.info("worker %s stopped", self.config.worker_id)
         return clean
@@ -116,7 +126,8 @@ class Scheduler:
                     next_sync = now + self.config.shard_sync_interval_ms / 1000.0
                     next_take = 0.0
                 if now >= next_take:
-                    self.coordinator.take_leases(limit=take_budget)
+                    taken = self.coordinator.take_leases(limit=take_budget)
+                    self._record_lease_metrics(len(taken))
                     if self.coordinator.wanted_more:
                         take_budget *= 2
                         next_take = now + _RAMP_INTERVAL_S
@@ -134,6 +145,15 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - keep the worker alive, loudly
                 log.exception("scheduler pass failed unexpectedly")
             self._stop.wait(wait)
+
+    def _record_lease_metrics(self, taken: int) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.record(TAKEN_LEASES, taken, operation=TAKE_LEASES)
+        self._metrics.record(TOTAL_LEASES, len(self.coordinator.known_leases()),
+                             operation=TAKE_LEASES)
+        self._metrics.record(CURRENT_LEASES, len(self.coordinator.owned_shard_ids()),
+                             operation=RENEW_ALL_LEASES)
 
     def _any_waiting_on_parents(self) -> bool:
         with self._lock:
@@ -163,7 +183,8 @@ class Scheduler:
                     read_checkpoint=self._read_checkpoint,
                     write_checkpoint=self.coordinator.checkpoint,
                     parents_done=self._parents_done,
-                    on_shard_end=self._shard_ended)
+                    on_shard_end=self._shard_ended,
+                    metrics=self._metrics)
                 self._consumers[shard_id] = consumer
                 consumer.start()
 
