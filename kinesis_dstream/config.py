@@ -77,6 +77,8 @@ class ConsumerConfig:
     # Assumed-role credentials are refreshed this long before they expire (botocore's
     # advisory window); the session asked for lasts sts_duration_s (STS minimum 900).
     sts_duration_s: int = 3600
+    # None: refresh when a quarter of the session (at most 15 minutes) is left.
+    sts_refresh_margin_s: int | None = None
 
     initial_position: str = "LATEST"
     initial_position_timestamp: float | None = None  # epoch seconds, AT_TIMESTAMP only
@@ -145,6 +147,11 @@ class ConsumerConfig:
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.sts_refresh_margin_s is not None and not (
+                0 < self.sts_refresh_margin_s < self.sts_duration_s):
+            raise ConfigurationError(
+                f"sts_refresh_margin_s must be within 1..sts_duration_s-1 ({self.sts_duration_s}), "
+                f"got {self.sts_refresh_margin_s}")
         if not 1 <= self.max_records <= 10000:
             raise ConfigurationError(f"max_records must be within 1..10000, got {self.max_records}")
 
