@@ -7,6 +7,7 @@ endpoint fails in seconds, naming its URL.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Any, Callable
 
@@ -214,7 +215,7 @@ def error_code(exc: BaseException) -> str | None:
 
 def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
          expected: tuple[str, ...] = (), sleep: Callable[[float], None] = time.sleep,
-         **kwargs: Any) -> Any:
+         rand: Callable[[], float] = random.random, **kwargs: Any) -> Any:
     """One AWS call under the retry policy, its errors translated to ours.
 
     Error codes in ``expected`` are answers the caller handles (a conditional write that
@@ -231,7 +232,7 @@ def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
             raise translate_error(exc, what) from exc
 
     try:
-        return policy.call(attempt, what, sleep=sleep)
+        return policy.call(attempt, what, sleep=sleep, rand=rand)
     except RetriesExhaustedError as exc:
         if isinstance(exc.last_error, EndpointUnreachableError):
             service = getattr(getattr(method, "__self__", None), "meta", None)
