@@ -74,12 +74,14 @@ def test_many_series_are_split_into_calls_of_at_most_1000_datums():
     pub.close()
 
 
-def test_summary_drops_the_shard_dimension():
+def test_summary_drops_the_shard_dimension_and_the_detailed_metrics():
     client = StubCloudWatch()
     pub = publisher("SUMMARY", client)
     pub.record(m.RECORDS_PROCESSED, 3, operation=m.PROCESS_TASK, shard_id="shardId-000")
+    m.ShardMetricsRecorder(pub, "shardId-000").get_records(True, 12.0)   # DETAILED in the KCL
     pub.flush()
-    assert [dims(d) for d in client.calls[0]["MetricData"]] == [{"Operation": "ProcessTask"}]
+    assert [(d["MetricName"], dims(d)) for d in client.calls[0]["MetricData"]] == \
+        [(m.RECORDS_PROCESSED, {"Operation": "ProcessTask"})]
     pub.close()
 
 

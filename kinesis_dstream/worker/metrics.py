@@ -5,8 +5,10 @@ Values are aggregated per (metric, unit, dimensions) into a StatisticSet and pub
 ``PutMetricData`` calls as the API allows, so the cost does not grow with the record rate.
 The namespace is the application name, as the KCL's. Dimensions follow ``metrics_level``:
 
-- ``SUMMARY``: ``Operation`` only (one series per operation for the whole application);
-- ``DETAILED``: those, plus ``Operation`` + ``ShardId`` for values given a shard id;
+- ``SUMMARY``: ``Operation`` only (one series per operation for the whole application),
+  and, as in the KCL, only the metrics it tags SUMMARY (not the GetRecords ones);
+- ``DETAILED``: every metric, with ``Operation`` and also ``Operation`` + ``ShardId`` for
+  values given a shard id;
 - ``NONE``: nothing is recorded and no CloudWatch client is made.
 
 Publishing must never stop a consumer: a failed call drops that period's values and is
@@ -101,13 +103,14 @@ class MetricsPublisher:
         self._thread.start()
 
     def record(self, name: str, value: float, *, operation: str, shard_id: str | None = None,
-               unit: str = COUNT) -> None:
+               unit: str = COUNT, level: str = "SUMMARY") -> None:
         """Add one value of metric ``name`` for ``operation`` (and ``shard_id`` if DETAILED).
 
         A value with a shard id also counts towards the operation-level series, so SUMMARY
-        and DETAILED dashboards read the same totals.
+        and DETAILED dashboards read the same totals. ``level`` is the metric's own level
+        (the KCL's): a ``"DETAILED"`` metric is dropped when publishing at SUMMARY.
         """
-        if not self.enabled:
+        if not self.enabled or (level == "DETAILED" and self.level != "DETAILED"):
             return
         keys: list[_Key] = [(name, unit, (("Operation", operation),))]
         if shard_id is not None and self.level == "DETAILED":
@@ -179,9 +182,9 @@ class ShardMetricsRecorder:
         if self._publisher is None:
             return
         self._publisher.record(GET_RECORDS_SUCCESS, 1 if success else 0, operation=PROCESS_TASK,
-                               shard_id=self._shard_id)
+                               shard_id=self._shard_id, level="DETAILED")
         self._publisher.record(GET_RECORDS_TIME, elapsed_ms, operation=PROCESS_TASK,
-                               shard_id=self._shard_id, unit=MILLISECONDS)
+                               shard_id=self._shard_id, unit=MILLISECONDS, level="DETAILED")
 
     def processed(self, records: int, data_bytes: int, millis_behind_latest: int | None,
                   elapsed_ms: float | None) -> None:
