@@ -17,7 +17,7 @@ setup: $(PY_STAMP) $(NPM_STAMP)
 
 $(PY_STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]'
 	touch $@
 
 # The leveldown / classic-level native modules ship linux-x64 prebuilds, so their install

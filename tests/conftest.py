@@ -37,6 +37,7 @@ from kinesis_dstream.local import (  # noqa: E402
     DUMMY_REGION,
     DUMMY_SECRET_ACCESS_KEY,
     Emulator,
+    free_port,
 )
 
 _started: dict[str, Emulator] = {}
@@ -189,7 +190,8 @@ def unique_app_name(request: pytest.FixtureRequest) -> Iterator[str]:
     moto = _started.get("moto")
     if moto is not None and moto.process is not None:
         ddb = emulators.client("dynamodb", moto.endpoint)
-        for table in (name, f"{name}-WorkerMetricStats", f"{name}-CoordinatorState"):
+        for table in (name, f"{name}-WorkerMetricStats", f"{name}-CoordinatorState",
+                      f"{name}-kinesis-dstream-ranges"):
             try:
                 ddb.delete_table(TableName=table)
             except ddb.exceptions.ResourceNotFoundException:
@@ -251,21 +253,35 @@ def make_fault_proxy(request: pytest.FixtureRequest) -> Iterator[Callable[..., F
 
 @pytest.fixture(scope="session")
 def sc() -> Iterator[Any]:
-    """The session's one SparkContext (master local[2], no UI, 127.0.0.1); a process can hold
-    only one, so every Spark test module shares it and stops its StreamingContexts with
-    stopSparkContext=False."""
+    """The session's one SparkContext; a process can hold only one, so every Spark test
+    module shares it and stops its StreamingContexts with stopSparkContext=False.
+
+    The UI is on (a free loopback port): tests read Spark's REST API.
+    Master ``local-cluster[2,1,1024]``: two executor JVMs in processes of their own, so every
+    Spark test reads Kinesis where a cluster would, on executors. Executors inherit the
+    driver's environment when they start: the emulators' dummy credentials and region are
+    set before, as ``spark.executorEnv.*`` or an instance profile would on a cluster.
+    """
     import os
 
     from pyspark import SparkConf, SparkContext
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = (SparkConf().setMaster("local[2]").setAppName("kinesis-dstream-tests")
-            .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
-            .set("spark.driver.bindAddress", "127.0.0.1"))
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", DUMMY_ACCESS_KEY_ID)
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", DUMMY_SECRET_ACCESS_KEY)
+    os.environ.setdefault("AWS_DEFAULT_REGION", DUMMY_REGION)
+    conf = (SparkConf().setMaster(SPARK_MASTER).setAppName("kinesis-dstream-tests")
+            .set("spark.ui.enabled", "true").set("spark.ui.port", str(free_port()))
+            .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     context = SparkContext(conf=conf)
     context.setLogLevel("WARN")
     yield context
     context.stop()
+
+
+SPARK_MASTER = "local-cluster[2,1,1024]"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

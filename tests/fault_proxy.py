@@ -1,4 +1,10 @@
-"""A loopback HTTP proxy in front of a Kinesis emulator that throttles a share of GetRecords.
+"""A loopback HTTP proxy in front of a Kinesis emulator that throttles a share of GetRecords,
+or (``dropping``) drops every connection unanswered, as an endpoint outage does.
+
+With ``put_failure_share`` it also fails a share of PutRecords *entries* the way Kinesis
+does: those entries are taken out of the request before it is forwarded (so they are not
+written) and come back in the answer, at their place, with ErrorCode
+ProvisionedThroughputExceededException; ``put_entries_failed`` counts them.
 
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
@@ -17,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 GET_RECORDS_TARGET = "Kinesis_20131202.GetRecords"
+PUT_RECORDS_TARGET = "Kinesis_20131202.PutRecords"
 THROTTLE_BODY = json.dumps({
     "__type": "ProvisionedThroughputExceededException",
     "message": "Rate exceeded for shard in account 000000000000.",
@@ -34,7 +41,8 @@ class FaultProxy:
     """
 
     def __init__(self, upstream: str, *, share: float = 0.5, seed: int | None = None,
-                 max_injections: int | None = None, max_lifetime_s: float = 900.0) -> None:
+                 max_injections: int | None = None, max_lifetime_s: float = 900.0,
+                 put_failure_share: float = 0.0, max_put_failures: int | None = None) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
@@ -45,6 +53,11 @@ class FaultProxy:
         self.max_injections = max_injections
         self.max_lifetime_s = max_lifetime_s
         self.injected = 0
+        self.dropping = False  # drop every connection unanswered: an endpoint outage
+        self.dropped = 0
+        self.put_failure_share = put_failure_share
+        self.max_put_failures = max_put_failures
+        self.put_entries_failed = 0
         self.get_records_forwarded = 0
         self.forwarded = 0
         self._server: ThreadingHTTPServer | None = None
@@ -81,6 +94,27 @@ class FaultProxy:
             else:
                 self.get_records_forwarded += 1
             return inject
+
+    def fail_put_entries(self, target: str, body: bytes) -> tuple[bytes, list[int]]:
+        """The PutRecords body to forward and the indexes of the entries failed instead."""
+        if target != PUT_RECORDS_TARGET or self.put_failure_share <= 0:
+            return body, []
+        request = json.loads(body)
+        records = request["Records"]
+        failed: list[int] = []
+        with self._lock:
+            for index in range(len(records)):
+                if (self.max_put_failures is not None
+                        and self.put_entries_failed >= self.max_put_failures):
+                    break
+                if self._random.random() < self.put_failure_share:
+                    failed.append(index)
+                    self.put_entries_failed += 1
+        if not failed:
+            return body, []
+        gone = set(failed)
+        request["Records"] = [r for i, r in enumerate(records) if i not in gone]
+        return json.dumps(request).encode(), failed
 
     def start(self) -> "FaultProxy":
         proxy = self
@@ -144,10 +178,21 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if self.owner.dropping:
+            with self.owner._lock:
+                self.owner.dropped += 1
+            self.close_connection = True
+            self.connection.shutdown(2)  # no answer at all, as from a dead endpoint
+            return
         if self.owner.should_throttle(self.headers.get("X-Amz-Target", "")):
             self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
                              ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
                        THROTTLE_BODY)
+            return
+        body, failed = self.owner.fail_put_entries(self.headers.get("X-Amz-Target", ""), body)
+        if failed and not json.loads(body)["Records"]:  # all failed: Kinesis refuses an empty call
+            self._send(200, [("Content-Type", "application/x-amz-json-1.1")],
+                       _merge_put_answer(b'{"Records": []}', failed, len(failed)))
             return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
@@ -165,7 +210,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     return
         with self.owner._lock:
             self.owner.forwarded += 1
+        if failed and reply.status == 200:
+            data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed))
         self._send(reply.status, reply.getheaders(), data)
 
     do_POST = _handle
     do_GET = _handle
+
+
+def _merge_put_answer(data: bytes, failed: list[int], total: int) -> bytes:
+    """Put the failed entries back into a PutRecords answer at their places."""
+    answer = json.loads(data)
+    written = iter(answer["Records"])
+    gone = set(failed)
+    answer["Records"] = [
+        {"ErrorCode": "ProvisionedThroughputExceededException",
+         "ErrorMessage": "Rate exceeded for shard (fault proxy)."} if i in gone else next(written)
+        for i in range(total)]
+    answer["FailedRecordCount"] = answer.get("FailedRecordCount", 0) + len(failed)
+    return json.dumps(answer).encode()

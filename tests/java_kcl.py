@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kinesis_dstream.spark.java_engine import daemon_command, properties_text
+from kinesis_dstream.multilang.java_daemon import daemon_command, properties_text
 
 TESTS_DIR = Path(__file__).resolve().parent
 CHILD = TESTS_DIR / "java_child_processor.py"

@@ -19,7 +19,7 @@ from typing import Any
 
 from java_kcl import EVENTS_ENV, JVM_FLAGS
 
-from kinesis_dstream.spark.java_engine import daemon_command, properties_text
+from kinesis_dstream.multilang.java_daemon import daemon_command, properties_text
 
 TESTS_DIR = Path(__file__).resolve().parent
 

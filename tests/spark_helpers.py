@@ -2,9 +2,13 @@
 count whose result must be exact, and createStream on the test emulators."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable
 
 from emulators import client
@@ -31,12 +35,36 @@ def words_in(lines: list[str]) -> Counter:
     return Counter(w for line in lines for w in line.split())
 
 
-def count_words(kstream: Any) -> Counter:
+def collected(kstream: Any) -> list:
+    """Every row of every batch of ``kstream``, collected on the driver as batches finish.
+
+    Append-only under the GIL: read ``len(rows)`` or ``list(rows)`` from the test thread."""
+    rows: list = []
+
+    def keep(rdd: Any) -> None:
+        rows.extend(rdd.collect())
+
+    kstream.foreachRDD(keep)
+    return rows
+
+
+class WordCounts(Counter):
+    """A word count's running total, and how many batches added to it."""
+
+    batches = 0
+
+    def settle(self, batches: int = 2, timeout: float = 30) -> None:
+        """Wait for ``batches`` more batches: what would be counted twice is counted by then."""
+        target = self.batches + batches
+        wait_until(lambda: self.batches >= target, timeout, f"{batches} more batches")
+
+
+def count_words(kstream: Any) -> WordCounts:
     """Spark's word count on ``kstream``; returns the Counter each batch adds to.
 
     The counter is updated on the driver under a lock; read ``sum(counts.values())``
     (a copy of the values) from the test thread."""
-    counts: Counter = Counter()
+    counts = WordCounts()
     lock = threading.Lock()
     pairs = kstream.flatMap(lambda line: line.split(" ")).map(lambda w: (w, 1)) \
         .reduceByKey(lambda a, b: a + b)
@@ -45,6 +73,7 @@ def count_words(kstream: Any) -> Counter:
         got = rdd.collect()
         with lock:
             counts.update(dict(got))
+            counts.batches += 1
 
     pairs.foreachRDD(add)
     return counts
@@ -72,3 +101,43 @@ def create(ssc, app, stream, env, **kwargs):
 def leases(env, app: str) -> dict[str, dict]:
     items = client("dynamodb", env["dynamodb"]).scan(TableName=app, ConsistentRead=True)["Items"]
     return {i["leaseKey"]["S"]: i for i in items}
+
+
+# -- Spark applications of their own (tests/spark_driver.py), to kill or to run two of ---------
+DRIVER = Path(__file__).with_name("spark_driver.py")
+
+
+def read_rows(path: Path) -> list[tuple[str, int, int, str]]:
+    """A driver's output: (shard, sequence number, sub-sequence, data) per record."""
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split(" ")
+            if len(parts) == 4 and parts[1].isdigit():  # a line cut by a kill is skipped
+                rows.append((parts[0], int(parts[1]), int(parts[2]), parts[3]))
+    return rows
+
+
+def leases_at(dynamodb: str, app: str) -> dict[str, dict]:
+    """The lease table's items by shard ({} until a driver created the table)."""
+    ddb = client("dynamodb", dynamodb)
+    try:
+        items = ddb.scan(TableName=app, ConsistentRead=True)["Items"]
+    except ddb.exceptions.ResourceNotFoundException:
+        return {}
+    return {i["leaseKey"]["S"]: i for i in items}
+
+
+def start_driver(tmp_path: Path, run: int | str, app: str, stream: str, kinesis: str,
+                 dynamodb: str, checkpoint: bool = False,
+                 checkpoint_interval: str = "3") -> tuple[subprocess.Popen, Path, Path]:
+    """A driver process; returns it, its output file and the file that stops it gracefully."""
+    out, stop = tmp_path / f"out-{run}.txt", tmp_path / f"stop-{run}"
+    env = dict(os.environ, RECOVERY_OUT=str(out), RECOVERY_STOP=str(stop),
+               PYSPARK_PYTHON=sys.executable, RECOVERY_CHECKPOINT_INTERVAL=checkpoint_interval)
+    log = open(tmp_path / f"driver-{run}.log", "w")
+    where = str(tmp_path / "checkpoint") if checkpoint else "-"
+    proc = subprocess.Popen([sys.executable, str(DRIVER), where, app, stream, kinesis, dynamodb],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    return proc, out, stop

@@ -20,7 +20,8 @@ import emulators
 from kinesis_dstream.errors import StreamNotFoundError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.worker.processor import RecordProcessor
-from kinesis_dstream.worker.scheduler import _RAMP_INTERVAL_S, Scheduler
+from kinesis_dstream.worker.leases import TakingPace
+from kinesis_dstream.worker.scheduler import Scheduler
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -164,11 +165,11 @@ def test_first_pass_creates_table_and_leases_and_a_lone_worker_ramps_to_every_sh
              "the lone worker to own every shard")
     ramp = [(limit, len(taken)) for _, limit, taken in passes if taken]
     assert ramp == [(1, 1), (2, 2), (4, 1)], passes
-    # Passes come _RAMP_INTERVAL_S apart, not lease_taker_interval_ms: the whole ramp takes
+    # Passes come TakingPace's ramp interval apart, not lease_taker_interval_ms: the whole ramp takes
     # about two ramp intervals (the bound leaves room for a loaded machine, and is still
     # far below the 60 s taker interval, which is what it proves).
     first, last = passes[0][0], [t for t, _, taken in passes if taken][-1]
-    assert 2 * _RAMP_INTERVAL_S * 0.9 <= last - first < 10, passes
+    assert 2 * TakingPace(60.0).ramp_interval_s * 0.9 <= last - first < 10, passes
     assert set(owners(dynamodb, config.application_name).values()) == {"solo"}
 
     wait_for(lambda: events.data() >= set(expected), 30, "every record")

@@ -25,7 +25,7 @@ def test_signature_matches_pyspark() -> None:
     assert ours["storageLevel"].default == theirs["storageLevel"].default
     extensions = [p.name for p in ours.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
     assert {"initialPositionTimestamp", "messageHandler", "dynamoDBEndpoint",
-            "cloudWatchEndpoint", "propertiesFile", "numWorkers"} <= set(extensions)
+            "cloudWatchEndpoint", "propertiesFile", "configOverrides"} == set(extensions)
 
 
 def test_constants_match_pyspark() -> None:
@@ -55,7 +55,6 @@ def _create(**kwargs):
     (dict(initialPositionTimestamp=datetime(2024, 1, 1)), "only for"),
     (dict(checkpointInterval=0), "checkpointInterval must be"),
     (dict(metricsLevel=9), "metricsLevel must be"),
-    (dict(numWorkers=0), "numWorkers must be"),
     (dict(storageLevel="MEMORY"), "storageLevel must be"),
     (dict(messageHandler=len, decoder=bytes.hex), "not both"),
 ])
@@ -71,9 +70,9 @@ def test_at_timestamp_position() -> None:
     assert kinesis_utils._initial_position("trim_horizon", None) == ("TRIM_HORIZON", None)
 
 
-def test_worker_side_never_imports_pyspark() -> None:
+def test_worker_and_executor_reader_never_import_pyspark() -> None:
     import subprocess
 
-    code = ("import sys, kinesis_dstream.spark.forwarder, kinesis_dstream.worker.process;"
+    code = ("import sys, kinesis_dstream.spark.shard_reader, kinesis_dstream.worker.process;"
             "sys.exit(1 if any(m.startswith('pyspark') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

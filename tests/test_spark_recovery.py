@@ -1,56 +1,17 @@
 """kill -9 of the Spark driver mid-stream, then StreamingContext.getOrCreate recovery.
 
 Every record is counted at least once; a record counted again after the restart lies
-after its shard's last checkpointed position.
+after its shard's last checkpointed position (it was in a batch after the last completed
+one). The recovered driver takes the dead one's leases once they expire.
 """
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
-from emulators import client
-
-DRIVER = Path(__file__).with_name("spark_recovery_driver.py")
-
-
-def read_rows(path: Path) -> list[tuple[str, int, int, str]]:
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split(" ")
-            if len(parts) == 4 and parts[1].isdigit():  # a line cut by the kill is skipped
-                rows.append((parts[0], int(parts[1]), int(parts[2]), parts[3]))
-    return rows
-
-
-def leases(dynamodb: str, app: str) -> dict[str, dict]:
-    items = client("dynamodb", dynamodb).scan(TableName=app, ConsistentRead=True)["Items"]
-    return {i["leaseKey"]["S"]: i for i in items}
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
-
-
-def start_driver(tmp_path: Path, run: int, app: str, stream: str, kinesis: str,
-                 dynamodb: str) -> tuple[subprocess.Popen, Path, Path]:
-    out, stop = tmp_path / f"out-{run}.txt", tmp_path / f"stop-{run}"
-    env = dict(os.environ, RECOVERY_OUT=str(out), RECOVERY_STOP=str(stop),
-               PYSPARK_PYTHON=sys.executable, RECOVERY_CHECKPOINT_INTERVAL="3")
-    log = open(tmp_path / f"driver-{run}.log", "w")
-    proc = subprocess.Popen([sys.executable, str(DRIVER), str(tmp_path / "checkpoint"), app, stream,
-                             kinesis, dynamodb], env=env, stdout=log, stderr=subprocess.STDOUT)
-    return proc, out, stop
-
+from spark_helpers import leases_at as leases
+from spark_helpers import read_rows, start_driver, wait_until
 
 def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamodb, make_stream,
                                         put_records, unique_app_name):
@@ -66,7 +27,8 @@ def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamo
             time.sleep(0.1)
 
     producer = threading.Thread(target=produce, daemon=True)
-    driver, out1, _ = start_driver(tmp_path, 1, unique_app_name, stream, kinesis_local, dynamodb)
+    driver, out1, _ = start_driver(tmp_path, 1, unique_app_name, stream, kinesis_local, dynamodb,
+                                   checkpoint=True)
     try:
         wait_until(lambda: len(read_rows(out1)) >= 200, 120, "the first records")
 
@@ -85,15 +47,14 @@ def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamo
         producing.clear()
         if producer.is_alive():
             producer.join()
-    # the orphaned workers notice, stop without checkpointing and release their leases
-    wait_until(lambda: all("leaseOwner" not in i for i in leases(dynamodb, unique_app_name).values()),
-               60, "the orphaned workers to release their leases")
+    # The dead driver's leases stay owned until they expire; its checkpoints stay as they were.
     checkpoints = {s: (int(i["checkpoint"]["S"]), int(i.get("checkpointSubSequenceNumber",
                                                               {"N": "0"})["N"]))
                    for s, i in leases(dynamodb, unique_app_name).items()}
     puts += put_records(stream, [(f"k{i}", f"r{i}") for i in range(100_000, 100_100)])
 
-    driver, out2, stop2 = start_driver(tmp_path, 2, unique_app_name, stream, kinesis_local, dynamodb)
+    driver, out2, stop2 = start_driver(tmp_path, 2, unique_app_name, stream, kinesis_local,
+                                       dynamodb, checkpoint=True)
     try:
         expected = {(p.shard_id, int(p.sequence_number)) for p in puts}
         seen = lambda: {(s, q) for s, q, _, _ in read_rows(out1) + read_rows(out2)}  # noqa: E731

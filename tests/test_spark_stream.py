@@ -1,13 +1,12 @@
 """createStream end to end on kinesis-local + moto, master local[2], 1 s batches.
 
 One SparkContext for the whole session (the ``sc`` fixture in conftest.py, shared with
-test_spark_java_engine.py); each test makes its own StreamingContext and stops it with
+test_spark_more.py); each test makes its own StreamingContext and stops it with
 stopSparkContext=False.
 """
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 
 import pytest
@@ -51,7 +50,7 @@ def test_word_count_exact_then_graceful_stop(sc, env, make_stream, put_records, 
         assert set(metrics) == set(list_shard_ids(env["kinesis"], stream))
         assert sum(m["records"] for m in metrics.values()) == len(lines)
         assert all(m["owner"] for m in metrics.values())
-        time.sleep(2)  # a few more (empty) batches: nothing counted twice
+        counts.settle()  # a few more (empty) batches: nothing counted twice
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert counts == expected
@@ -79,9 +78,12 @@ def test_failed_batch_is_not_checkpointed_and_comes_again(sc, env, make_stream, 
     lock = threading.Lock()
     kstream = create(ssc, unique_app_name, stream, env)
 
+    batches = [0]
+
     def flaky(rdd):
         rows = rdd.collect()
         with lock:
+            batches[0] += 1
             if rows and not failed:
                 failed.extend(rows)
                 raise RuntimeError("output operation fails once")
@@ -93,7 +95,8 @@ def test_failed_batch_is_not_checkpointed_and_comes_again(sc, env, make_stream, 
         wait_until(lambda: bool(failed), 60, "the failing batch")
         put_records(stream, [("k", r) for r in later])
         wait_until(lambda: set(later) <= set(seen), 60, "the later records")
-        time.sleep(2.5)  # past the checkpoint interval: a wrong checkpoint would be written now
+        settled = batches[0] + 3  # past the 1 s checkpoint interval: a wrong checkpoint
+        wait_until(lambda: batches[0] >= settled, 30, "three more batches")  # is written by now
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     item = leases(env, unique_app_name)[list_shard_ids(env["kinesis"], stream)[0]]

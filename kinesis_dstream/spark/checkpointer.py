@@ -1,17 +1,15 @@
-"""KinesisCheckpointer: which shard positions may be written to the lease table, and when.
+"""Runs in the driver: the checkpoint policy, in one place (pure logic, no I/O).
 
-Spark's receiver checkpoints what was *stored* in Spark; we checkpoint only what a batch
-has *completed*. A shard's position advances over its batches in order and stops for good
-at the first batch that failed, so a later successful batch never covers records that
-were not processed (they come again after a restart). At most one checkpoint per shard per
-interval; the final ones at shard end and shutdown are the forwarder's, outside this rate.
+Spark's receiver checkpoints what was *stored* in Spark; we checkpoint only what a batch has
+*completed*. A shard's position advances over its batches in batch order and stops for good
+at the first batch that failed, so a later successful batch never covers records that were
+not processed (they come again after a restart). At most one checkpoint per shard per
+``checkpointInterval``; the final ones at a graceful stop are forced. SHARD_END is due only
+once the batch that read the shard's last records has completed, with every batch before it.
 
-A shard's progress is kept for the driver's life, across lease moves between its workers:
-the buffer drops what a new owner re-reads (see buffer.py), so each shard's batches hold
-one unbroken, increasing run of records whoever read them, and a position completed under
-the old owner is the new owner's to write. Checkpoints are handed out only while the shard
-has an owner, never at or below what the owner started from or confirmed written, and a
-refused one is handed out again. Pure logic: the receiver does the sending.
+Positions are ``ExtendedSequenceNumber``s, so the sub-sequence inside a KPL aggregate is
+checkpointed too and ordering is the KCL's. The coordinator does the writing and reports
+back with ``checkpoint_written`` / ``checkpoint_failed``.
 """
 from __future__ import annotations
 
@@ -21,114 +19,100 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-Position = tuple[str, int]  # (sequence number, sub-sequence number)
+from ..records import ExtendedSequenceNumber
 
-
-def position_key(position: Position) -> tuple[int, int]:
-    return int(position[0]), int(position[1] or 0)
-
-
-def _newer(position: Position | None, than: Position | None) -> bool:
-    if position is None:
-        return False
-    return than is None or position_key(position) > position_key(than)
+SHARD_END = ExtendedSequenceNumber.SHARD_END  # type: ignore[attr-defined]
 
 
 @dataclass
 class _Batch:
     time_ms: int
-    position: Position
+    end: ExtendedSequenceNumber | None = None  # last record the batch read, if any
+    shard_end: bool = False
     succeeded: bool | None = None  # None while the batch runs
 
 
 @dataclass
 class ShardTrack:
-    """One shard's progress through batches in this driver's life."""
+    """One shard's progress through this driver's batches while it holds the lease."""
 
     shard_id: str
     batches: deque = field(default_factory=deque)
-    completed: Position | None = None  # highest position whose batches all succeeded
+    completed: ExtendedSequenceNumber | None = None  # highest position of completed batches
+    ended: bool = False  # the batch holding the shard's last records completed
     failed_batch_ms: int | None = None
-    owned: bool = False  # a worker of ours holds the lease: there is someone to write
-    written: Position | None = None  # in the lease table: the owner's start, or confirmed
-    sent: Position | None = None  # last position handed out for checkpointing
-    sent_at: float = -math.inf
-    confirmed: Position | None = None  # last position a worker reported written
+    written: ExtendedSequenceNumber | None = None  # in the lease table
+    written_at: float = -math.inf
 
     @property
     def has_running_batches(self) -> bool:
         return any(b.succeeded is None for b in self.batches)
 
     def advance(self) -> None:
-        if self.failed_batch_ms is not None:
-            return
-        while self.batches and self.batches[0].succeeded is not None:
+        while self.failed_batch_ms is None and self.batches and self.batches[0].succeeded is not None:
             batch = self.batches.popleft()
             if not batch.succeeded:
                 self.failed_batch_ms = batch.time_ms
                 return
-            self.completed = batch.position
+            if batch.end is not None and (self.completed is None or batch.end > self.completed):
+                self.completed = batch.end
+            self.ended = self.ended or batch.shard_end
 
 
 class KinesisCheckpointer:
-    """Tracks batch positions per shard; hands out due checkpoints."""
+    """Tracks batches per shard; says which positions are due to be written."""
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic):
         self.interval_s = max(0.0, float(interval_s))
         self._clock = clock
         self._tracks: dict[str, ShardTrack] = {}
-        self._batches: dict[int, list[ShardTrack]] = {}
 
-    def _track(self, shard_id: str) -> ShardTrack:
-        track = self._tracks.get(shard_id)
-        if track is None:
-            track = self._tracks[shard_id] = ShardTrack(shard_id)
-        return track
-
-    def shard_started(self, shard_id: str, start: Position | None = None) -> ShardTrack:
-        """A worker of ours took the lease, at checkpoint ``start`` (None: a sentinel).
-
-        Progress made under an earlier owner stays; the new owner gets the latest completed
-        position at once (not an interval later), unless the lease table is already there.
-        """
-        track = self._track(shard_id)
-        track.owned = True
-        track.written = start
-        track.sent, track.sent_at = start, -math.inf
-        return track
+    def shard_started(self, shard_id: str, checkpoint: ExtendedSequenceNumber) -> None:
+        """We took the lease, whose checkpoint is ``checkpoint``: a fresh track."""
+        self._tracks[shard_id] = ShardTrack(shard_id, written=checkpoint)
 
     def shard_closed(self, shard_id: str) -> None:
-        """Lease lost, shard drained or owner gone: nothing is written until a new owner."""
-        track = self._tracks.get(shard_id)
-        if track is not None:
-            track.owned = False
+        """Lease lost or released: nothing more is written for it by us."""
+        self._tracks.pop(shard_id, None)
 
     def track(self, shard_id: str) -> ShardTrack | None:
         return self._tracks.get(shard_id)
 
-    def batch_generated(self, time_ms: int, positions: dict[str, Position]) -> None:
-        """Batch ``time_ms`` holds each shard's records up to ``positions[shard]``."""
-        for shard_id, position in positions.items():
-            track = self._track(shard_id)
-            track.batches.append(_Batch(time_ms, position))
-            self._batches.setdefault(time_ms, []).append(track)
+    def batch_generated(self, time_ms: int, shard_ids: Iterable[str]) -> None:
+        for shard_id in shard_ids:
+            track = self._tracks.get(shard_id)
+            if track is not None:
+                track.batches.append(_Batch(time_ms))
 
-    def batch_completed(self, time_ms: int, succeeded: bool) -> list[str]:
-        """Returns the shards this batch touched (their drain state may have changed)."""
+    def batch_completed(self, time_ms: int, succeeded: bool,
+                        reached: dict[str, tuple[ExtendedSequenceNumber | None, bool]],
+                        shard_ids: Iterable[str]) -> list[str]:
+        """Batch ``time_ms`` completed; ``reached[shard] = (last record read, shard end)``.
+
+        ``shard_ids`` are the shards the batch planned (of one input stream). A shard the
+        batch planned but never read (an output operation that looked at only some
+        partitions) made no progress: its records come in a later batch.
+        Returns the shards whose progress may have changed.
+        """
         touched = []
-        for track in self._batches.pop(time_ms, []):
+        for shard_id in shard_ids:
+            track = self._tracks.get(shard_id)
+            if track is None:
+                continue
             for batch in track.batches:
                 if batch.time_ms == time_ms and batch.succeeded is None:
+                    batch.end, batch.shard_end = reached.get(track.shard_id, (None, False))
                     batch.succeeded = succeeded
-            track.advance()
-            touched.append(track.shard_id)
+                    track.advance()
+                    touched.append(track.shard_id)
+                    break
         return touched
 
     def has_running_batches(self, shard_id: str) -> bool:
         track = self._tracks.get(shard_id)
         return bool(track and track.has_running_batches)
 
-    def completed_position(self, shard_id: str) -> Position | None:
+    def completed_position(self, shard_id: str) -> ExtendedSequenceNumber | None:
         track = self._tracks.get(shard_id)
         return track.completed if track else None
 
@@ -136,32 +120,24 @@ class KinesisCheckpointer:
         track = self._tracks.get(shard_id)
         return bool(track and track.failed_batch_ms is not None)
 
-    def due_checkpoints(self, shard_ids: Iterable[str] | None = None) -> list[tuple[str, Position]]:
-        """Positions to write now; each is marked sent (at most one per shard per interval)."""
+    def due_checkpoints(self, force: bool = False) -> list[tuple[str, ExtendedSequenceNumber]]:
+        """Positions to write now: at most one per shard per interval (``force``: all)."""
         now = self._clock()
         due = []
-        ids = self._tracks.keys() if shard_ids is None else shard_ids
-        for shard_id in list(ids):
-            track = self._tracks.get(shard_id)
-            if track is None or not track.owned or not _newer(track.completed, track.sent):
+        for track in self._tracks.values():
+            if track.ended and track.failed_batch_ms is None and track.written != SHARD_END:
+                due.append((track.shard_id, SHARD_END))
                 continue
-            if now - track.sent_at < self.interval_s:
+            if track.completed is None:
                 continue
-            track.sent, track.sent_at = track.completed, now
-            due.append((shard_id, track.completed))
+            if track.written is not None and track.completed <= track.written:
+                continue
+            if not force and now - track.written_at < self.interval_s:
+                continue
+            due.append((track.shard_id, track.completed))
         return due
 
-    def checkpoint_confirmed(self, shard_id: str, position: Position) -> None:
+    def checkpoint_written(self, shard_id: str, position: ExtendedSequenceNumber) -> None:
         track = self._tracks.get(shard_id)
         if track is not None:
-            track.confirmed = position
-            if _newer(position, track.written):
-                track.written = position
-
-    def checkpoint_refused(self, shard_id: str, position: Position) -> None:
-        """The worker could not write ``position`` (e.g. it lost the lease meanwhile): hand
-        it out again on a later interval, to whoever owns the shard then."""
-        track = self._tracks.get(shard_id)
-        if track is not None and track.sent is not None \
-                and position_key(track.sent) == position_key(position):
-            track.sent = track.written
+            track.written, track.written_at = position, self._clock()

@@ -3,7 +3,9 @@
 ``from kinesis_dstream import KinesisUtils, InitialPositionInStream`` replaces
 ``from pyspark.streaming.kinesis import ...``; the positional parameters, their order and
 defaults are PySpark's. What Scala users have and Python users lack comes as keyword-only
-extensions. How the stream is fed and checkpointed: ``streaming.py`` and ``receiver.py``.
+extensions. Runs in the driver; how batches are planned, read and checkpointed:
+``coordinator.py`` (leases), ``planner.py`` (batches), ``shard_reader.py`` (executors),
+``checkpointer.py`` (the checkpoint policy), ``dstream.py`` (the Spark hooks).
 """
 from __future__ import annotations
 
@@ -19,25 +21,16 @@ from pyspark.streaming import kinesis as _pyspark_kinesis  # pure Python: needs 
 
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError
+from .coordinator import coordinators
+from .dstream import attach, make_batch_function, planner_for
+from .planner import StreamSpec
 from .rate import RateSettings
-from .java_engine import ENGINES, JAVA_KCL, check_available
-from .receiver import StreamSpec, receiver_for, receivers
 from .records import KinesisRecord
-from .streaming import attach, make_batch_function
 
 log = logging.getLogger(__name__)
 
 __all__ = ["KinesisUtils", "InitialPositionInStream", "MetricsLevel", "utf8_decoder", "KinesisRecord"]
 
-# Spark's receiver polls every second; a DStream batch waits for its slowest shard, so we
-# read more often by default (still far under the 5 reads/s/shard limit).
-SPARK_IDLE_TIME_BETWEEN_READS_MS = 200
-# A worker holds roughly 2 KB of Python objects per fetched record (botocore's parsed page,
-# records, the pickled message) until the driver takes it, one page per shard at a time:
-# 10,000-record pages (the KCL default) peaked a 4-shard worker at ~160 MB RSS, 5,000 at
-# ~110 MB (bench/bench_spark.py). 5,000 records x 5 reads/s per shard still exceed a shard's
-# 2 MB/s read limit for records of 80 bytes and more, so draining is not slowed.
-SPARK_MAX_RECORDS = 5000
 
 
 class InitialPositionInStream:
@@ -124,18 +117,16 @@ class KinesisUtils:
         dynamoDBEndpoint: Optional[str] = None,
         cloudWatchEndpoint: Optional[str] = None,
         propertiesFile: Optional[str] = None,
-        numWorkers: int = 1,
-        maxBufferedRecords: int = 100_000,
         configOverrides: Optional[Mapping[str, Any]] = None,
-        engine: str = "python",
     ) -> DStream:
         """Create an input stream that pulls messages from a Kinesis stream.
 
-        Parameters as ``pyspark.streaming.kinesis.KinesisUtils.createStream``. A position is
-        checkpointed (``checkpointInterval`` seconds at most once per shard) only after the
-        batch holding it completed, with its KPL sub-sequence number. ``storageLevel`` is
-        accepted for compatibility: records wait in the driver's bounded buffer until a
-        batch takes them, and are re-read from Kinesis after a failure.
+        Parameters as ``pyspark.streaming.kinesis.KinesisUtils.createStream``. Executors
+        read each batch's records (one task per leased shard) and cache them at
+        ``storageLevel``; the driver only plans. A position is checkpointed
+        (``checkpointInterval`` seconds at most once per shard) only after the batch holding
+        it completed, with its KPL sub-sequence number. Several createStream calls with one
+        application name split the shards between them.
 
         Keyword-only extensions:
         initialPositionTimestamp: with ``InitialPositionInStream.AT_TIMESTAMP`` (a datetime or
@@ -146,16 +137,8 @@ class KinesisUtils:
         dynamoDBEndpoint, cloudWatchEndpoint: endpoints of the lease table and metrics.
         propertiesFile: a KCL properties file as the source of settings; the non-None
             arguments above override it.
-        numWorkers: worker processes sharing the shards (default 1).
-        maxBufferedRecords: the driver buffer's bound; beyond it the shards stop fetching.
         configOverrides: ConsumerConfig fields by name (e.g. max_records,
-            idle_time_between_reads_ms, failover_time_ms), for tuning. Without a
-            properties file, createStream reads pages of 5,000 records every 200 ms at
-            most (not the KCL's 10,000 and 1 s): bounded worker memory, short batches.
-        engine: "python" (our worker processes) or "java-kcl": numWorkers Java KCL
-            MultiLangDaemons (jars from the amazon_kclpy package, ``java`` on PATH or
-            JAVA_HOME) run a forwarding child per shard; same checkpoint rule. The Java KCL
-            takes 30-90 s to start and leaves its leases owned after a stop.
+            failover_time_ms), for tuning.
         """
         _check_credentials(awsAccessKeyId, awsSecretKey, stsAssumeRoleArn, stsSessionName,
                            stsExternalId)
@@ -168,17 +151,10 @@ class KinesisUtils:
                 raise ConfigurationError("messageHandler must be callable")
             if decoder is not utf8_decoder and decoder is not None:
                 raise ConfigurationError("give either decoder or messageHandler, not both")
-        if isinstance(numWorkers, bool) or not isinstance(numWorkers, int) or numWorkers < 1:
-            raise ConfigurationError(f"numWorkers must be a whole number >= 1, got {numWorkers!r}")
-        if (isinstance(maxBufferedRecords, bool) or not isinstance(maxBufferedRecords, int)
-                or maxBufferedRecords < 1):
-            raise ConfigurationError(f"maxBufferedRecords must be >= 1, got {maxBufferedRecords!r}")
         if (isinstance(checkpointInterval, bool) or not isinstance(checkpointInterval, (int, float))
                 or checkpointInterval <= 0):
             raise ConfigurationError(
                 f"checkpointInterval must be a positive number of seconds, got {checkpointInterval!r}")
-        if engine not in ENGINES:
-            raise ConfigurationError(f"engine must be one of {ENGINES}, got {engine!r}")
         if metricsLevel not in _METRICS:
             raise ConfigurationError(
                 f"metricsLevel must be MetricsLevel.DETAILED, SUMMARY or NONE, got {metricsLevel!r}")
@@ -204,45 +180,41 @@ class KinesisUtils:
         config = _build_config(settings, propertiesFile, configOverrides)
         conf = dict(ssc.sparkContext.getConf().getAll())
         config = config.with_spark_conf(conf)
-        if engine == JAVA_KCL:
-            check_available(config)
 
         spec = StreamSpec(
             key=uuid.uuid4().hex,
             config=config.to_dict(),
-            num_workers=numWorkers,
-            max_buffered_records=maxBufferedRecords,
             batch_interval_ms=_batch_interval_ms(ssc),
             rate=RateSettings.from_spark_conf(conf),
-            stop_timeout_s=config.shutdown_grace_ms / 1000.0 + 10.0,
-            engine=engine,
+            storage_level=storageLevel,
         )
         empty_dir = tempfile.mkdtemp(prefix="kinesis-dstream-input-")
-        receiver = receiver_for(spec)
-        attach(ssc, receiver)
+        planner = planner_for(spec)
+        attach(ssc, planner)
         base = ssc.textFileStream("file://" + empty_dir)
         stream = base.transform(make_batch_function(
             spec, empty_dir, None if messageHandler is not None else decoder, messageHandler))
-        stream.metrics = lambda: receiver_for(spec).metrics()  # type: ignore[attr-defined]
-        log.info("Kinesis DStream on %s (application %s, %s, %d %s worker(s)); workers start "
-                 "with the StreamingContext", config.stream_name, config.application_name,
-                 config.initial_position, numWorkers, engine)
+        stream.metrics = lambda: planner_for(spec).coordinator.metrics(spec.key)  # type: ignore[attr-defined]
+        log.info("Kinesis DStream on %s (application %s, %s); leases are taken when the "
+                 "StreamingContext starts", config.stream_name, config.application_name,
+                 config.initial_position)
         return stream
 
     @staticmethod
     def metrics(streamName: Optional[str] = None) -> dict[str, dict[str, Any]]:
         """Per-shard view of this driver's Kinesis streams (of ``streamName`` if given).
 
-        shard id -> records (received), millis_behind_latest, owner (worker id),
-        last_checkpoint (as written to the lease table), processed (highest position of a
-        completed batch), buffered (waiting for a batch), state.
+        shard id -> records (read by executors), data_bytes, millis_behind_latest, owner
+        (this driver's worker id while it holds the lease), last_checkpoint (as written to
+        the lease table), processed (highest position of a completed batch), state,
+        read_by_pids (the executor processes that read it).
         """
         view: dict[str, dict[str, Any]] = {}
-        for receiver in receivers():
-            if receiver.closed and not receiver.started:
+        for coordinator in coordinators():
+            if not coordinator.started:
                 continue
-            if streamName is None or receiver.config.stream_name == streamName:
-                view.update(receiver.metrics())
+            if streamName is None or coordinator.config.stream_name == streamName:
+                view.update(coordinator.metrics())
         return view
 
 
@@ -250,14 +222,10 @@ def _build_config(settings: dict[str, Any], properties_file: Optional[str],
                   overrides: Optional[Mapping[str, Any]]) -> ConsumerConfig:
     """One ConsumerConfig: properties file (if any) < createStream arguments < configOverrides."""
     settings = dict(settings)
-    settings.setdefault("idle_time_between_reads_ms", SPARK_IDLE_TIME_BETWEEN_READS_MS)
-    settings.setdefault("max_records", SPARK_MAX_RECORDS)
     if properties_file is not None:
         from ..multilang.properties import consumer_config_from_properties
 
         given = {k: v for k, v in settings.items() if v is not None}
-        given.pop("idle_time_between_reads_ms", None)  # the file's values win over our defaults
-        given.pop("max_records", None)
         if given.get("metrics_level") == "DETAILED":  # createStream's default: the file's wins
             given.pop("metrics_level")
         config = consumer_config_from_properties(properties_file, **given)

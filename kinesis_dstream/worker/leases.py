@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..aws.lease_table import Lease, LeaseTable
 from ..config import ConsumerConfig
@@ -96,6 +96,36 @@ class LeaseTaker:
         candidates = [lease for lease in active if lease.lease_owner == busiest]
         random.shuffle(candidates)
         return candidates[:steal]
+
+
+class TakingPace:
+    """When the next taker pass runs and how many leases it may take.
+
+    Free leases are taken 1, 2, 4, ... per pass, ``ramp_interval_s`` apart, not all at once:
+    workers started together then see each other and split the shards without stealing (a
+    stolen shard's records after its last checkpoint would be read twice). The first lease
+    is taken in the first pass, so the first record is not delayed.
+    """
+
+    def __init__(self, interval_s: float, ramp_interval_s: float = 0.5):
+        self.interval_s = interval_s
+        self.ramp_interval_s = ramp_interval_s
+        self.budget = 1
+        self._next_at = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self._next_at
+
+    def passed(self, wanted_more: bool, now: float) -> None:
+        if wanted_more:
+            self.budget *= 2
+            self._next_at = now + self.ramp_interval_s
+        else:
+            self._next_at = now + self.interval_s
+
+    def soon(self) -> None:
+        """Look again at the next tick (after a shard sync created leases)."""
+        self._next_at = 0.0
 
 
 class LeaseCoordinator:
@@ -276,3 +306,36 @@ class LeaseCoordinator:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(timeout=5)
+
+
+class LeaseManager:
+    """The lease side of a worker's loop: shard sync on its interval (or when asked), lease
+    taking at the pace of ``TakingPace``, and, while a held child waits for its parents, a
+    table refresh every ``parent_shard_poll_interval_ms``. The Scheduler and the Spark
+    driver's coordinator both run it; what they do with the leases is theirs."""
+
+    def __init__(self, config: ConsumerConfig, coordinator: "LeaseCoordinator", syncer: Any,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.coordinator = coordinator
+        self.syncer = syncer
+        self.pace = TakingPace(config.taker_interval_ms / 1000.0)
+        self._sync_now = threading.Event()
+        self._next_sync = clock() + config.shard_sync_interval_ms / 1000.0
+        self._next_parent_poll = 0.0
+
+    def sync_soon(self) -> None:
+        self._sync_now.set()
+
+    def run_due(self, now: float, waiting_on_parents: Callable[[], bool]) -> None:
+        if self._sync_now.is_set() or now >= self._next_sync:
+            self._sync_now.clear()
+            self.syncer.sync()
+            self._next_sync = now + self.config.shard_sync_interval_ms / 1000.0
+            self.pace.soon()
+        if self.pace.due(now):
+            self.coordinator.take_leases(limit=self.pace.budget)
+            self.pace.passed(self.coordinator.wanted_more, now)
+        elif now >= self._next_parent_poll and waiting_on_parents():
+            self.coordinator.refresh()
+            self._next_parent_poll = now + self.config.parent_shard_poll_interval_ms / 1000.0

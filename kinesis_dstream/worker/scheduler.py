@@ -19,7 +19,7 @@ from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
 from ..retry import Backoff, FaultLog
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
-from .leases import LeaseCoordinator
+from .leases import LeaseCoordinator, LeaseManager
 from .metrics import (CURRENT_LEASES, RENEW_ALL_LEASES, TAKE_LEASES, TAKEN_LEASES, TOTAL_LEASES,
                       MetricsPublisher)
 from .processor import ProcessorFactory
@@ -28,11 +28,6 @@ from .shard_sync import ShardSyncer, parents_done
 log = logging.getLogger(__name__)
 
 _TICK_S = 0.2
-# Free leases are taken 1, 2, 4, ... per pass, half a second apart, not all at once: workers
-# started together then see each other and split the shards without stealing, and a stolen
-# shard's records after its last checkpoint are not read twice. The first record is not
-# delayed: the first lease is taken in the first pass.
-_RAMP_INTERVAL_S = 0.5
 
 
 class Scheduler:
@@ -47,16 +42,18 @@ class Scheduler:
         self.table = lease_table if lease_table is not None else LeaseTable(config)
         self.coordinator = LeaseCoordinator(config, self.table, on_lease_lost=self._lease_lost)
         self.syncer = ShardSyncer(config, self.kinesis, self.table)
+        self.lease_manager = LeaseManager(config, self.coordinator, self.syncer)
         self._consumers: dict[str, ShardConsumer] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self._sync_now = threading.Event()
         self._thread: threading.Thread | None = None
         self.started_at: float | None = None
         # Built in start(): CloudWatch is only contacted by a worker that runs.
         self._metrics = metrics
         self._owns_metrics = metrics is None
+        self._next_lease_report = 0.0
+        self._taken_since_report = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -108,34 +105,16 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
-        next_sync = time.monotonic() + self.config.shard_sync_interval_ms / 1000.0
-        next_take = 0.0
-        next_parent_poll = 0.0
-        take_budget = 1
         # Capped at the renew interval: a pass also starts consumers for leases just taken.
         base_ms = max(self.config.retry_wait_time_ms * 2, int(_TICK_S * 1000))
         backoff = Backoff(base_ms=base_ms, cap_ms=max(self.config.renew_interval_ms, base_ms))
         fault = FaultLog(log, f"worker {self.config.worker_id}: scheduler pass")
         while not self._stop.is_set():
-            now = time.monotonic()
             wait = _TICK_S
             try:
-                if self._sync_now.is_set() or now >= next_sync:
-                    self._sync_now.clear()
-                    self.syncer.sync()
-                    next_sync = now + self.config.shard_sync_interval_ms / 1000.0
-                    next_take = 0.0
-                if now >= next_take:
-                    taken = self.coordinator.take_leases(limit=take_budget)
-                    self._record_lease_metrics(len(taken))
-                    if self.coordinator.wanted_more:
-                        take_budget *= 2
-                        next_take = now + _RAMP_INTERVAL_S
-                    else:
-                        next_take = now + self.config.taker_interval_ms / 1000.0
-                elif now >= next_parent_poll and self._any_waiting_on_parents():
-                    self.coordinator.refresh()
-                    next_parent_poll = now + self.config.parent_shard_poll_interval_ms / 1000.0
+                owned_before = set(self.coordinator.owned_shard_ids())
+                self.lease_manager.run_due(time.monotonic(), self._any_waiting_on_parents)
+                self._record_lease_metrics(owned_before)
                 self._reconcile()
                 backoff.reset()
                 fault.succeeded()
@@ -146,9 +125,16 @@ class Scheduler:
                 log.exception("scheduler pass failed unexpectedly")
             self._stop.wait(wait)
 
-    def _record_lease_metrics(self, taken: int) -> None:
+    def _record_lease_metrics(self, owned_before: set[str]) -> None:
+        """Lease counts once per renew interval, as often as the KCL's renewer reports them."""
         if self._metrics is None:
             return
+        self._taken_since_report += len(set(self.coordinator.owned_shard_ids()) - owned_before)
+        now = time.monotonic()
+        if now < self._next_lease_report:
+            return
+        self._next_lease_report = now + self.config.renew_interval_ms / 1000.0
+        taken, self._taken_since_report = self._taken_since_report, 0
         self._metrics.record(TAKEN_LEASES, taken, operation=TAKE_LEASES)
         self._metrics.record(TOTAL_LEASES, len(self.coordinator.known_leases()),
                              operation=TAKE_LEASES)
@@ -208,7 +194,7 @@ class Scheduler:
     def _shard_ended(self, shard_id: str, child_shard_ids: list[str]) -> None:
         log.info("shard %s ended; children %s", shard_id, child_shard_ids or "unknown yet")
         self.coordinator.record_children(shard_id, child_shard_ids)
-        self._sync_now.set()
+        self.lease_manager.sync_soon()
 
     def _lease_lost(self, shard_id: str) -> None:
         with self._lock:

@@ -1,8 +1,10 @@
-"""A Spark driver run as a subprocess by test_spark_recovery.py (so it can be killed -9).
+"""A Spark application run as a subprocess by the tests (so it can be killed -9, and so two
+of them are two drivers).
 
-usage: spark_recovery_driver.py CHECKPOINT_DIR APP STREAM KINESIS_URL DYNAMODB_URL
+usage: spark_driver.py CHECKPOINT_DIR|- APP STREAM KINESIS_URL DYNAMODB_URL
 Appends "shard seq sub data" per record to $RECOVERY_OUT; stops gracefully once the file
-$RECOVERY_STOP exists. Recovers through StreamingContext.getOrCreate.
+$RECOVERY_STOP exists. With a checkpoint directory it recovers through
+StreamingContext.getOrCreate.
 """
 import os
 import sys
@@ -35,7 +37,8 @@ def setup():
     sc = SparkContext.getOrCreate(conf)
     sc.setLogLevel("WARN")
     ssc = StreamingContext(sc, 1)
-    ssc.checkpoint(checkpoint_dir)
+    if checkpoint_dir != "-":
+        ssc.checkpoint(checkpoint_dir)
     kstream = KinesisUtils.createStream(
         ssc, app, stream, kinesis_url, "us-east-1", InitialPositionInStream.TRIM_HORIZON,
         float(os.environ.get("RECOVERY_CHECKPOINT_INTERVAL", "1")),
@@ -48,7 +51,10 @@ def setup():
     return ssc
 
 
-ssc = StreamingContext.getOrCreate(checkpoint_dir, setup)
+if checkpoint_dir == "-":
+    ssc = setup()
+else:
+    ssc = StreamingContext.getOrCreate(checkpoint_dir, setup)
 ssc.sparkContext.setLogLevel("WARN")
 ssc.start()
 print("STARTED", flush=True)

@@ -1,0 +1,483 @@
+"""A Kinesis producer for one stream: KPL aggregation, PutRecords limits, per-entry retries.
+
+Why not aws-kinesis-agg's ``RecordAggregator`` as is: it puts a whole aggregate under its
+first record's partition key, so user records with other keys land on whatever shard that
+key maps to, and a consumer keyed by shard (or a reader that expects a key's records on one
+shard, in order) sees them in the wrong place. The KPL groups user records by the shard whose
+hash range holds MD5(partition key) (or the explicit hash key) and sends each aggregate with
+an ExplicitHashKey in that range; so do we. The aggregate format is the KPL's (MAGIC +
+protobuf ``AggregatedRecord`` + MD5), built from aws-kinesis-agg's protobuf messages, so
+every KPL de-aggregator (ours, the KCL, aws-kinesis-agg) reads it.
+
+Delivery is **at-least-once**: PutRecords is not idempotent, and a retried call or a retried
+Spark task may write a record twice. Nothing is dropped silently: entries that PutRecords
+rejects are sent again with capped exponential backoff and full jitter until
+``max_attempts`` or ``deadline_ms``; after that ``PutRecordsFailedError`` names the stream and
+the number of user records not written.
+
+Shard ranges come from ListShards (open shards) when the first record arrives and again after
+a PutRecords answer puts an aggregate on another shard than planned (a reshard): as with the
+KPL, aggregates built before that answer may land whole on one child shard; later ones are
+placed right.
+
+The producer is synchronous and single-threaded from the caller's side (Spark's ``write``
+runs one per task): ``put`` buffers, and sends when a PutRecords request is full or the
+oldest buffered record is older than ``record_max_buffered_time_ms``; ``flush`` sends the
+rest. ``max_connections`` > 1 sends full requests concurrently.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+# The deaggregator module puts aws_kinesis_agg's directory on sys.path, which its generated
+# messages_pb2 needs to import config_pb2 (see worker/aggregation.py).
+import aws_kinesis_agg.deaggregator  # noqa: F401
+from aws_kinesis_agg import MAGIC, messages_pb2
+
+from ..config import ConsumerConfig
+from ..errors import ConfigurationError, KinesisDStreamError, PutRecordsFailedError
+from ..retry import RetryPolicy
+from .clients import call, make_client
+from .kinesis import KinesisClient
+
+log = logging.getLogger(__name__)
+
+# Kinesis limits (PutRecords API reference).
+MAX_RECORD_BYTES = 1024 * 1024          # one record: data + partition key
+MAX_REQUEST_BYTES = 5 * 1024 * 1024     # one PutRecords: data + partition keys
+MAX_REQUEST_ENTRIES = 500
+MAX_PARTITION_KEY_CHARS = 256
+MAX_HASH_KEY = 2**128 - 1
+# The KPL's AggregationMaxSize default: big enough for hundreds of small records per
+# Kinesis record, small enough that a consumer's GetRecords page stays a sane size.
+DEFAULT_AGGREGATION_MAX_BYTES = 51200
+
+_DIGEST_BYTES = 16
+_RETRYABLE_ENTRY_CODES = {"ProvisionedThroughputExceededException", "InternalFailure",
+                          "KMSThrottlingException", "ServiceUnavailable"}
+
+
+def hash_key_of(partition_key: str, explicit_hash_key: str | None = None) -> int:
+    """Where Kinesis puts a record: its explicit hash key, else MD5(partition key) as 128 bits."""
+    if explicit_hash_key is not None:
+        return int(explicit_hash_key)
+    return int.from_bytes(hashlib.md5(partition_key.encode("utf-8")).digest(), "big")
+
+
+def _varint_len(value: int) -> int:
+    n = 1
+    while value >= 0x80:
+        value >>= 7
+        n += 1
+    return n
+
+
+def _field_len(payload_len: int) -> int:
+    """A length-delimited protobuf field (tags 1-15 take one byte)."""
+    return 1 + _varint_len(payload_len) + payload_len
+
+
+@dataclass(frozen=True)
+class _OpenShard:
+    shard_id: str
+    start: int
+    end: int
+
+
+class ShardMap:
+    """Open shards' hash ranges, for grouping user records by the shard they belong on."""
+
+    def __init__(self, shards: Iterable[_OpenShard]) -> None:
+        self.shards = sorted(shards, key=lambda s: s.start)
+        self._starts = [s.start for s in self.shards]
+        if not self.shards:
+            raise KinesisDStreamError("the stream has no open shards")
+
+    @classmethod
+    def load(cls, kinesis: KinesisClient) -> "ShardMap":
+        return cls(_OpenShard(s.shard_id, int(s.starting_hash_key), int(s.ending_hash_key))
+                   for s in kinesis.list_shards() if not s.is_closed)
+
+    def shard_for(self, hash_key: int) -> _OpenShard:
+        index = bisect.bisect_right(self._starts, hash_key) - 1
+        shard = self.shards[max(index, 0)]
+        if not shard.start <= hash_key <= shard.end:  # a gap: only while a reshard settles
+            raise KinesisDStreamError(f"no open shard holds hash key {hash_key}")
+        return shard
+
+
+class _Aggregate:
+    """User records bound for one shard, with the size of their KPL encoding kept exact."""
+
+    __slots__ = ("shard_id", "keys", "hash_keys", "records", "body_bytes", "first_key",
+                 "first_hash_key")
+
+    def __init__(self, shard_id: str) -> None:
+        self.shard_id = shard_id
+        self.keys: dict[str, int] = {}
+        self.hash_keys: dict[str, int] = {}
+        self.records: list[tuple[int, int | None, bytes]] = []
+        self.body_bytes = 0
+        self.first_key = ""
+        self.first_hash_key = 0
+
+    def kinesis_bytes(self, body_bytes: int, first_key: str) -> int:
+        """What Kinesis counts against the 1 MiB record limit: data + partition key."""
+        return len(MAGIC) + body_bytes + _DIGEST_BYTES + len(first_key.encode("utf-8"))
+
+    def try_add(self, partition_key: str, key_bytes: bytes, explicit_hash_key: str | None,
+                data: bytes, hash_key: int, max_bytes: int) -> bool:
+        """Add one user record unless the aggregate would outgrow ``max_bytes``.
+
+        The size is computed, not encoded: protobuf's length-delimited fields and varints,
+        the key tables included (a test compares it with the real encoding).
+        """
+        key_index = self.keys.get(partition_key)
+        grow = 0
+        if key_index is None:
+            grow += _field_len(len(key_bytes))
+        record = 1 + _varint_len(len(self.keys) if key_index is None else key_index)
+        record += _field_len(len(data))
+        ehk_index = None
+        if explicit_hash_key is not None:
+            ehk_index = self.hash_keys.get(explicit_hash_key)
+            if ehk_index is None:
+                grow += _field_len(len(explicit_hash_key))  # ASCII digits: chars == bytes
+            record += 1 + _varint_len(len(self.hash_keys) if ehk_index is None else ehk_index)
+        grow += _field_len(record)
+        first_key = self.first_key if self.records else partition_key
+        if self.kinesis_bytes(self.body_bytes + grow, first_key) > max_bytes:
+            return False
+        if key_index is None:
+            key_index = self.keys[partition_key] = len(self.keys)
+        if explicit_hash_key is not None and ehk_index is None:
+            ehk_index = self.hash_keys[explicit_hash_key] = len(self.hash_keys)
+        if not self.records:
+            self.first_key, self.first_hash_key = partition_key, hash_key
+        self.records.append((key_index, ehk_index, data))
+        self.body_bytes += grow
+        return True
+
+    def encode(self) -> bytes:
+        message = messages_pb2.AggregatedRecord()
+        message.partition_key_table.extend(self.keys)
+        message.explicit_hash_key_table.extend(self.hash_keys)
+        for key_index, ehk_index, data in self.records:
+            record = message.records.add()
+            record.partition_key_index = key_index
+            if ehk_index is not None:
+                record.explicit_hash_key_index = ehk_index
+            record.data = data
+        body = message.SerializeToString()
+        return MAGIC + body + hashlib.md5(body).digest()
+
+
+@dataclass
+class _Entry:
+    """One PutRecords entry and what it stands for."""
+
+    request: dict[str, Any]
+    size: int
+    user_records: int
+    shard_id: str | None  # where it must land (aggregates), None for plain records
+
+
+@dataclass
+class ProducerStats:
+    """Counters since the producer was built."""
+
+    user_records: int = 0
+    kinesis_records: int = 0
+    put_records_calls: int = 0
+    entries_retried: int = 0
+    shard_map_refreshes: int = 0
+    failed_codes: dict[str, int] = field(default_factory=dict)
+
+
+class KinesisProducer:
+    """Writes user records to one stream, KPL-aggregated by default; at-least-once.
+
+    ``put`` may send (when a request fills up or records waited long enough); ``flush``
+    sends everything buffered and returns only when it is written, or raises
+    ``PutRecordsFailedError``. Use as a context manager or call ``close`` (which flushes);
+    a block left by an exception sends nothing more, so the caller's retry (a Spark task
+    retry) decides.
+    ``client``, ``sleep``, ``clock`` and ``rng`` exist for tests.
+    """
+
+    def __init__(self, config: ConsumerConfig, *, aggregation: bool = True,
+                 aggregation_max_bytes: int = DEFAULT_AGGREGATION_MAX_BYTES,
+                 record_max_buffered_time_ms: int = 1000, max_connections: int = 1,
+                 max_attempts: int = 10, retry_base_ms: int = 100, retry_max_wait_ms: int = 5000,
+                 deadline_ms: int = 120_000, client: Any = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic,
+                 rng: random.Random | None = None) -> None:
+        if not 0 < aggregation_max_bytes <= MAX_RECORD_BYTES:
+            raise ConfigurationError(
+                f"aggregation_max_bytes must be within 1..{MAX_RECORD_BYTES}, got "
+                f"{aggregation_max_bytes}")
+        for name, value in (("max_connections", max_connections), ("max_attempts", max_attempts)):
+            if value < 1:
+                raise ConfigurationError(f"{name} must be at least 1, got {value}")
+        self.stream_name = config.stream_name
+        self.aggregation = aggregation
+        self._aggregation_max_bytes = aggregation_max_bytes
+        self._max_buffered_s = record_max_buffered_time_ms / 1000.0
+        self._max_connections = max_connections
+        self._max_attempts = max_attempts
+        self._retry_base_ms = retry_base_ms
+        self._retry_max_wait_ms = retry_max_wait_ms
+        self._deadline_s = deadline_ms / 1000.0
+        self._client = client if client is not None else make_client(config, "kinesis")
+        self._kinesis = KinesisClient(config, client=self._client, sleep=sleep)
+        self._policy = RetryPolicy.from_config(config)
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._shard_map: ShardMap | None = None
+        self._open: dict[str, _Aggregate] = {}
+        self._ready: list[_Entry] = []   # the request being filled
+        self._ready_bytes = 0
+        self._full: list[list[_Entry]] = []  # requests at a limit, waiting to be sent
+        self._oldest: float | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self.stats = ProducerStats()
+
+    # -- buffering ---------------------------------------------------------------------------
+    def put(self, data: bytes | str, partition_key: str,
+            explicit_hash_key: str | None = None) -> None:
+        """Buffer one user record; may send full requests before returning."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not isinstance(partition_key, str) or not 1 <= len(partition_key) <= MAX_PARTITION_KEY_CHARS:
+            raise ConfigurationError(
+                f"partition key must be a string of 1..{MAX_PARTITION_KEY_CHARS} characters, "
+                f"got {partition_key!r}")
+        if explicit_hash_key is not None:
+            explicit_hash_key = str(explicit_hash_key)
+            if not explicit_hash_key.isdigit() or int(explicit_hash_key) > MAX_HASH_KEY:
+                raise ConfigurationError(
+                    f"explicit hash key must be a decimal within 0..2^128-1, got "
+                    f"{explicit_hash_key!r}")
+        key_bytes = partition_key.encode("utf-8")
+        if len(data) + len(key_bytes) > MAX_RECORD_BYTES:
+            raise ConfigurationError(
+                f"a record of {len(data)} bytes with partition key {partition_key!r} exceeds "
+                f"Kinesis' {MAX_RECORD_BYTES}-byte record limit (stream {self.stream_name!r})")
+        now = self._clock()
+        if self._oldest is None:
+            self._oldest = now
+        self.stats.user_records += 1
+        if self.aggregation:
+            self._aggregate(data, partition_key, key_bytes, explicit_hash_key)
+        else:
+            self._add_plain(data, partition_key, key_bytes, explicit_hash_key)
+        if self._max_buffered_s >= 0 and now - self._oldest >= self._max_buffered_s:
+            self.flush()
+
+    def put_many(self, records: Iterable[tuple[bytes | str, str] |
+                                          tuple[bytes | str, str, str | None]]) -> None:
+        """``put`` for (data, partition_key[, explicit_hash_key]) tuples."""
+        for record in records:
+            self.put(*record)
+
+    def _add_plain(self, data: bytes, partition_key: str, key_bytes: bytes,
+                   explicit_hash_key: str | None, shard_id: str | None = None,
+                   user_records: int = 1) -> None:
+        request: dict[str, Any] = {"Data": data, "PartitionKey": partition_key}
+        if explicit_hash_key is not None:
+            request["ExplicitHashKey"] = explicit_hash_key
+        self._enqueue(_Entry(request, len(data) + len(key_bytes), user_records, shard_id))
+
+    def _aggregate(self, data: bytes, partition_key: str, key_bytes: bytes,
+                   explicit_hash_key: str | None) -> None:
+        hash_key = hash_key_of(partition_key, explicit_hash_key)
+        shard = self._shards().shard_for(hash_key)
+        aggregate = self._open.get(shard.shard_id)
+        if aggregate is None:
+            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id)
+        if aggregate.try_add(partition_key, key_bytes, explicit_hash_key, data, hash_key,
+                             self._aggregation_max_bytes):
+            return
+        if aggregate.records:  # full: close it and start the next one with this record
+            self._close_aggregate(aggregate)
+            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id)
+            if aggregate.try_add(partition_key, key_bytes, explicit_hash_key, data, hash_key,
+                                 self._aggregation_max_bytes):
+                return
+        # Too large to aggregate even alone: sent plain, it lands where its own key maps.
+        del self._open[shard.shard_id]
+        self._add_plain(data, partition_key, key_bytes, explicit_hash_key, shard.shard_id)
+
+    def _close_aggregate(self, aggregate: _Aggregate) -> None:
+        if len(aggregate.records) == 1:
+            # One user record: plain is smaller and every consumer reads it.
+            key_index, ehk_index, data = aggregate.records[0]
+            ehk = next(iter(aggregate.hash_keys), None) if ehk_index is not None else None
+            self._add_plain(data, aggregate.first_key, aggregate.first_key.encode("utf-8"), ehk,
+                            aggregate.shard_id)
+            return
+        blob = aggregate.encode()
+        request = {"Data": blob, "PartitionKey": aggregate.first_key,
+                   # Inside the shard's range by construction: the aggregate lands where
+                   # every one of its user records belongs.
+                   "ExplicitHashKey": str(aggregate.first_hash_key)}
+        self._enqueue(_Entry(request, len(blob) + len(aggregate.first_key.encode("utf-8")),
+                             len(aggregate.records), aggregate.shard_id))
+
+    def _enqueue(self, entry: _Entry) -> None:
+        if self._ready and (len(self._ready) >= MAX_REQUEST_ENTRIES
+                            or self._ready_bytes + entry.size > MAX_REQUEST_BYTES):
+            self._full.append(self._ready)
+            self._ready, self._ready_bytes = [], 0
+            if len(self._full) >= self._max_connections:
+                self._send_full()
+        self._ready.append(entry)
+        self._ready_bytes += entry.size
+
+    def _shards(self) -> ShardMap:
+        if self._shard_map is None:
+            self._shard_map = ShardMap.load(self._kinesis)
+            self.stats.shard_map_refreshes += 1
+            log.debug("stream %s: %d open shards", self.stream_name,
+                      len(self._shard_map.shards))
+        return self._shard_map
+
+    # -- sending -----------------------------------------------------------------------------
+    def buffered_records(self) -> int:
+        """User records accepted by ``put`` and not yet written."""
+        return (sum(len(a.records) for a in self._open.values())
+                + sum(e.user_records for e in self._ready)
+                + sum(e.user_records for r in self._full for e in r))
+
+    def flush(self) -> None:
+        """Send every buffered record; returns when all are written.
+
+        Raises ``PutRecordsFailedError`` (stream name, count not written) when entries still
+        fail after the retries; the buffer is empty afterwards either way.
+        """
+        for aggregate in list(self._open.values()):
+            self._close_aggregate(aggregate)
+        self._open.clear()
+        if self._ready:
+            self._full.append(self._ready)
+            self._ready, self._ready_bytes = [], 0
+        self._oldest = None
+        self._send_full()
+
+    def _send_full(self) -> None:
+        """Send the full requests, ``max_connections`` at a time."""
+        requests, self._full = self._full, []
+        if self._max_connections == 1 or len(requests) == 1:
+            for index, request in enumerate(requests):
+                try:
+                    self._send_with_retries(request)
+                except PutRecordsFailedError as exc:
+                    # The later requests are not sent: they count as not written too.
+                    total = exc.not_written + sum(e.user_records for r in requests[index + 1:]
+                                                  for e in r)
+                    raise PutRecordsFailedError(self._failure_text(total, exc), total,
+                                                exc.last_error) from exc
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._max_connections,
+                                            thread_name_prefix="kinesis-producer")
+        futures = [self._pool.submit(self._send_with_retries, r) for r in requests]
+        failures = []
+        for future in futures:
+            try:
+                future.result()
+            except PutRecordsFailedError as exc:
+                failures.append(exc)
+        if failures:
+            total = sum(f.not_written for f in failures)
+            raise PutRecordsFailedError(self._failure_text(total, failures[0]), total,
+                                        failures[0].last_error) from failures[0]
+
+    def _failure_text(self, not_written: int, cause: PutRecordsFailedError) -> str:
+        reason = str(cause).split(": ", 1)[-1]
+        return f"{not_written} records not written to stream {self.stream_name!r}: {reason}"
+
+    def _backoff_s(self, attempt: int) -> float:
+        """Full jitter: a random wait up to base * 2^(attempt-1), capped."""
+        cap = min(self._retry_base_ms * 2 ** (attempt - 1), self._retry_max_wait_ms)
+        return self._rng.uniform(0, cap) / 1000.0
+
+    def _send_with_retries(self, entries: list[_Entry]) -> None:
+        """One request, then its failed entries again, until all are in or we give up."""
+        deadline = self._clock() + self._deadline_s
+        attempt = 0
+        pending = entries
+        while True:
+            attempt += 1
+            try:
+                answer = call(self._policy, self._client.put_records,
+                              f"putting {len(pending)} records to stream {self.stream_name!r}",
+                              sleep=self._sleep, StreamName=self.stream_name,
+                              Records=[e.request for e in pending])
+            except KinesisDStreamError as exc:
+                not_written = sum(e.user_records for e in pending)
+                raise PutRecordsFailedError(
+                    f"{not_written} records not written to stream {self.stream_name!r}: {exc}",
+                    not_written, exc) from exc
+            self.stats.put_records_calls += 1
+            failed: list[_Entry] = []
+            codes: dict[str, int] = {}
+            for entry, result in zip(pending, answer["Records"]):
+                code = result.get("ErrorCode")
+                if code:
+                    failed.append(entry)
+                    codes[code] = codes.get(code, 0) + 1
+                    continue
+                self.stats.kinesis_records += 1
+                if entry.shard_id is not None and result.get("ShardId") != entry.shard_id:
+                    # A reshard (or a map loaded before one): the record is written, but the
+                    # next ones need the current ranges.
+                    log.info("stream %s: a record for %s landed on %s; reloading shard map",
+                             self.stream_name, entry.shard_id, result.get("ShardId"))
+                    self._shard_map = None
+            if not failed:
+                return
+            for code, count in codes.items():
+                self.stats.failed_codes[code] = self.stats.failed_codes.get(code, 0) + count
+            fatal = sorted(set(codes) - _RETRYABLE_ENTRY_CODES)
+            wait = self._backoff_s(attempt)
+            if fatal or attempt >= self._max_attempts or self._clock() + wait > deadline:
+                not_written = sum(e.user_records for e in failed)
+                why = (f"error codes {codes}" + (f" (not retryable: {fatal})" if fatal else
+                                                 f" after {attempt} attempts"))
+                raise PutRecordsFailedError(
+                    f"{not_written} records not written to stream {self.stream_name!r}: {why}",
+                    not_written)
+            self.stats.entries_retried += len(failed)
+            log.debug("stream %s: %d of %d entries failed (%s); retrying in %.3f s",
+                      self.stream_name, len(failed), len(pending), codes, wait)
+            self._sleep(wait)
+            pending = failed
+
+    def close(self) -> None:
+        """Flush, then release the sender threads."""
+        try:
+            self.flush()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+    def __enter__(self) -> "KinesisProducer":
+        return self
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        if exc_type is None:
+            self.close()
+        elif self._pool is not None:  # already failing: do not send more, do not mask it
+            self._pool.shutdown(wait=False)
+            self._pool = None

@@ -1,0 +1,206 @@
+"""The batch-range table: which records each Spark batch read from each shard, durably.
+
+A Spark batch must read the same records however often a partition of it is computed (a
+task retry, a lost cached block, a second output operation, a re-run after ``getOrCreate``).
+Kinesis cannot say in advance where a shard's records stop, so the first task that reads a
+(batch, shard) writes the range it read here, conditionally, before it hands out a record;
+every later computation of that partition finds the range and reads exactly it. The JVM
+connectors keep the same fact in HDFS or DynamoDB; we keep it in DynamoDB next to the lease
+table, never in it (Java KCL workers scan the lease table).
+
+One item per (input stream, shard, batch): ``rangeKey`` = "<stream key>/<shard id>" (HASH),
+``batchTime`` = batch time in epoch ms (RANGE). Items are deleted once the batch's positions
+are checkpointed (and carry ``expiresAt`` for a table with TTL on), so the table holds only
+the batches after each shard's last checkpoint.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import botocore.exceptions
+
+from ..config import ConsumerConfig
+from ..records import ExtendedSequenceNumber
+from ..retry import RetryPolicy
+from .clients import call, make_client
+
+log = logging.getLogger(__name__)
+
+# Items outlive a crashed driver that never cleans up, but not forever.
+RANGE_TTL_S = 7 * 24 * 3600
+
+
+def range_table_name(application_name: str) -> str:
+    """Beside the lease table, named so that no KCL table (``<app>-WorkerMetricStats``,
+    ``<app>-CoordinatorState``) can ever clash with it."""
+    return f"{application_name}-kinesis-dstream-ranges"
+
+
+@dataclass(frozen=True)
+class BatchRange:
+    """What one batch read from one shard: after ``start`` through ``end`` (inclusive).
+
+    ``start`` is a position (exclusive) or a sentinel (TRIM_HORIZON, or AT_TIMESTAMP with
+    ``start_timestamp``): both give the same records every time they are read. ``end`` is the
+    last user record read, None when the batch read nothing.
+    """
+
+    stream_key: str
+    shard_id: str
+    batch_ms: int
+    start: ExtendedSequenceNumber
+    start_timestamp: float | None = None
+    end: ExtendedSequenceNumber | None = None
+    records: int = 0
+    shard_end: bool = False
+    child_shard_ids: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def next_start(self) -> ExtendedSequenceNumber:
+        """Where the shard's next batch starts (exclusive)."""
+        return self.end if self.end is not None else self.start
+
+
+def _item(r: BatchRange) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "rangeKey": {"S": f"{r.stream_key}/{r.shard_id}"},
+        "batchTime": {"N": str(r.batch_ms)},
+        "start": {"S": r.start.sequence_number},
+        "startSub": {"N": str(r.start.sub_sequence_number)},
+        "records": {"N": str(r.records)},
+        "shardEnd": {"BOOL": r.shard_end},
+        "expiresAt": {"N": str(int(time.time()) + RANGE_TTL_S)},
+    }
+    if r.start_timestamp is not None:
+        item["startTimestamp"] = {"N": repr(float(r.start_timestamp))}
+    if r.end is not None:
+        item["end"] = {"S": r.end.sequence_number}
+        item["endSub"] = {"N": str(r.end.sub_sequence_number)}
+    if r.child_shard_ids:
+        item["childShardIds"] = {"SS": sorted(r.child_shard_ids)}
+    return item
+
+
+def _range(item: dict[str, Any]) -> BatchRange:
+    stream_key, _, shard_id = item["rangeKey"]["S"].rpartition("/")
+    end = None
+    if "end" in item:
+        end = ExtendedSequenceNumber(item["end"]["S"], int(item["endSub"]["N"]))
+    return BatchRange(
+        stream_key=stream_key, shard_id=shard_id, batch_ms=int(item["batchTime"]["N"]),
+        start=ExtendedSequenceNumber(item["start"]["S"], int(item["startSub"]["N"])),
+        start_timestamp=float(item["startTimestamp"]["N"]) if "startTimestamp" in item else None,
+        end=end, records=int(item["records"]["N"]), shard_end=item["shardEnd"]["BOOL"],
+        child_shard_ids=tuple(item.get("childShardIds", {}).get("SS", ())))
+
+
+class BatchRangeTable:
+    """Conditional writes and consistent reads of batch ranges; no policy."""
+
+    def __init__(self, config: ConsumerConfig, client: Any = None) -> None:
+        self.config = config
+        self.table_name = range_table_name(config.application_name)
+        self.client = client if client is not None else make_client(config, "dynamodb")
+        self.retry = RetryPolicy.from_config(config)
+
+    def _call(self, what: str, operation: str, expected: tuple[str, ...] = (), **kwargs: Any) -> Any:
+        return call(self.retry, getattr(self.client, operation), f"{what} (table {self.table_name})",
+                    expected=expected, **kwargs)
+
+    def create_table_if_not_exists(self, timeout_s: float = 60.0) -> None:
+        try:
+            self._call("describing the batch-range table", "describe_table",
+                       expected=("ResourceNotFoundException",), TableName=self.table_name)
+        except botocore.exceptions.ClientError:
+            try:
+                self._call("creating the batch-range table", "create_table",
+                           expected=("ResourceInUseException",), TableName=self.table_name,
+                           KeySchema=[{"AttributeName": "rangeKey", "KeyType": "HASH"},
+                                      {"AttributeName": "batchTime", "KeyType": "RANGE"}],
+                           AttributeDefinitions=[{"AttributeName": "rangeKey", "AttributeType": "S"},
+                                                 {"AttributeName": "batchTime", "AttributeType": "N"}],
+                           BillingMode="PAY_PER_REQUEST")
+                log.info("created batch-range table %s", self.table_name)
+            except botocore.exceptions.ClientError:
+                pass  # another driver created it first
+        deadline = time.monotonic() + timeout_s
+        while self._call("describing the batch-range table", "describe_table",
+                         TableName=self.table_name)["Table"]["TableStatus"] != "ACTIVE":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"table {self.table_name} not ACTIVE after {timeout_s} s")
+            time.sleep(0.1)
+        try:  # not every DynamoDB (dynalite) has TTL: the explicit deletes are what count
+            self.client.update_time_to_live(
+                TableName=self.table_name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"})
+        except Exception as exc:  # noqa: BLE001 - optional, and logged
+            log.debug("no TTL on %s: %s", self.table_name, exc)
+
+    def get(self, stream_key: str, shard_id: str, batch_ms: int) -> BatchRange | None:
+        item = self._call(f"reading the range of batch {batch_ms} of shard {shard_id}", "get_item",
+                          TableName=self.table_name, ConsistentRead=True,
+                          Key={"rangeKey": {"S": f"{stream_key}/{shard_id}"},
+                               "batchTime": {"N": str(batch_ms)}}).get("Item")
+        return _range(item) if item else None
+
+    def latest_before(self, stream_key: str, shard_id: str, batch_ms: int,
+                      since_ms: int) -> BatchRange | None:
+        """The range of the shard's latest batch in [since_ms, batch_ms), if any."""
+        if since_ms >= batch_ms:
+            return None
+        items = self._call(
+            f"finding the batch before {batch_ms} of shard {shard_id}", "query",
+            TableName=self.table_name, ConsistentRead=True, ScanIndexForward=False, Limit=1,
+            KeyConditionExpression="rangeKey = :k AND batchTime BETWEEN :lo AND :hi",
+            ExpressionAttributeValues={":k": {"S": f"{stream_key}/{shard_id}"},
+                                       ":lo": {"N": str(since_ms)},
+                                       ":hi": {"N": str(batch_ms - 1)}}).get("Items", [])
+        return _range(items[0]) if items else None
+
+    def put_if_absent(self, batch_range: BatchRange) -> BatchRange:
+        """Store the range unless another computation of this partition stored one first;
+        returns the stored range (ours or theirs)."""
+        try:
+            self._call(f"recording the range of batch {batch_range.batch_ms} of shard "
+                       f"{batch_range.shard_id}", "put_item",
+                       expected=("ConditionalCheckFailedException",), TableName=self.table_name,
+                       Item=_item(batch_range), ConditionExpression="attribute_not_exists(rangeKey)")
+            return batch_range
+        except botocore.exceptions.ClientError:
+            stored = self.get(batch_range.stream_key, batch_range.shard_id, batch_range.batch_ms)
+            if stored is None:  # deleted in between: only possible after a checkpoint past it
+                return batch_range
+            return stored
+
+    def delete(self, stream_key: str, shard_id: str, batch_times: Iterable[int]) -> int:
+        """Delete the ranges of these batches (their positions are checkpointed)."""
+        keys = [{"rangeKey": {"S": f"{stream_key}/{shard_id}"}, "batchTime": {"N": str(t)}}
+                for t in sorted(set(batch_times))]
+        for i in range(0, len(keys), 25):
+            requests = [{"DeleteRequest": {"Key": k}} for k in keys[i:i + 25]]
+            while requests:
+                answer = self._call("deleting checkpointed batch ranges", "batch_write_item",
+                                    RequestItems={self.table_name: requests})
+                requests = answer.get("UnprocessedItems", {}).get(self.table_name, [])
+        return len(keys)
+
+    def batch_times(self, stream_key: str, shard_id: str) -> list[int]:
+        """Every stored batch time of a shard of a stream (for cleanup after a restart)."""
+        times: list[int] = []
+        kwargs: dict[str, Any] = dict(
+            TableName=self.table_name, KeyConditionExpression="rangeKey = :k",
+            ExpressionAttributeValues={":k": {"S": f"{stream_key}/{shard_id}"}},
+            ProjectionExpression="batchTime")
+        while True:
+            page = self._call(f"listing batch ranges of shard {shard_id}", "query", **kwargs)
+            times.extend(int(i["batchTime"]["N"]) for i in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return times
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def delete_table(self) -> None:
+        self._call("deleting the batch-range table", "delete_table", TableName=self.table_name)
+

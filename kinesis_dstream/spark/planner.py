@@ -1,0 +1,193 @@
+"""Runs in the driver: batch planning for one Kinesis input DStream.
+
+Each batch gets one Spark partition per shard the coordinator assigned to this stream; the
+partition carries a ``ShardRange`` (shard, where to start, a record cap from
+``spark.streaming.receiver.maxRate`` / backpressure), never records. The batch's RDD is
+read right away by a small Spark job whose tasks run on executors and cache what they read
+(at ``storageLevel``), so that the batch's record count and per-shard ranges are known when
+Spark builds the batch: Spark's Streaming UI, its REST API and every StreamingListener see
+the input, and the read of batch N+1 overlaps the processing of batch N. The records stay
+on the executors; the driver receives only the tasks' small reports (an accumulator).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config import ConsumerConfig
+from .coordinator import ShardCoordinator
+from .rate import RateController, RateSettings
+from .records import KinesisRecord
+from .shard_reader import RangeReports, ReadReport, ShardRange, read_shard_range
+
+log = logging.getLogger(__name__)
+
+# A batch reads at most this many records per shard unless maxRate says fewer (the awslabs
+# connector's maxFetchRecordsPerShard).
+MAX_RECORDS_PER_SHARD = 100_000
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What the batch function carries into Spark's checkpoint: configuration only."""
+
+    key: str
+    config: dict = field(repr=False)  # ConsumerConfig.to_dict(): may hold a secret key
+    batch_interval_ms: int = 1000
+    rate: RateSettings = field(default_factory=RateSettings)
+    storage_level: Any = None  # a pyspark StorageLevel
+    max_records_per_shard: int = MAX_RECORDS_PER_SHARD
+
+    @property
+    def consumer_config(self) -> ConsumerConfig:
+        return ConsumerConfig.from_dict(self.config)
+
+
+def _read(config: ConsumerConfig, reports: Any, ranges: Any) -> Any:
+    """A task's body (on an executor): read each planned range, report it, yield records."""
+    for planned in ranges:
+        records, report = read_shard_range(config, planned)
+        reports.add({(planned.stream_key, planned.shard_id, planned.batch_ms): report})
+        shard_id = planned.shard_id
+        for r in records:
+            yield KinesisRecord(r.binary_data, r.partition_key, r.sequence_number,
+                                r.sub_sequence_number, r.approximate_arrival_timestamp, shard_id)
+
+
+class BatchPlanner:
+    def __init__(self, spec: StreamSpec, coordinator: ShardCoordinator) -> None:
+        self.spec = spec
+        self.config = spec.consumer_config
+        self.coordinator = coordinator
+        self.rate = RateController(spec.rate, spec.batch_interval_ms)
+        self.name = coordinator.name
+        self._reports: Any = None
+        self.input_stream_id: int | None = None
+        self.attached = False  # a StreamingListener reports this stream's batch completions
+        self._counts: dict[int, int] = {}
+
+    def _accumulator(self, sc: Any) -> Any:
+        if self._reports is None:
+            self._reports = sc.accumulator({}, RangeReports())
+        return self._reports
+
+    def _take_reports(self, batch_ms: int) -> dict[tuple[str, str, int], ReadReport]:
+        if self._reports is None:
+            return {}
+        value = self._reports.value
+        keys = [k for k in list(value) if k[0] == self.spec.key and k[2] == batch_ms]
+        return {k: value.pop(k) for k in keys}
+
+    def batch_rdd(self, sc: Any, batch_ms: int) -> Any:
+        """The RDD of KinesisRecords for batch ``batch_ms``, read and cached on executors."""
+        if not self.attached:
+            return sc.emptyRDD()
+        planned = self.coordinator.plan(self.spec.key, batch_ms)
+        if not planned:
+            self._report_input(sc, batch_ms, 0, {})
+            return sc.emptyRDD()
+        reports = self._accumulator(sc)
+        known = reports.value
+        limit = self.rate.batch_limit()
+        per_shard = self.spec.max_records_per_shard
+        if limit is not None:
+            per_shard = max(1, min(per_shard, limit // len(planned)))
+        budget = max(0.2, 0.8 * self.spec.batch_interval_ms / 1000.0)
+        ranges = []
+        for p in planned:
+            previous = known.get((self.spec.key, p.shard_id, p.previous_ms)) \
+                if p.previous_ms is not None else None
+            start = previous.batch_range.next_start if previous is not None else None
+            start_ts = previous.batch_range.start_timestamp if previous is not None else None
+            ranges.append(ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor,
+                                     p.floor_timestamp, p.since_ms, per_shard, budget,
+                                     start, start_ts, self.coordinator.config.worker_id))
+        read = functools.partial(_read, self.config, reports)
+        rdd = sc.parallelize(ranges, len(ranges)).mapPartitions(read)
+        level = self.spec.storage_level
+        if level is not None and (level.useMemory or level.useDisk or level.useOffHeap):
+            rdd = rdd.persist(level)
+        try:
+            rdd.count()
+        except Exception as exc:  # noqa: BLE001 - the batch's own jobs read it again
+            log.warning("%s: reading batch %d ahead failed (%s); its output operations read "
+                        "it themselves", self.name, batch_ms, str(exc).splitlines()[0][:300])
+        batch_reports = {k: r for k, r in reports.value.items()
+                         if k[0] == self.spec.key and k[2] == batch_ms}
+        self.coordinator.batch_read(batch_reports)
+        count = sum(r.batch_range.records for r in batch_reports.values())
+        self._counts[batch_ms] = count
+        self._report_input(sc, batch_ms, count, batch_reports)
+        return rdd
+
+    def _report_input(self, sc: Any, batch_ms: int, count: int,
+                      reports: dict[tuple[str, str, int], ReadReport]) -> None:
+        """Tell Spark's InputInfoTracker what this batch holds (UI, REST API, listeners)."""
+        if self.input_stream_id is None:
+            return
+        try:
+            jvm = sc._jvm
+            lines = [f"{shard}: after {r.batch_range.start} through {r.batch_range.end or '-'}, "
+                     f"{r.batch_range.records} records, millisBehindLatest "
+                     f"{r.millis_behind_latest}" for (_, shard, _), r in sorted(reports.items())]
+            metadata = jvm.java.util.HashMap()
+            metadata.put("Description", "\n".join(lines) or "no shards planned")
+            metadata = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(metadata)
+            info = jvm.org.apache.spark.streaming.scheduler.StreamInputInfo(
+                self.input_stream_id, count, metadata)
+            # JobScheduler makes its tracker when the context starts: look it up each time.
+            tracker = self._scala_ssc.scheduler().inputInfoTracker()
+            tracker.reportInfo(jvm.org.apache.spark.streaming.Time(batch_ms), info)
+        except Exception as exc:  # noqa: BLE001 - visibility only, never the data path
+            log.warning("%s: could not report batch %d input to Spark's UI: %s", self.name,
+                        batch_ms, exc)
+
+    def bind(self, jssc: Any) -> None:
+        """Get an input stream id of our own from Spark and its input-info tracker."""
+        if self.input_stream_id is None:
+            self._scala_ssc = jssc.ssc()
+            self.input_stream_id = int(self._scala_ssc.getNewInputStreamId())
+
+    def batch_completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
+                        scheduling_delay_ms: int | None, failure: str | None) -> None:
+        reports = self._take_reports(batch_ms)
+        count = self._counts.pop(batch_ms, None)
+        if count is None and not reports:
+            return
+        self.coordinator.batch_completed(self.spec.key, batch_ms, succeeded, reports)
+        count = count if count is not None else sum(r.batch_range.records for r in reports.values())
+        self.rate.batch_completed(batch_ms, count, processing_delay_ms or 0,
+                                  scheduling_delay_ms or 0)
+        lags = [r.millis_behind_latest for r in reports.values() if r.millis_behind_latest is not None]
+        log.info("%s batch %d: %d records from %d shards, max millisBehindLatest %s ms, "
+                 "processing %s ms%s", self.name, batch_ms, count, len(reports),
+                 max(lags) if lags else "-", processing_delay_ms,
+                 "" if succeeded else " FAILED: its shards are not checkpointed past it")
+        if not succeeded:
+            log.error("%s: batch %d failed (%s); shards %s keep their checkpoint from before it, "
+                      "so its records are read again after a restart", self.name, batch_ms,
+                      (failure or "output operation failed").splitlines()[0],
+                      ", ".join(sorted(k[1] for k in reports)) or "-")
+
+
+def naming_decoder(decoder: Callable) -> Callable[[KinesisRecord], Any]:
+    """Wrap the decoder so an undecodable record fails its batch naming shard and position.
+
+    The batch then fails, so nothing in it is checkpointed and the record is read again after
+    a fix and restart; without the wrapper Spark would report a bare UnicodeDecodeError.
+    """
+    name = getattr(decoder, "__name__", repr(decoder))
+
+    def decode(record: KinesisRecord) -> Any:
+        try:
+            return decoder(record.data)
+        except Exception as exc:
+            raise ValueError(
+                f"{name} cannot decode the record at {record.sequence_number}/"
+                f"{record.sub_sequence_number} of shard {record.shard_id} "
+                f"({record.data[:32]!r}...): {type(exc).__name__}: {exc}; the batch failed, so "
+                f"this shard is not checkpointed past it") from exc
+
+    return decode

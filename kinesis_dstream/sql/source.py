@@ -1,0 +1,460 @@
+"""``spark.readStream.format("aws-kinesis")``: a Kinesis source on PySpark's Python Data Source API.
+
+Offsets and the metadata (why a re-run batch reads the same records)
+--------------------------------------------------------------------
+Kinesis cannot say in advance where a shard's records stop, so, as the JVM connectors do, an
+offset does not bound a micro-batch's data: it says *where* each shard's reading of that
+micro-batch starts, and the executor task that reads first decides where it ends and records
+that range in the batch-range table (DynamoDB, ``kinesis_dstream.aws.range_table``) before it
+hands out a record. Every later computation of the same (query, shard, reading) -- a task
+retry, a re-run after a restart -- reads exactly the recorded range.
+
+An offset is ``{"v": 1, "query": id, "batch": n, "limit": cap, "shards": {shard id: position}}``
+in that key order, shards sorted. ``batch`` numbers the reading that starts at these positions;
+a position is ``{"after": "<seq>", "sub": k}``, ``{"at": "TRIM_HORIZON"}``,
+``{"at": "AT_TIMESTAMP", "ts": epoch s}`` or ``{"ended": true}``; a child shard whose parents
+have not all ended carries ``"wait": [parent ids]`` and is not read. ``latestOffset(O_n)`` builds
+``O_n+1`` from ``O_n`` and the ranges recorded for reading n (whose batch has completed), so
+``O_n+1`` is a pure function of committed facts, and it is written to Spark's offset log before
+reading n+1 happens. ``partitions(O_n, O_n+1)`` plans reading n+1 at ``O_n+1``'s positions,
+``cap`` records at most per shard.
+
+The query id is born in ``initialOffset()`` (a UUID) and travels in every offset, so it lives
+in the query's checkpointLocation (the offset log) without the source being told that
+location: a query restarted from the same checkpoint finds its ranges, a new checkpoint starts
+a new query. ``LATEST`` is pinned when the query starts (``AT_TIMESTAMP`` of that moment), so a
+re-run of the first batch reads the same records.
+
+Everything here but ``read()`` runs in the driver's long-lived Python process; ``read()`` runs
+on executors with only what the partition carries.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+from ..aws.kinesis import KinesisClient, Shard
+from ..aws.range_table import BatchRange, BatchRangeTable
+from ..config import ConsumerConfig
+from ..errors import KinesisDStreamError
+from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
+from ..spark.shard_reader import ShardRange, read_shard_range
+from ..worker.fetcher import KinesisDataFetcher
+from ._source_options import SourceOptions, parse_source_options
+
+log = logging.getLogger(__name__)
+
+NAME = "aws-kinesis"
+OFFSET_VERSION = 1
+# Rows per Arrow batch handed to Spark: bounded memory per batch, few batches per partition.
+ARROW_ROWS = 10_000
+# Ranges of finished readings are deleted in groups, every this many readings.
+CLEANUP_EVERY = 10
+
+SCHEMA = StructType([
+    StructField("data", BinaryType(), False),
+    StructField("streamName", StringType(), False),
+    StructField("partitionKey", StringType(), False),
+    StructField("sequenceNumber", StringType(), False),
+    StructField("subSequenceNumber", LongType(), False),
+    StructField("shardId", StringType(), False),
+    StructField("approximateArrivalTimestamp", TimestampType(), False),
+])
+
+
+class DataLossError(KinesisDStreamError):
+    """A shard the query had not finished reading is gone (retention) and failOnDataLoss is set."""
+
+
+# -- positions in offsets ----------------------------------------------------------------------
+def position_json(start: ExtendedSequenceNumber, timestamp: float | None) -> dict[str, Any]:
+    """A reader position as offset JSON (sequence numbers as strings, fixed key order)."""
+    if start.sequence_number == TRIM_HORIZON:
+        return {"at": TRIM_HORIZON}
+    if start.sequence_number == AT_TIMESTAMP:
+        return {"at": AT_TIMESTAMP, "ts": float(timestamp) if timestamp is not None else 0.0}
+    if start.is_sentinel:
+        raise KinesisDStreamError(f"position {start} cannot be an offset")
+    return {"after": start.sequence_number, "sub": int(start.sub_sequence_number)}
+
+
+def position_of(entry: dict[str, Any]) -> tuple[ExtendedSequenceNumber, float | None]:
+    if "after" in entry:
+        return ExtendedSequenceNumber(str(entry["after"]), int(entry.get("sub", 0))), None
+    if entry.get("at") == AT_TIMESTAMP:
+        return ExtendedSequenceNumber(AT_TIMESTAMP), float(entry["ts"])
+    if entry.get("at") == TRIM_HORIZON:
+        return ExtendedSequenceNumber(TRIM_HORIZON), None
+    raise KinesisDStreamError(f"not a readable position: {entry}")
+
+
+def is_readable(entry: dict[str, Any]) -> bool:
+    return not entry.get("ended") and not entry.get("wait")
+
+
+def stream_key(stream_name: str, query_id: str) -> str:
+    """The range table's key of one query of one stream."""
+    return f"sql/{stream_name}/{query_id}"
+
+
+def advance(entry: dict[str, Any], stored: BatchRange | None) -> dict[str, Any]:
+    """A shard's position after the reading whose recorded range is ``stored``."""
+    if stored is None:
+        return entry
+    if stored.shard_end:
+        return {"ended": True}
+    return position_json(stored.next_start, stored.start_timestamp)
+
+
+def next_shards(current: dict[str, dict[str, Any]], listing: Sequence[Shard] | None,
+                child_start: dict[str, Any], fail_on_data_loss: bool) -> dict[str, dict[str, Any]]:
+    """Shard positions of the next offset: new shards added, waits re-checked, gone shards dropped.
+
+    Pure (no I/O) so that parents-before-children is tested on its own. ``listing`` None means
+    "not listed this time": only the waits are re-checked.
+    """
+    shards = dict(current)
+    if listing is not None:
+        listed = {s.shard_id: s for s in listing}
+        for shard_id in sorted(listed):
+            if shard_id not in shards:
+                parents = [p for p in listed[shard_id].parent_shard_ids if p in shards]
+                entry = dict(child_start)
+                if parents:
+                    entry["wait"] = parents
+                shards[shard_id] = entry
+                log.info("new shard %s (parents %s) joins the query", shard_id,
+                         listed[shard_id].parent_shard_ids or "-")
+        for shard_id in sorted(set(shards) - set(listed)):
+            if shards[shard_id].get("ended"):
+                del shards[shard_id]  # gone by retention after we read it all
+                continue
+            message = (f"shard {shard_id} is no longer listed by Kinesis (expired by retention?) "
+                       f"before the query read it to its end: records may be lost")
+            if fail_on_data_loss:
+                raise DataLossError(message + " (kinesis.failOnDataLoss is true)")
+            log.warning("%s; going on (kinesis.failOnDataLoss is false)", message)
+            shards[shard_id] = {"ended": True}
+    for shard_id, entry in list(shards.items()):
+        if entry.get("wait"):
+            waiting = [p for p in entry["wait"] if p in shards and not shards[p].get("ended")]
+            entry = {k: v for k, v in entry.items() if k != "wait"}
+            if waiting:
+                entry["wait"] = waiting
+            shards[shard_id] = entry
+    return {k: shards[k] for k in sorted(shards)}
+
+
+def make_offset(query_id: str, batch: int, limit: int,
+                shards: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"v": OFFSET_VERSION, "query": query_id, "batch": batch, "limit": limit,
+            "shards": {k: shards[k] for k in sorted(shards)}}
+
+
+# -- executors ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardPartition(InputPartition):
+    """One shard's reading of one micro-batch; all a task knows (picklable, small)."""
+
+    config: ConsumerConfig
+    shard_range: ShardRange
+    arrow: bool = True
+
+    def __repr__(self) -> str:
+        r = self.shard_range
+        return f"ShardPartition({r.shard_id}, reading {r.batch_ms}, after {r.start})"
+
+
+def arrow_schema() -> Any:
+    """The Arrow schema Spark expects from read(): nullability included (pyspark >= 4.2)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+def to_arrow(records: Sequence[Record], stream_name: str, schema: Any) -> Any:
+    import pyarrow as pa
+
+    n = len(records)
+    columns = [
+        pa.array([r.binary_data for r in records], pa.binary()),
+        pa.array([stream_name] * n, pa.string()),
+        pa.array([r.partition_key for r in records], pa.string()),
+        pa.array([r.sequence_number for r in records], pa.string()),
+        pa.array([r.sub_sequence_number for r in records], pa.int64()),
+        pa.array([r.shard_id for r in records], pa.string()),
+        pa.array([r.approximate_arrival_timestamp * 1000 for r in records],
+                 pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def read_partition(partition: ShardPartition) -> Iterator[Any]:
+    """The records of one partition, the same ones every time (see the module docstring)."""
+    records, report = read_shard_range(partition.config, partition.shard_range)
+    r = report.batch_range
+    log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest %s",
+             r.shard_id, r.batch_ms, r.records, r.start, r.end or "-",
+             " (shard end)" if r.shard_end else "", report.millis_behind_latest)
+    stream = partition.config.stream_name
+    if not partition.arrow:
+        import datetime as _dt
+
+        utc = _dt.timezone.utc
+        for x in records:
+            yield (x.binary_data, stream, x.partition_key, x.sequence_number,
+                   x.sub_sequence_number, x.shard_id,
+                   _dt.datetime.fromtimestamp(x.approximate_arrival_timestamp / 1000.0, utc))
+        return
+    schema = arrow_schema()
+    for i in range(0, len(records), ARROW_ROWS):
+        yield to_arrow(records[i:i + ARROW_ROWS], stream, schema)
+
+
+# -- the driver --------------------------------------------------------------------------------
+@dataclass
+class Probe:
+    """What the driver learnt about a shard's next reading before planning it."""
+
+    has_data: bool
+    millis_behind_latest: int | None = None
+
+
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Plans micro-batches on the driver; holds no records."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.config = options.config
+        self._kinesis: KinesisClient | None = None
+        self._ranges: BatchRangeTable | None = None
+        self._listing: list[Shard] | None = None
+        self._listed_at = 0.0
+        self._target_ms: int | None = None  # Trigger.AvailableNow: read what arrived before
+        self._last_end: dict[str, Any] | None = None  # pyspark < 4.2 calls latestOffset()
+        self._lag: dict[str, int | None] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None)
+        return state
+
+    # clients, created on first use in the driver process
+    @property
+    def kinesis(self) -> KinesisClient:
+        if self._kinesis is None:
+            self._kinesis = KinesisClient(self.config)
+        return self._kinesis
+
+    @property
+    def ranges(self) -> BatchRangeTable:
+        if self._ranges is None:
+            table = BatchRangeTable(self.config)
+            table.create_table_if_not_exists()
+            self._ranges = table
+        return self._ranges
+
+    def _shards(self, force: bool = False) -> list[Shard] | None:
+        """The stream's shards, listed at most every describeShardInterval (None: not due)."""
+        now = time.monotonic()
+        if force or self._listing is None or \
+                now - self._listed_at >= self.options.describe_shard_interval_s:
+            self._listing = self.kinesis.list_shards()
+            self._listed_at = now
+            return self._listing
+        return None
+
+    def _child_start(self) -> dict[str, Any]:
+        start = self.options.starting_position
+        if start.kind == "AT_TIMESTAMP":
+            return {"at": AT_TIMESTAMP, "ts": float(start.timestamp)}
+        return {"at": TRIM_HORIZON}
+
+    # -- the DataSourceStreamReader API --------------------------------------------------------
+    def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
+        self.ranges  # noqa: B018 - the table exists before any executor needs it
+        start = self.options.starting_position
+        listing = self._shards(force=True) or []
+        pinned = time.time()
+        shards: dict[str, dict[str, Any]] = {}
+        listed = {s.shard_id for s in listing}
+        for shard in sorted(listing, key=lambda s: s.shard_id):
+            if start.kind == "LATEST":
+                shards[shard.shard_id] = ({"ended": True} if shard.is_closed
+                                          else {"at": AT_TIMESTAMP, "ts": pinned})
+                continue
+            entry = dict(self._child_start())
+            parents = [p for p in shard.parent_shard_ids if p in listed]
+            if parents:
+                entry["wait"] = parents
+            shards[shard.shard_id] = entry
+        offset = make_offset(uuid.uuid4().hex, 0, self.options.max_fetch_records_per_shard,
+                             next_shards(shards, None, {}, False))
+        log.info("aws-kinesis query %s on stream %s starts %s: %d shards", offset["query"],
+                 self.config.stream_name, start.kind, len(shards))
+        return offset
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 - PySpark's name
+        if self.options.max_records_per_trigger is not None and ReadMaxRows is not None:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
+        self._target_ms = int(time.time() * 1000)
+        log.info("Trigger.AvailableNow: reading records that arrived up to %d", self._target_ms)
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
+        if start is None:  # pyspark < 4.2 does not say where the next batch starts
+            if self._last_end is None:
+                self._last_end = self.initialOffset()
+            start = self._last_end
+        query, batch = start["query"], int(start["batch"])
+        key = stream_key(self.config.stream_name, query)
+        ranges = self.ranges  # created once, before the threads share it
+        read_last = [s for s, e in start["shards"].items() if is_readable(e)] if batch > 0 else []
+        stored = self._parallel(lambda s: ranges.get(key, s, batch), read_last)
+        shards = {s: advance(e, stored.get(s)) for s, e in start["shards"].items()}
+        shards = next_shards(shards, self._shards(), self._child_start(),
+                             self.options.fail_on_data_loss)
+        readable = [s for s, e in shards.items() if is_readable(e)]
+        probes = self._probe_all({s: shards[s] for s in readable})
+        self._lag = {s: p.millis_behind_latest for s, p in probes.items()}
+        if not any(p.has_data for p in probes.values()):
+            return start
+        cap = self.options.max_fetch_records_per_shard
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            cap = max(1, min(cap, limit.max_rows // max(1, len(readable))))
+        end = make_offset(query, batch + 1, cap, shards)
+        lags = [v for v in self._lag.values() if v is not None]
+        log.info("aws-kinesis %s reading %d: %d shards readable, up to %d records each, max "
+                 "millisBehindLatest %s ms", self.config.stream_name, batch + 1, len(readable),
+                 cap, max(lags) if lags else "-")
+        self._last_end = end
+        return end
+
+    def reportLatestOffset(self) -> dict | None:  # noqa: N802 - PySpark's name
+        """Shown as the source's ``latestOffset`` in the query progress: the lag per shard."""
+        if not self._lag:
+            return None
+        return {"millisBehindLatest": {k: self._lag[k] for k in sorted(self._lag)}}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if start == end or int(end["batch"]) <= int(start["batch"]):
+            return []
+        self._last_end = end
+        key = stream_key(self.config.stream_name, end["query"])
+        batch, cap = int(end["batch"]), int(end["limit"])
+        partitions: list[InputPartition] = []
+        for shard_id, entry in end["shards"].items():
+            if not is_readable(entry):
+                continue
+            position, timestamp = position_of(entry)
+            planned = ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
+                                 self.options.max_fetch_time_per_shard_s, position, timestamp)
+            partitions.append(ShardPartition(self.config, planned, self.options.arrow_batches))
+        return partitions
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ShardPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Reading ``end.batch`` is done and the offsets after it are logged: the ranges of the
+        readings before it are not needed any more. Deleted every CLEANUP_EVERY readings, off
+        the query's path (items also expire by TTL where the table has it)."""
+        self._last_end = end
+        batch = int(end["batch"])
+        if batch % CLEANUP_EVERY:
+            return
+        key = stream_key(self.config.stream_name, end["query"])
+        old = list(range(max(1, batch - 2 * CLEANUP_EVERY), batch))
+        shard_ids = list(end["shards"])
+
+        def delete() -> None:
+            try:
+                for shard_id in shard_ids:
+                    self.ranges.delete(key, shard_id, old)
+            except KinesisDStreamError as exc:
+                log.warning("could not delete old batch ranges of %s (TTL will): %s", key, exc)
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+        self._pool.submit(delete)
+
+    def stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._kinesis = self._ranges = None
+
+    # -- probes: is there anything to read? ---------------------------------------------------
+    def _parallel(self, fn: Any, shard_ids: Sequence[str]) -> dict[str, Any]:
+        """``fn(shard id)`` for each shard, concurrently: the driver's wait per trigger is one
+        round trip, not one per shard."""
+        if len(shard_ids) <= 1:
+            return {s: fn(s) for s in shard_ids}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+        futures = {s: self._pool.submit(fn, s) for s in shard_ids}
+        return {s: f.result() for s, f in futures.items()}
+
+    def _probe_all(self, readable: dict[str, dict[str, Any]]) -> dict[str, Probe]:
+        return self._parallel(lambda s: self._probe(s, readable[s]), list(readable))
+
+    def _probe(self, shard_id: str, entry: dict[str, Any]) -> Probe:
+        """One GetRecords from the shard's position: a record (before the AvailableNow target),
+        the shard's end, or a positive lag means the next reading has work."""
+        position, timestamp = position_of(entry)
+        config = replace(self.config, max_records=2,
+                         initial_position_timestamp=timestamp or self.config.initial_position_timestamp)
+        fetcher = KinesisDataFetcher(self.kinesis, config, shard_id)
+        fetcher.initialize(position)
+        result = fetcher.get_records()
+        lag = result.millis_behind_latest
+        if result.shard_end:
+            return Probe(True, lag)
+        if result.records:
+            if self._target_ms is not None:
+                return Probe(result.records[0].approximate_arrival_timestamp <= self._target_ms, lag)
+            return Probe(True, lag)
+        return Probe(bool(lag) and self._target_ms is None, lag)
+
+
+class KinesisSource(DataSource):
+    """``spark.readStream.format("aws-kinesis")`` (register with ``spark.dataSource.register``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        parse_source_options(self.options)  # a bad option fails at load(), naming itself
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        return KinesisStreamReader(parse_source_options(self.options))

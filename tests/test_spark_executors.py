@@ -1,0 +1,179 @@
+"""Where the records are read and how a batch stays the same batch.
+
+Real Spark on ``local-cluster[2,1,1024]`` (the session's SparkContext: two executor JVMs in
+processes of their own), kinesis-local and moto's DynamoDB.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+from pyspark import StorageLevel, TaskContext
+
+from spark_helpers import collected, create, make_ssc, wait_until
+
+from kinesis_dstream.aws.kinesis import KinesisClient
+from kinesis_dstream.aws.range_table import BatchRangeTable
+from kinesis_dstream.records import ExtendedSequenceNumber
+from kinesis_dstream.spark.shard_reader import ShardRange, read_shard_range
+
+warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
+
+NO_CACHE = StorageLevel(False, False, False, False, 1)
+
+
+@pytest.fixture
+def env(aws_env, kinesis_local, dynamodb):
+    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
+
+
+def ancestry(pid: int) -> list[str]:
+    """The command lines of a process and its ancestors."""
+    lines = []
+    while pid > 1:
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return lines
+
+
+def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_stream, put_records,
+                                                               unique_app_name, monkeypatch):
+    def no_reads_here(*args, **kwargs):
+        raise AssertionError("GetRecords called in the driver process")
+
+    monkeypatch.setattr(KinesisClient, "get_records", no_reads_here)  # the driver's class only
+    stream = make_stream(4)
+    put_records(stream, [(f"pk{i}", f"r{i}") for i in range(400)])
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, env)
+    rows = collected(kstream)
+    ssc.start()
+    try:
+        wait_until(lambda: len(rows) >= 400, 90, "every record")
+        metrics = kstream.metrics()
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert sorted(rows) == sorted(f"r{i}" for i in range(400))
+    readers = {pid for m in metrics.values() for pid in m["read_by_pids"]}
+    assert readers and os.getpid() not in readers
+    for pid in readers:
+        assert any("CoarseGrainedExecutorBackend" in line for line in ancestry(pid)), \
+            (pid, ancestry(pid))
+    assert sum(m["records"] for m in metrics.values()) == 400
+
+
+def test_two_output_operations_get_the_same_records_though_more_arrived(
+        sc, env, make_stream, put_records, unique_app_name):
+    """The second output operation recomputes the batch (nothing cached) after more records
+    arrived: it reads the range the first computation recorded, not what is there now."""
+    stream = make_stream(2)
+    put_records(stream, [(f"pk{i}", f"a{i}") for i in range(100)])
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, env, storageLevel=NO_CACHE)
+    first: dict[int, list[str]] = {}
+    second: dict[int, list[str]] = {}
+    lock = threading.Lock()
+    late: list[str] = []
+
+    def one(time, rdd):
+        got = rdd.collect()
+        if got and not late:  # more records while the batch is between its two operations
+            late.extend(f"b{i}" for i in range(100))
+            put_records(stream, [(f"pk{i}", r) for i, r in enumerate(late)])
+        with lock:
+            first[time] = got
+
+    def two(time, rdd):
+        got = rdd.collect()
+        with lock:
+            second[time] = got
+
+    kstream.foreachRDD(one)
+    kstream.foreachRDD(two)
+    ssc.start()
+    try:
+        wait_until(lambda: sum(len(v) for v in list(second.values())) >= 200, 90, "both waves")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert late
+    for time, rows in first.items():
+        assert sorted(second.get(time, [])) == sorted(rows), time
+    assert sorted(r for rows in second.values() for r in rows) == \
+        sorted([f"a{i}" for i in range(100)] + late)
+
+
+def test_a_task_failing_mid_read_reads_the_same_records_on_retry(
+        sc, env, make_stream, put_records, unique_app_name, tmp_path):
+    """The output task dies after some records of its partition, more records arrive, and
+    Spark retries it: the retry reads the recorded range, the same records."""
+    stream = make_stream(1)
+    put_records(stream, [("k", f"a{i}") for i in range(50)])
+    flag = tmp_path / "more-put"  # executors and driver share the file system here
+    kinesis = env["kinesis"]
+
+    def fail_first_attempt(record):
+        if TaskContext.get().attemptNumber() == 0 and record.data == b"a25":
+            import boto3  # on the executor: tests/ is not on its path
+
+            boto3.client("kinesis", endpoint_url=kinesis, region_name="us-east-1").put_records(
+                StreamName=stream, Records=[{"PartitionKey": "k", "Data": f"b{i}".encode()}
+                                            for i in range(50)])
+            flag.touch()
+            raise RuntimeError("the task dies mid-read")
+        return record.data.decode()
+
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, env, storageLevel=NO_CACHE,
+                     messageHandler=fail_first_attempt)
+    batches: list[list[str]] = []
+    lock = threading.Lock()
+
+    def keep(rdd):
+        got = rdd.collect()
+        if got:
+            with lock:
+                batches.append(got)
+
+    kstream.foreachRDD(keep)
+    ssc.start()
+    try:
+        wait_until(lambda: sum(len(b) for b in list(batches)) >= 100, 90, "both waves")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert flag.exists(), "the injected failure never happened"
+    assert batches[0] == [f"a{i}" for i in range(50)]  # the retry: exactly the first range
+    assert [r for b in batches[1:] for r in b] == [f"b{i}" for i in range(50)]
+
+
+def test_a_recorded_range_is_read_again_exactly(make_config, make_stream, put_records):
+    """read_shard_range without Spark: the second computation of a (batch, shard) reads the
+    recorded range whatever arrived since; the next batch continues after it."""
+    stream = make_stream(1)
+    config = make_config(stream)
+    BatchRangeTable(config).create_table_if_not_exists()
+    shard = put_records(stream, [("k", f"a{i}") for i in range(30)])[0].shard_id
+    planned = ShardRange("stream-a", shard, 1000, ExtendedSequenceNumber("TRIM_HORIZON"), None,
+                         1000, max_records=20, time_budget_s=5)
+    records, report = read_shard_range(config, planned)
+    assert [r.binary_data for r in records] == [f"a{i}".encode() for i in range(20)]  # the cap
+    put_records(stream, [("k", f"b{i}") for i in range(10)])
+    again, _ = read_shard_range(config, planned)
+    assert again == records
+    after, next_report = read_shard_range(config, ShardRange(
+        "stream-a", shard, 2000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 1000,
+        max_records=1000, time_budget_s=5))  # start looked up: after batch 1000's range
+    assert [r.binary_data for r in after] == \
+        [f"a{i}".encode() for i in range(20, 30)] + [f"b{i}".encode() for i in range(10)]
+    assert next_report.batch_range.start == report.batch_range.end
+    # another lease period (since 3000) never continues an older period's range
+    fresh, _ = read_shard_range(config, ShardRange(
+        "stream-a", shard, 4000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 3000,
+        max_records=5, time_budget_s=5))
+    assert [r.binary_data for r in fresh] == [f"a{i}".encode() for i in range(5)]

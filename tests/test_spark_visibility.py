@@ -1,0 +1,60 @@
+"""Spark's own UI, REST API and listeners see the Kinesis input (issue 9, part 1).
+
+Real Spark (the session's local-cluster context, UI on), kinesis-local, moto's DynamoDB.
+"""
+from __future__ import annotations
+
+import json
+import urllib.request
+import warnings
+
+import pytest
+from pyspark.streaming.listener import StreamingListener
+
+from spark_helpers import collected, create, make_ssc, wait_until
+
+warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
+
+
+@pytest.fixture
+def env(aws_env, kinesis_local, dynamodb):
+    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
+
+
+class Batches(StreamingListener):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: dict[int, int] = {}
+
+    def onBatchCompleted(self, batchCompleted) -> None:
+        info = batchCompleted.batchInfo()
+        self.records[int(info.batchTime().milliseconds())] = int(info.numRecords())
+
+
+def rest_batches(sc) -> list[dict]:
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/streaming/batches"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+
+
+def test_rest_api_and_listeners_count_the_records_processed(sc, env, make_stream, put_records,
+                                                            unique_app_name):
+    stream = make_stream(2)
+    total = 500
+    put_records(stream, [(f"pk{i}", f"r{i}") for i in range(total)])
+    ssc = make_ssc(sc)
+    listener = Batches()
+    ssc.addStreamingListener(listener)
+    rows = collected(create(ssc, unique_app_name, stream, env))
+    ssc.start()
+    try:
+        wait_until(lambda: len(rows) >= total, 60, "every record")
+        wait_until(lambda: sum(b["inputSize"] for b in rest_batches(sc)) >= total, 30,
+                   "the REST API to count them")
+        batches = rest_batches(sc)
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    processed = len(rows)
+    reported = sum(b["inputSize"] for b in batches)
+    assert abs(reported - processed) <= processed * 0.01, (reported, processed)
+    assert sum(listener.records.values()) == processed

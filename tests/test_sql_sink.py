@@ -1,0 +1,226 @@
+"""format("aws-kinesis") sink and write_to_kinesis on real Spark (local[2]) and kinesis-local:
+every row lands once, on the shard of its own key, aggregated; options are checked by name."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_helpers import wait_until
+from test_producer import assert_on_own_shards, read_back, shard_ranges
+
+from kinesis_dstream.errors import ConfigurationError
+from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+from kinesis_dstream.sql.options import SinkOptions, parse_options
+
+pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def spark(sc: Any) -> Any:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.getOrCreate()
+
+
+def sink_options(stream: str, endpoint: str, **extra: str) -> dict[str, str]:
+    return {"kinesis.streamName": stream, "kinesis.endpointUrl": endpoint,
+            "kinesis.region": DUMMY_REGION, "kinesis.awsAccessKeyId": DUMMY_ACCESS_KEY_ID,
+            "kinesis.awsSecretKey": DUMMY_SECRET_ACCESS_KEY, **extra}
+
+
+def assert_written_once(endpoint: str, stream: str, expected: Counter, max_kinesis: int) -> None:
+    raw, users = read_back(endpoint, stream)
+    got = Counter((u.partition_key, u.binary_data) for u in users)
+    assert got == expected, f"missing {len(expected - got)}, extra {len(got - expected)}"
+    assert_on_own_shards(users, shard_ranges(endpoint, stream))
+    assert len(raw) <= max_kinesis, f"{len(raw)} Kinesis records for {len(users)} user records"
+
+
+def test_batch_write_of_ten_thousand_rows(spark, kinesis_local, make_stream):
+    stream = make_stream(4)
+    rows = [(f"key-{i % 613}", f"row-{i}") for i in range(10_000)]
+    df = spark.createDataFrame(rows, "partitionKey string, data string").repartition(3)
+    df.write.format("aws-kinesis").options(**sink_options(stream, kinesis_local)) \
+        .mode("append").save()
+    expected = Counter((k, d.encode()) for k, d in rows)
+    assert_written_once(kinesis_local, stream, expected, max_kinesis=200)
+
+
+def test_streaming_write_from_files_available_now(spark, kinesis_local, make_stream, tmp_path):
+    stream = make_stream(2)
+    source = tmp_path / "in"
+    source.mkdir()
+    rows = []
+    for part in range(3):
+        lines = [{"partitionKey": f"k{i % 41}", "data": f"file{part}-{i}"} for i in range(700)]
+        rows += lines
+        (source / f"part-{part}.json").write_text("\n".join(json.dumps(r) for r in lines))
+    query = (spark.readStream.schema("partitionKey string, data string")
+             .option("maxFilesPerTrigger", 1).json(str(source))
+             .writeStream.format("aws-kinesis")
+             .options(**sink_options(stream, kinesis_local))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) == 3  # one micro-batch per file: three commits
+    expected = Counter((r["partitionKey"], r["data"].encode()) for r in rows)
+    assert_written_once(kinesis_local, stream, expected, max_kinesis=3 * 2 * 2)
+
+
+def test_binary_data_plain_mode_and_explicit_hash_key(spark, kinesis_local, make_stream):
+    stream = make_stream(2)
+    ranges = shard_ranges(kinesis_local, stream)
+    last_shard_start = str(max(start for start, _ in ranges.values()))
+    rows = [(bytearray(b"\x00\xff" + bytes([i])), "same", last_shard_start if i % 2 else None)
+            for i in range(50)]
+    df = spark.createDataFrame(rows, "data binary, partitionKey string, explicitHashKey string")
+    df.write.format("aws-kinesis").options(**sink_options(
+        stream, kinesis_local, **{"KINESIS.SINK.AGGREGATIONENABLED": "false"})) \
+        .mode("append").save()
+    raw, users = read_back(kinesis_local, stream)
+    assert len(raw) == 50 and not any(u.aggregated for u in users)
+    last_shard = [s for s, (start, _) in ranges.items() if str(start) == last_shard_start][0]
+    for user in users:
+        if user.binary_data[2] % 2:
+            assert user.shard_id == last_shard
+
+
+def test_dstream_helper_writes_every_batch(sc, kinesis_local, make_stream):
+    from pyspark.streaming import StreamingContext
+
+    from kinesis_dstream.sql.sink import write_to_kinesis
+
+    stream = make_stream(2)
+    batches = [[(f"k{i % 7}", f"b{b}-{i}") for i in range(200)] for b in range(3)]
+    ssc = StreamingContext(sc, 0.5)
+    try:
+        dstream = ssc.queueStream([sc.parallelize(batch, 2) for batch in batches], oneAtATime=True)
+        write_to_kinesis(dstream, stream, kinesis_local, DUMMY_REGION, options={
+            "kinesis.awsAccessKeyId": DUMMY_ACCESS_KEY_ID,
+            "kinesis.awsSecretKey": DUMMY_SECRET_ACCESS_KEY})
+        ssc.start()
+        expected = Counter((k, d.encode()) for batch in batches for k, d in batch)
+
+        def all_there() -> bool:
+            _, users = read_back(kinesis_local, stream)
+            return len(users) >= len(expected)
+
+        wait_until(all_there, 60, "600 records written by the DStream")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+    assert_written_once(kinesis_local, stream, expected, max_kinesis=3 * 2 * 2)
+
+
+def test_missing_column_is_named(spark, kinesis_local, make_stream):
+    stream = make_stream(1)
+    df = spark.createDataFrame([("a",)], "data string")
+    with pytest.raises(Exception, match="the Kinesis sink needs a column 'partitionKey'"):
+        df.write.format("aws-kinesis").options(**sink_options(stream, kinesis_local)) \
+            .mode("append").save()
+
+
+def test_invalid_option_value_is_named(spark, kinesis_local, make_stream):
+    stream = make_stream(1)
+    df = spark.createDataFrame([("a", "k")], "data string, partitionKey string")
+    with pytest.raises(Exception, match=r"kinesis\.sink\.maxConnections: not a whole number"):
+        df.write.format("aws-kinesis").options(**sink_options(
+            stream, kinesis_local, **{"kinesis.sink.maxConnections": "many"})) \
+            .mode("append").save()
+
+
+def test_options_unknown_warned_by_name_defaults_and_errors(caplog):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql.options"):
+        parsed = parse_options({"kinesis.streamname": "s", "kinesis.streamNmae": "typo",
+                                "path": "/ignored"})
+    assert "kinesis.streamNmae" in caplog.text and "path" not in caplog.text.split("(known")[0]
+    assert parsed.unknown == ("kinesis.streamNmae",)
+    assert parsed.sink == SinkOptions(100, 1000, 1, True)
+    assert parsed.stream_name == "s"
+    endpoint = parse_options({"kinesis.streamName": "s",
+                              "kinesis.endpointUrl": "https://kinesis.eu-west-3.amazonaws.com"})
+    assert endpoint.config.region_name == "eu-west-3"
+    for options, named in (({}, "kinesis.streamName"),
+                           ({"kinesis.streamName": "s", "kinesis.sink.aggregationEnabled": "yes"},
+                            "kinesis.sink.aggregationEnabled"),
+                           ({"kinesis.streamName": "s", "kinesis.sink.flushWaitTimeMs": "soon"},
+                            "kinesis.sink.flushWaitTimeMs"),
+                           ({"kinesis.streamName": "s", "kinesis.awsAccessKeyId": "AK"},
+                            "kinesis.awsSecretKey")):
+        with pytest.raises(ConfigurationError, match=named.replace(".", r"\.")):
+            parse_options(options)
+
+
+def test_registered_without_any_call_in_a_fresh_process(kinesis_local, make_stream, tmp_path):
+    """A new Python process with only PYTHONPATH: both names resolve, rows arrive."""
+    stream = make_stream(1)
+    script = tmp_path / "fresh.py"
+    script.write_text(textwrap.dedent(f"""
+        from pyspark.sql import SparkSession
+        spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                 .config("spark.driver.host", "127.0.0.1")
+                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+        df = spark.createDataFrame([("k", "fresh-1")], "partitionKey string, data string")
+        options = {sink_options(stream, kinesis_local)!r}
+        for name in ("aws-kinesis", "kinesis"):
+            df.write.format(name).options(**options).mode("append").save()
+        spark.stop()
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, users = read_back(kinesis_local, stream)
+    assert [u.binary_data for u in users] == [b"fresh-1", b"fresh-1"]
+
+
+def test_without_the_data_source_api_the_sql_package_names_the_version():
+    """As on pyspark < 4.0: kinesis_dstream imports, kinesis_dstream.sql says what it needs."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["pyspark.sql.datasource"] = None   # what an older pyspark lacks
+        import kinesis_dstream
+        from kinesis_dstream import KinesisUtils
+        try:
+            import kinesis_dstream.sql
+        except ImportError as exc:
+            print(exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr
+    assert "needs pyspark >= 4.0" in done.stdout
+
+
+def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis_local,
+                                                                   make_stream):
+    from fault_proxy import FaultProxy
+
+    stream = make_stream(1)
+    df = spark.createDataFrame([(f"k{i}", f"d{i}") for i in range(40)],
+                               "partitionKey string, data string").coalesce(1)
+    with FaultProxy(kinesis_local, share=0.0, put_failure_share=1.0) as proxy:
+        with pytest.raises(Exception) as failure:
+            df.write.format("aws-kinesis").options(**sink_options(
+                stream, proxy.endpoint, **{"kinesis.sink.flushWaitTimeMs": "1",
+                                           "kinesis.sink.aggregationEnabled": "false"})) \
+                .mode("append").save()
+    assert f"40 records not written to stream '{stream}'" in str(failure.value)
+    assert proxy.put_entries_failed >= 40 * 10
+
+
+def test_reading_says_it_is_not_there_yet(spark):
+    with pytest.raises(Exception, match="reading from format 'aws-kinesis' is not available yet"):
+        spark.read.format("aws-kinesis").option("kinesis.streamName", "s").load().collect()

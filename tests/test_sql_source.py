@@ -1,0 +1,628 @@
+"""spark.readStream.format("aws-kinesis"): the Structured Streaming source, end to end.
+
+Real Spark (the session's local-cluster: executors in processes of their own), kinesis-local
+for Kinesis (resharding, shard end) and the moto server for the range table. Every query
+collects its rows per micro-batch id through foreachBatch: a batch that runs again replaces
+its rows, and the test checks that it brought the same ones. Run as a script
+(``python tests/test_sql_source.py driver ...``) this file is the subprocess driver of the
+kill -9 test.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+if __name__ != "__main__":  # the subprocess driver needs none of the emulator helpers
+    from emulators import client, put_records as put_at
+
+from kinesis_dstream.errors import ConfigurationError
+from kinesis_dstream.records import ExtendedSequenceNumber
+from kinesis_dstream.sql import source as sql_source
+from kinesis_dstream.sql._source_options import parse_source_options
+from kinesis_dstream.sql.source import KinesisSource
+
+TRIGGER = "1 second"
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+class Batches:
+    """foreachBatch target: rows by batch id; a batch run again must bring the same rows."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_batch: dict[int, list[tuple]] = {}
+        self.reruns_differing: list[int] = []
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = sorted((r.shardId, r.sequenceNumber, r.subSequenceNumber, r.partitionKey,
+                       bytes(r.data)) for r in df.collect())
+        with self.lock:
+            if batch_id in self.by_batch and self.by_batch[batch_id] != rows:
+                self.reruns_differing.append(batch_id)
+            self.by_batch[batch_id] = rows
+
+    def rows(self) -> list[tuple]:
+        with self.lock:
+            return [r for rows in self.by_batch.values() for r in rows]
+
+    def data(self) -> Counter:
+        return Counter(r[4] for r in self.rows())
+
+
+def options(stream: str, kinesis: str, dynamodb: str, app: str, **extra: str) -> dict[str, str]:
+    opts = {"kinesis.streamName": stream, "kinesis.endpointUrl": kinesis,
+            "kinesis.region": "us-east-1", "kinesis.dynamodb.endpointUrl": dynamodb,
+            "kinesis.dynamodb.tableName": app, "kinesis.startingPosition": "TRIM_HORIZON",
+            "kinesis.clientRetryIntervalsMs": "100"}
+    opts.update(extra)
+    return opts
+
+
+def start_query(spark: Any, opts: dict[str, str], checkpoint: str, sink: Batches,
+                trigger: dict[str, Any] | None = None) -> Any:
+    df = spark.readStream.format("aws-kinesis").options(**opts).load()
+    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    writer = writer.trigger(**(trigger or {"processingTime": TRIGGER}))
+    return writer.start()
+
+
+def stop(query: Any) -> None:
+    query.stop()
+    assert query.exception() is None, query.exception()
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+if __name__ != "__main__":
+
+    @pytest.fixture(scope="module")
+    def spark(sc: Any) -> Iterator[Any]:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession(sc)
+        session.conf.set("spark.sql.shuffle.partitions", "2")
+        session.dataSource.register(KinesisSource)
+        yield session
+
+    @pytest.fixture
+    def env(aws_env: dict[str, str], kinesis_local: str, dynamodb: str,
+            unique_app_name: str) -> dict[str, str]:
+        return {"kinesis": kinesis_local, "dynamodb": dynamodb, "app": unique_app_name}
+
+    @pytest.fixture
+    def checkpoint(tmp_path: Path) -> str:
+        return str(tmp_path / "checkpoint")
+
+
+# -- reading -----------------------------------------------------------------------------------
+def test_reads_plain_and_aggregated_records_on_executors(spark, env, make_stream, put_records,
+                                                          put_aggregated, checkpoint):
+    stream = make_stream(2)
+    plain = put_records(stream, [(f"pk{i % 7}", f"plain-{i}") for i in range(300)])
+    aggregated = put_aggregated(stream, [(f"ak{i % 5}", f"agg-{i}") for i in range(400)],
+                                per_aggregate=50)
+    expected = Counter([p.data for p in plain] +
+                       [d for a in aggregated for _, d in a.user_records])
+    sink = Batches()
+    query = start_query(spark, options(stream, env["kinesis"], env["dynamodb"], env["app"]),
+                        checkpoint, sink)
+    try:
+        wait_until(lambda: sum(sink.data().values()) >= len(expected), 120, "700 records")
+        later = put_aggregated(stream, [("late", f"late-{i}") for i in range(30)], per_aggregate=10)
+        expected.update(d for a in later for _, d in a.user_records)
+        wait_until(lambda: sum(sink.data().values()) >= sum(expected.values()), 60, "late records")
+    finally:
+        stop(query)
+    assert sink.data() == expected
+    assert not sink.reruns_differing
+    rows = sink.rows()
+    # KPL user records keep their aggregate's sequence number and their own sub-sequence.
+    where = {(a.shard_id, a.sequence_number, i): d for a in aggregated
+             for i, (_, d) in enumerate(a.user_records)}
+    got = {(r[0], r[1], r[2]): r[4] for r in rows if r[4].startswith(b"agg-")}
+    assert got == where
+    # Within a shard, rows come in sequence order across batches.
+    for shard in {r[0] for r in rows}:
+        order = [ExtendedSequenceNumber(r[1], r[2]) for b in sorted(sink.by_batch)
+                 for r in sink.by_batch[b] if r[0] == shard]
+        assert order == sorted(order)
+
+
+def offsets_logged(checkpoint: str) -> list[dict[str, Any]]:
+    """The source offsets in the query's offset log, by batch id."""
+    out = []
+    folder = Path(checkpoint) / "offsets"
+    for path in sorted(folder.glob("[0-9]*"), key=lambda p: int(p.name)):
+        out.append(json.loads(path.read_text().strip().splitlines()[-1]))
+    return out
+
+
+class KeyedProducer(threading.Thread):
+    """Puts 10 records every 0.2 s under 6 fixed partition keys, data unique; ``sent`` in order."""
+
+    def __init__(self, endpoint: str, stream: str) -> None:
+        super().__init__(name="keyed-producer", daemon=True)
+        self.endpoint, self.stream = endpoint, stream
+        self.sent: list[bytes] = []
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        try:
+            while not self.halt.wait(0.2):
+                batch = [(f"key{(n + i) % 6}", f"rec-{n + i:06d}") for i in range(10)]
+                put_at(self.endpoint, self.stream, batch)
+                self.sent.extend(d.encode() for _, d in batch)
+                n += 10
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            self.error = exc
+
+    def finish(self) -> list[bytes]:
+        self.halt.set()
+        self.join(30)
+        if self.error is not None:
+            raise self.error
+        return list(self.sent)
+
+
+def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make_stream,
+                                                                put_records, checkpoint):
+    stream = make_stream(2)
+    put_records(stream, [f"before-{i}" for i in range(50)])
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"],
+                   **{"kinesis.startingPosition": "LATEST"})
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: query.lastProgress is not None, 60, "the first trigger")
+        after = [p.data for p in put_records(stream, [f"after-{i}" for i in range(40)])]
+        wait_until(lambda: sum(sink.data().values()) >= len(after), 60, "40 records")
+    finally:
+        stop(query)
+    assert sink.data() == Counter(after)
+
+
+# -- restart -----------------------------------------------------------------------------------
+def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
+        spark, env, make_stream, checkpoint):
+    stream = make_stream(2)
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"])
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    sink = Batches()
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: len(sink.by_batch) >= 3 and sum(sink.data().values()) >= 60, 120,
+                   "three batches with data")
+    finally:
+        stop(query)
+    sent_at_stop = len(producer.sent)
+    wait_until(lambda: len(producer.sent) >= sent_at_stop + 60, 30, "records put while stopped")
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    got = sink.data()
+    assert got == Counter(sent), (len(got), len(sent), [d for d, n in got.items() if n > 1][:5])
+    assert not sink.reruns_differing
+    # One query id across both runs: the restarted query found its ranges.
+    assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
+
+
+# -- resharding --------------------------------------------------------------------------------
+def ancestors_of(kinesis: str, stream: str) -> dict[str, set[str]]:
+    shards = client("kinesis", kinesis).list_shards(StreamName=stream)["Shards"]
+    parents = {s["ShardId"]: [p for p in (s.get("ParentShardId"), s.get("AdjacentParentShardId"))
+                              if p] for s in shards}
+
+    def up(shard: str) -> set[str]:
+        out: set[str] = set()
+        for p in parents.get(shard, []):
+            out |= {p} | up(p)
+        return out
+
+    return {s: up(s) for s in parents}
+
+
+def reshard(kinesis: str, stream: str, action: Callable[[Any], None]) -> None:
+    from emulators import wait_stream_active
+
+    k = client("kinesis", kinesis)
+    action(k)
+    time.sleep(0.1)  # the stream turns UPDATING a moment after the call returns
+    wait_stream_active(k, stream, 60)
+
+
+def open_shards(kinesis: str, stream: str) -> list[dict[str, Any]]:
+    shards = client("kinesis", kinesis).list_shards(StreamName=stream)["Shards"]
+    return sorted((s for s in shards if "EndingSequenceNumber" not in s["SequenceNumberRange"]),
+                  key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+
+
+def test_split_and_merge_during_a_query_lose_nothing_and_parents_come_first(
+        spark, env, make_stream, checkpoint):
+    stream = make_stream(1)
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    sink = Batches()
+    query = start_query(spark, options(stream, env["kinesis"], env["dynamodb"], env["app"]),
+                        checkpoint, sink)
+    try:
+        wait_until(lambda: sum(sink.data().values()) >= 40, 120, "records before the split")
+        (parent,) = open_shards(env["kinesis"], stream)
+        reshard(env["kinesis"], stream, lambda k: k.split_shard(
+            StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str(2 ** 127)))
+        children = [s["ShardId"] for s in open_shards(env["kinesis"], stream)]
+        wait_until(lambda: {r[0] for r in sink.rows()} >= set(children), 120,
+                   "records from both children")
+        reshard(env["kinesis"], stream, lambda k: k.merge_shards(
+            StreamName=stream, ShardToMerge=children[0], AdjacentShardToMerge=children[1]))
+        (merged,) = open_shards(env["kinesis"], stream)
+        wait_until(lambda: merged["ShardId"] in {r[0] for r in sink.rows()}, 120,
+                   "records from the merged shard")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    assert sink.data() == Counter(sent)
+    assert not sink.reruns_differing
+    ancestors = ancestors_of(env["kinesis"], stream)
+    assert len(ancestors) == 4
+    # For each key: every record of an ancestor shard came in an earlier batch than any record
+    # of its descendants (a batch reads a child only once its parents ended in earlier batches).
+    first_batch: dict[tuple[str, str], int] = {}
+    last_batch: dict[tuple[str, str], int] = {}
+    for batch_id, rows in sink.by_batch.items():
+        for shard, _, _, key, _ in rows:
+            first_batch[(key, shard)] = min(first_batch.get((key, shard), batch_id), batch_id)
+            last_batch[(key, shard)] = max(last_batch.get((key, shard), batch_id), batch_id)
+    checked = 0
+    for (key, shard), first in first_batch.items():
+        for ancestor in ancestors[shard]:
+            if (key, ancestor) in last_batch:
+                assert last_batch[(key, ancestor)] < first, (key, ancestor, shard)
+                checked += 1
+    assert checked >= 6
+
+
+# -- a task that fails after recording its range -----------------------------------------------
+class FaultySource(KinesisSource):
+    """Test-only: the first read with records of reading >= 2 fails after its range is recorded,
+    having written what it read to ``kinesis.test.faultDir``/failed.json."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "aws-kinesis-faulty"
+
+    def streamReader(self, schema: Any) -> Any:  # noqa: N802
+        opts = {k: v for k, v in self.options.items() if k.lower() != "kinesis.test.faultdir"}
+        reader = FaultyReader(parse_source_options(opts))
+        reader.fault_dir = self.options["kinesis.test.faultDir"]
+        return reader
+
+
+class FaultyReader(sql_source.KinesisStreamReader):
+    fault_dir = ""
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        batches = list(super().read(partition))
+        rows = [(s, q, u) for b in batches for s, q, u in zip(
+            b.column("shardId").to_pylist(), b.column("sequenceNumber").to_pylist(),
+            b.column("subSequenceNumber").to_pylist())]
+        if rows and partition.shard_range.batch_ms >= 2:
+            try:
+                fd = os.open(os.path.join(self.fault_dir, "failed.json"),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"reading": partition.shard_range.batch_ms, "pid": os.getpid(),
+                               "rows": rows}, f)
+                raise RuntimeError("injected fault: the range is recorded, the task dies")
+        yield from batches
+
+
+def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
+        spark, env, make_stream, checkpoint, tmp_path):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(FaultySource)
+    stream = make_stream(2)
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"])
+    opts["kinesis.test.faultDir"] = str(tmp_path)
+    df = spark.readStream.format("aws-kinesis-faulty").options(**opts).load()
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=TRIGGER).start())
+    failed = tmp_path / "failed.json"
+    try:
+        wait_until(failed.exists, 120, "the injected fault")
+        wait_until(lambda: len(sink.by_batch) >= 3, 60, "batches after the fault")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    assert sink.data() == Counter(sent)
+    fault = json.loads(failed.read_text())
+    shard = fault["rows"][0][0]
+    # Reading n is micro-batch n - 1: the retried task delivered exactly what the failed one read.
+    delivered = [(s, q, u) for s, q, u, _, _ in sink.by_batch[fault["reading"] - 1] if s == shard]
+    assert delivered == sorted(tuple(r) for r in fault["rows"])
+
+
+
+# -- admission control and Trigger.AvailableNow ------------------------------------------------
+def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, make_stream,
+                                                                    put_records, checkpoint):
+    stream = make_stream(2)
+    sent = [p.data for p in put_records(stream, [f"m-{i}" for i in range(400)])]
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"],
+                   **{"kinesis.maxRecordsPerTrigger": "60"})
+    query = start_query(spark, opts, checkpoint, sink, {"processingTime": "200 milliseconds"})
+    try:
+        wait_until(lambda: sum(sink.data().values()) >= len(sent), 120, "400 records")
+    finally:
+        stop(query)
+    assert sink.data() == Counter(sent)
+    assert max(len(rows) for rows in sink.by_batch.values()) <= 60
+    assert all(o["limit"] == 30 for o in offsets_logged(checkpoint))
+
+
+def test_available_now_reads_what_was_there_and_stops(spark, env, make_stream, put_records,
+                                                      checkpoint):
+    stream = make_stream(2)
+    first = [p.data for p in put_records(stream, [f"a-{i}" for i in range(250)])]
+    sink = Batches()
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"],
+                   **{"kinesis.maxFetchRecordsPerShard": "40"})
+    query = start_query(spark, opts, checkpoint, sink, {"availableNow": True})
+    assert query.awaitTermination(120), "an AvailableNow query stops by itself"
+    assert query.exception() is None
+    assert sink.data() == Counter(first)
+    assert len(sink.by_batch) >= 250 // 80  # 40 per shard and batch: several batches
+    second = [p.data for p in put_records(stream, [f"b-{i}" for i in range(30)])]
+    query = start_query(spark, opts, checkpoint, sink, {"availableNow": True})
+    assert query.awaitTermination(120)
+    assert sink.data() == Counter(first + second)
+
+
+# -- options -----------------------------------------------------------------------------------
+BASE = {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:1"}
+
+
+def test_unknown_option_is_warned_by_name(caplog):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
+        parsed = parse_source_options({**BASE, "kinesis.maxFetchRecordz": "5",
+                                       "KINESIS.STARTINGPOSITION": "earliest"})
+    assert "kinesis.maxfetchrecordz" in caplog.text
+    assert "startingposition" not in caplog.text.lower()
+    assert parsed.starting_position.kind == "TRIM_HORIZON"  # keys are case-insensitive
+
+
+@pytest.mark.parametrize("key,value", [
+    ("kinesis.maxFetchRecordsPerShard", "lots"), ("kinesis.maxFetchRecordsPerShard", "0"),
+    ("kinesis.startingPosition", "YESTERDAY"), ("kinesis.startingPosition", "AT_TIMESTAMP soon"),
+    ("kinesis.failOnDataLoss", "maybe"), ("kinesis.describeShardInterval", "often"),
+    ("kinesis.getRecords.numberOfRecordsPerFetch", "20000"), ("kinesis.metadataCommitterType", "S3"),
+    ("kinesis.consumerType", "Push"), ("kinesis.clientNumRetries", "-1"),
+])
+def test_invalid_value_names_the_option(key, value):
+    with pytest.raises(ConfigurationError, match=key.lower().replace(".", r"\.")):
+        parse_source_options({**BASE, key: value})
+
+
+def test_options_map_onto_the_reader_config():
+    parsed = parse_source_options({
+        **BASE, "kinesis.region": "eu-west-1", "kinesis.startingPosition": "AT_TIMESTAMP 2024-05-01T10:00:00Z",
+        "kinesis.getRecords.numberOfRecordsPerFetch": "500", "kinesis.clientNumRetries": "2",
+        "kinesis.clientRetryIntervalsMs": "250", "kinesis.dynamodb.tableName": "tbl",
+        "kinesis.maxFetchRecordsPerShard": "7", "kinesis.failOnDataLoss": "TRUE"})
+    assert parsed.config.region_name == "eu-west-1"
+    assert parsed.config.max_records == 500
+    assert (parsed.config.retry_max_attempts, parsed.config.retry_wait_time_ms) == (3, 250)
+    assert parsed.range_table_name == "tbl-kinesis-dstream-ranges"
+    assert parsed.starting_position.timestamp == 1714557600.0
+    assert parsed.max_fetch_records_per_shard == 7 and parsed.fail_on_data_loss
+
+
+def test_required_options_and_subscribe_to_shard():
+    with pytest.raises(ConfigurationError, match="kinesis.streamname"):
+        parse_source_options({"kinesis.endpointUrl": "http://x"})
+    with pytest.raises(ConfigurationError, match="kinesis.endpointurl"):
+        parse_source_options({"kinesis.streamName": "s"})
+    with pytest.raises(ConfigurationError, match="SubscribeToShard.*not supported"):
+        parse_source_options({**BASE, "kinesis.consumerType": "SubscribeToShard"})
+
+
+def test_bad_option_fails_the_load_in_spark_naming_it(spark):
+    reader = spark.readStream.format("aws-kinesis").options(
+        **BASE, **{"kinesis.maxFetchRecordsPerShard": "lots"})
+    with pytest.raises(Exception, match="kinesis.maxfetchrecordspershard"):
+        reader.load()
+    reader = spark.readStream.format("aws-kinesis").options(
+        **BASE, **{"kinesis.consumerType": "SubscribeToShard"})
+    with pytest.raises(Exception, match="SubscribeToShard"):
+        reader.load()
+
+
+# -- offsets: pure logic -----------------------------------------------------------------------
+def shard(shard_id: str, *parents: str, closed: bool = False) -> Any:
+    from kinesis_dstream.aws.kinesis import Shard
+
+    return Shard(shard_id, parents[0] if parents else None, parents[1] if len(parents) > 1 else None,
+                 "0", "1", "1", "2" if closed else None)
+
+
+def test_children_wait_until_every_parent_ended():
+    start = {"at": "TRIM_HORIZON"}
+    listing = [shard("a", closed=True), shard("b", closed=True), shard("c", "a", "b")]
+    shards = sql_source.next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True}},
+                                    listing, start, False)
+    assert shards["c"] == {"at": "TRIM_HORIZON", "wait": ["a"]}
+    assert [s for s, e in shards.items() if sql_source.is_readable(e)] == ["a"]
+    shards = sql_source.next_shards({**shards, "a": {"ended": True}}, listing, start, False)
+    assert shards["c"] == {"at": "TRIM_HORIZON"}
+    # A grandchild waits for its parent even while that parent itself still waits.
+    listing.append(shard("d", "c"))
+    shards = sql_source.next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True},
+                                     "c": {"at": "TRIM_HORIZON", "wait": ["a"]}}, listing, start,
+                                    False)
+    assert shards["d"]["wait"] == ["c"]
+
+
+def test_a_shard_gone_before_its_end_is_data_loss():
+    with pytest.raises(sql_source.DataLossError, match="shard x"):
+        sql_source.next_shards({"x": {"after": "5", "sub": 0}}, [], {"at": "TRIM_HORIZON"}, True)
+    assert sql_source.next_shards({"x": {"after": "5", "sub": 0}}, [], {}, False) == \
+        {"x": {"ended": True}}
+    assert sql_source.next_shards({"x": {"ended": True}}, [], {}, True) == {}
+
+
+def test_offsets_are_plain_json_in_a_fixed_order():
+    from kinesis_dstream.aws.range_table import BatchRange
+
+    seq = "49654826129375727396155516464345066431716066104036425730"
+    entry = sql_source.advance({"at": "TRIM_HORIZON"}, BatchRange(
+        "k", "s", 1, ExtendedSequenceNumber("TRIM_HORIZON"), None, ExtendedSequenceNumber(seq, 3), 9))
+    assert entry == {"after": seq, "sub": 3}
+    offset = sql_source.make_offset("q", 2, 10, {"z": entry, "a": {"ended": True}})
+    assert json.dumps(offset) == json.dumps(json.loads(json.dumps(offset)))
+    assert list(offset) == ["v", "query", "batch", "limit", "shards"]
+    assert list(offset["shards"]) == ["a", "z"]
+    assert sql_source.position_of(entry) == (ExtendedSequenceNumber(seq, 3), None)
+
+
+def test_arrow_batches_match_the_declared_schema_exactly():
+    from kinesis_dstream.records import Record
+
+    batch = sql_source.to_arrow([Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")],
+                                "s", sql_source.arrow_schema())
+    assert batch.schema.equals(sql_source.arrow_schema())
+    assert all(not f.nullable for f in batch.schema)
+    row = batch.to_pylist()[0]
+    assert row["approximateArrivalTimestamp"].timestamp() == 1_700_000_000.123
+
+
+# -- kill -9 of the driver ---------------------------------------------------------------------
+def spawn_driver(out_dir: Path, checkpoint: str, opts: dict[str, str], log_path: Path) -> Any:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            [sys.executable, __file__, "driver", str(out_dir), checkpoint, json.dumps(opts)],
+            env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+
+def batch_files(out_dir: Path) -> dict[int, list[list]]:
+    """Every batch the subprocess driver wrote (a re-run batch writes a second file)."""
+    found: dict[int, list[list]] = {}
+    for path in out_dir.glob("batch-*.json"):
+        found.setdefault(int(path.name.split("-")[1]), []).append(json.loads(path.read_text()))
+    return found
+
+
+def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_stream, tmp_path):
+    stream = make_stream(2)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    checkpoint = str(tmp_path / "checkpoint")
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"])
+    log_path = tmp_path / "driver.log"
+    producer = KeyedProducer(env["kinesis"], stream)
+    producer.start()
+    driver = spawn_driver(out_dir, checkpoint, opts, log_path)
+    try:
+        wait_until(lambda: len(batch_files(out_dir)) >= 3 or driver.poll() is not None, 180,
+                   "three batches from the first driver")
+        assert driver.poll() is None, log_path.read_text()[-3000:]
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+        driver.wait(30)
+        driver = spawn_driver(out_dir, checkpoint, opts, log_path)
+        sent_at_restart = len(producer.sent)
+        wait_until(lambda: len(producer.sent) >= sent_at_restart + 100, 60, "more records")
+        sent = producer.finish()
+
+        def delivered() -> Counter:
+            return Counter(r[4] for files in batch_files(out_dir).values() for r in files[0])
+
+        wait_until(lambda: set(delivered()) >= {s.decode() for s in sent}
+                   or driver.poll() is not None, 180, "every record put")
+        assert driver.poll() is None, log_path.read_text()[-3000:]
+    finally:
+        producer.halt.set()
+        (out_dir / "STOP").touch()
+        try:
+            driver.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    batches = batch_files(out_dir)
+    for batch_id, files in batches.items():  # a batch run again read the same records
+        assert all(f == files[0] for f in files), batch_id
+    assert delivered() == Counter(s.decode() for s in sent)
+
+
+def _driver_main(out_dir: str, checkpoint: str, opts_json: str) -> None:
+    """The subprocess driver: local[2], foreachBatch writes batch-<id>-<uuid>.json files."""
+    from pyspark.sql import SparkSession
+
+    logging.basicConfig(level=logging.WARNING)
+    spark = (SparkSession.builder.master("local[2]").appName("sql-source-recovery")
+             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KinesisSource)
+
+    def write(df: Any, batch_id: int) -> None:
+        rows = sorted([r.shardId, r.sequenceNumber, r.subSequenceNumber, r.partitionKey,
+                       bytes(r.data).decode()] for r in df.collect())
+        path = Path(out_dir) / f"batch-{batch_id}-{uuid.uuid4().hex[:8]}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, path)
+
+    query = (spark.readStream.format("aws-kinesis").options(**json.loads(opts_json)).load()
+             .writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=TRIGGER).start())
+    stop_file = Path(out_dir) / "STOP"
+    while not stop_file.exists() and query.isActive:
+        time.sleep(0.2)
+    query.stop()
+    spark.stop()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["driver"]:
+    _driver_main(*sys.argv[2:5])
