@@ -14,42 +14,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import importlib
 import logging
-import sys
-from types import ModuleType
 from typing import Any, Iterable
 
 from google.protobuf.message import DecodeError
 
-from aws_kinesis_agg import DIGEST_SIZE, MAGIC
-
+from ..aws.kpl import DIGEST_SIZE, MAGIC, messages_pb2
 from ..records import Record
 
 log = logging.getLogger(__name__)
-
-
-def _aggregate_messages() -> ModuleType:
-    """aws-kinesis-agg's generated ``messages_pb2``, without its deaggregator module.
-
-    That module imports ``six`` (undeclared) and puts the package's own directory first on
-    ``sys.path`` so that ``messages_pb2``'s plain ``import config_pb2`` resolves. We only
-    need the generated messages: ``config_pb2`` is made importable under its plain name for
-    the length of that one import, and nothing else changes for the application.
-    """
-    loaded = sys.modules.get("aws_kinesis_agg.messages_pb2")
-    if loaded is not None:
-        return loaded
-    if "config_pb2" in sys.modules:  # aws-kinesis-agg's own sys.path trick ran already
-        return importlib.import_module("aws_kinesis_agg.messages_pb2")
-    sys.modules["config_pb2"] = importlib.import_module("aws_kinesis_agg.config_pb2")
-    try:
-        return importlib.import_module("aws_kinesis_agg.messages_pb2")
-    finally:
-        sys.modules.pop("config_pb2", None)
-
-
-messages_pb2 = _aggregate_messages()
 
 _MAGIC_LEN = len(MAGIC)
 _MIN_AGGREGATE_LEN = _MAGIC_LEN + DIGEST_SIZE
