@@ -20,7 +20,15 @@ __all__ = ["ConsumerConfig", "CheckpointError", "ConfigurationError", "KinesisDS
 
 def __getattr__(name: str) -> Any:
     if name in _SPARK_EXPORTS:
-        from .spark import kinesis_utils
+        try:
+            from .spark import kinesis_utils
+        except ImportError as exc:
+            if (exc.name or "").split(".")[0] != "pyspark":
+                raise
+            raise ImportError(
+                f"kinesis_dstream.{name} needs pyspark, which is an extra: "
+                "pip install 'kinesis-dstream[spark]' (the worker and the multilang daemon "
+                "run without it)", name="pyspark") from exc
 
         return getattr(kinesis_utils, name)
     raise AttributeError(f"module 'kinesis_dstream' has no attribute {name!r}")

@@ -77,6 +77,8 @@ class ConsumerConfig:
     # Assumed-role credentials are refreshed this long before they expire (botocore's
     # advisory window); the session asked for lasts sts_duration_s (STS minimum 900).
     sts_duration_s: int = 3600
+    # None: refresh when a quarter of the session (at most 15 minutes) is left.
+    sts_refresh_margin_s: int | None = None
 
     initial_position: str = "LATEST"
     initial_position_timestamp: float | None = None  # epoch seconds, AT_TIMESTAMP only
@@ -108,6 +110,8 @@ class ConsumerConfig:
     checkpoint_interval_ms: int = 10000
     shutdown_grace_ms: int = 20000
     metrics_level: str = "DETAILED"
+    # CloudWatch publishing period (the KCL's metricsBufferTimeMillis).
+    metrics_buffer_time_ms: int = 10000
 
     def __post_init__(self) -> None:
         for name in ("application_name", "stream_name", "region_name"):
@@ -131,7 +135,8 @@ class ConsumerConfig:
                 "sts_assume_role_arn, sts_session_name and sts_external_id must be given together"
             )
         positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
-                    "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
+                    "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s",
+                    "metrics_buffer_time_ms", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive, got {getattr(self, name)}")
@@ -142,6 +147,11 @@ class ConsumerConfig:
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.sts_refresh_margin_s is not None and not (
+                0 < self.sts_refresh_margin_s < self.sts_duration_s):
+            raise ConfigurationError(
+                f"sts_refresh_margin_s must be within 1..sts_duration_s-1 ({self.sts_duration_s}), "
+                f"got {self.sts_refresh_margin_s}")
         if not 1 <= self.max_records <= 10000:
             raise ConfigurationError(f"max_records must be within 1..10000, got {self.max_records}")
 

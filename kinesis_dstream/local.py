@@ -291,7 +291,11 @@ class Emulator:
 
 
 class LocalStack:
-    """A Kinesis emulator plus a DynamoDB emulator, started in parallel."""
+    """A Kinesis emulator plus a DynamoDB emulator, started in parallel.
+
+    moto's server also serves CloudWatch; with dynalite for DynamoDB a moto server is
+    started for CloudWatch alone, so metrics always have somewhere local to go.
+    """
 
     def __init__(self, kinesis: str = "kinesis-local", dynamodb: str = "moto") -> None:
         if kinesis not in KINESIS_KINDS:
@@ -300,6 +304,16 @@ class LocalStack:
             raise ValueError(f"unknown DynamoDB emulator {dynamodb!r}; one of {DYNAMODB_KINDS}")
         self.kinesis = Emulator(kinesis)
         self.dynamodb = Emulator(dynamodb)
+        self.cloudwatch = self.dynamodb if dynamodb == "moto" else Emulator("moto")
+
+    @property
+    def emulators(self) -> list[Emulator]:
+        """Each emulator once (moto may serve DynamoDB and CloudWatch)."""
+        unique: list[Emulator] = []
+        for emulator in (self.kinesis, self.dynamodb, self.cloudwatch):
+            if all(emulator is not seen for seen in unique):
+                unique.append(emulator)
+        return unique
 
     def start(self, timeout: float = 60.0) -> "LocalStack":
         errors: list[BaseException] = []
@@ -311,7 +325,7 @@ class LocalStack:
                 errors.append(exc)
 
         threads = [threading.Thread(target=run, args=(e,), daemon=True)
-                   for e in (self.kinesis, self.dynamodb)]
+                   for e in self.emulators]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -322,7 +336,7 @@ class LocalStack:
         return self
 
     def stop(self) -> None:
-        for emulator in (self.kinesis, self.dynamodb):
+        for emulator in self.emulators:
             emulator.stop()
 
     def environment(self) -> dict[str, str]:
@@ -330,6 +344,7 @@ class LocalStack:
         return {
             "AWS_ENDPOINT_URL_KINESIS": self.kinesis.endpoint,
             "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb.endpoint,
+            "AWS_ENDPOINT_URL_CLOUDWATCH": self.cloudwatch.endpoint,
             "AWS_DEFAULT_REGION": DUMMY_REGION,
             "AWS_REGION": DUMMY_REGION,
             "AWS_ACCESS_KEY_ID": DUMMY_ACCESS_KEY_ID,
@@ -381,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("Kinesis (%s) at %s, DynamoDB (%s) at %s; Ctrl-C to stop",
                  args.kinesis, stack.kinesis.endpoint, args.dynamodb, stack.dynamodb.endpoint)
         while not stop_requested.wait(1.0):
-            for emulator in (stack.kinesis, stack.dynamodb):
+            for emulator in stack.emulators:
                 if emulator.process is not None and emulator.process.poll() is not None:
                     log.error("%s exited unexpectedly with %s", emulator.kind,
                               emulator.process.returncode)

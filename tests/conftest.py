@@ -112,11 +112,15 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 @pytest.fixture
 def local_env(aws_env: dict[str, str], kinesis_local: str, dynamodb: str,
               monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """aws_env plus the standard endpoint variables, as `kinesis-dstream local` prints them."""
+    """aws_env plus the standard endpoint variables, as `kinesis-dstream local` prints them.
+
+    moto's server (the dynamodb fixture) also serves CloudWatch.
+    """
     values = dict(aws_env, AWS_ENDPOINT_URL_KINESIS=kinesis_local,
-                  AWS_ENDPOINT_URL_DYNAMODB=dynamodb)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_KINESIS", kinesis_local)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamodb)
+                  AWS_ENDPOINT_URL_DYNAMODB=dynamodb, AWS_ENDPOINT_URL_CLOUDWATCH=dynamodb)
+    for name in ("AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB",
+                 "AWS_ENDPOINT_URL_CLOUDWATCH"):
+        monkeypatch.setenv(name, values[name])
     return values
 
 

@@ -235,25 +235,58 @@ def test_resuming_from_a_checkpoint_inside_an_aggregate(writer):
     assert writer.writes[-1][1] == ESN(seq(1), 4)
 
 
-def test_checkpoint_from_another_thread_is_serialised(writer):
-    cp = make(writer)
-    cp.delivered([rec(n) for n in range(1, 201)])
+class BlockingWriter:
+    """A lease-table stand-in whose first write blocks until released, counting overlaps."""
+
+    def __init__(self):
+        self.first_entered = threading.Event()
+        self.second_entered = threading.Event()
+        self.release = threading.Event()
+        self.inside = 0
+        self.max_inside = 0
+        self.writes: list[ESN] = []
+        self._count_lock = threading.Lock()
+
+    def __call__(self, shard_id: str, position: ESN) -> None:
+        with self._count_lock:
+            self.inside += 1
+            self.max_inside = max(self.max_inside, self.inside)
+            first = not self.first_entered.is_set()
+        (self.first_entered if first else self.second_entered).set()
+        if first:
+            assert self.release.wait(10), "the test never released the first write"
+        with self._count_lock:
+            self.writes.append(position)
+            self.inside -= 1
+
+
+def test_checkpoint_from_another_thread_is_serialised():
+    """A second checkpoint must not reach the table while the first write is in flight.
+
+    Without the checkpointer's lock the second thread enters the write at once (seen within
+    the wait below); with it, it waits until the first write finished, then writes after it.
+    """
+    writer = BlockingWriter()
+    cp = ShardCheckpointer("shard-1", writer, ESN.TRIM_HORIZON)
+    cp.delivered([rec(n) for n in range(1, 11)])
     errors: list[BaseException] = []
 
-    def hammer(start: int) -> None:
-        for n in range(start, 201, 4):
-            try:
-                cp.checkpoint(seq(n))
-            except CheckpointError as exc:  # a lower one after a higher one: allowed to fail
-                if exc.value != "IllegalArgumentException":
-                    errors.append(exc)
+    def checkpoint(n: int) -> None:
+        try:
+            cp.checkpoint(seq(n))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
 
-    threads = [threading.Thread(target=hammer, args=(s,)) for s in range(1, 5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
+    first = threading.Thread(target=checkpoint, args=(5,))
+    first.start()
+    assert writer.first_entered.wait(10)
+    second = threading.Thread(target=checkpoint, args=(10,))
+    second.start()
+    entered_concurrently = writer.second_entered.wait(2.0)
+    writer.release.set()
+    first.join(10)
+    second.join(10)
+    assert not entered_concurrently and writer.max_inside == 1
     assert errors == []
-    positions = [w[1] for w in writer.writes]
-    assert positions == sorted(positions)  # never written backwards
-    assert cp.last_checkpoint == positions[-1]
+    assert writer.writes == [ESN(seq(5)), ESN(seq(10))]
+    assert cp.last_checkpoint == ESN(seq(10))

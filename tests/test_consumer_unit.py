@@ -421,6 +421,18 @@ def test_get_records_errors_are_retried_without_losing_records():
     assert shard.errors == []
 
 
+def test_a_lasting_fetch_fault_is_logged_once_with_a_count_and_when_it_clears(caplog):
+    shard = Shard(4, batch=2)
+    shard.errors = [RetriesExhaustedError(f"Gave up after 3 attempts ({n})") for n in range(6)]
+    with caplog.at_level("WARNING", logger="kinesis_dstream.worker.consumer"):
+        with Harness(shard) as h:
+            wait_until(lambda: len(h.delivered()) == 4)
+    lines = [r.getMessage() for r in caplog.records if "GetRecords" in r.getMessage()]
+    assert len(lines) == 2, lines    # six failures within a minute: the first, then "works"
+    assert "failing (1 failure(s)" in lines[0]
+    assert "works again after 6 failure(s)" in lines[1]
+
+
 def test_waits_for_parents_before_making_a_processor():
     shard = Shard(2)
     h = Harness(shard)

@@ -42,7 +42,7 @@ def stubbed():
                        aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="secret")
     sleeps: list[float] = []
     with Stubber(raw) as stubber:
-        yield KinesisClient(config, client=raw, sleep=sleeps.append), stubber, sleeps
+        yield KinesisClient(config, client=raw, sleep=sleeps.append, rand=lambda: 1.0), stubber, sleeps
         stubber.assert_no_pending_responses()
 
 
@@ -92,7 +92,7 @@ def test_spark_retry_settings_are_honoured():
     raw = boto3.client("kinesis", region_name="eu-west-1", endpoint_url=ENDPOINT,
                        aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="secret")
     sleeps: list[float] = []
-    client = KinesisClient(config, client=raw, sleep=sleeps.append)
+    client = KinesisClient(config, client=raw, sleep=sleeps.append, rand=lambda: 1.0)
     with Stubber(raw) as stubber:
         for _ in range(5):
             stubber.add_client_error("get_records", "InternalFailure", http_status_code=500)

@@ -1,4 +1,9 @@
-"""Layers point one way: Spark glue / multilang -> worker -> AWS -> shared modules."""
+"""Layers point one way: Spark glue / multilang -> worker -> AWS -> shared modules.
+
+``layer_violations(package_root)`` reads every module's imports (ast, nothing imported) and
+returns one line per forbidden import; the tests run it on the package and on modules
+written into tmp_path, so the checker itself is shown to catch what it is meant to.
+"""
 from __future__ import annotations
 
 import ast
@@ -7,57 +12,140 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
+
 SHARED = {"config", "errors", "retry", "records"}
-# layer -> the top-level parts of kinesis_dstream it may import
-ALLOWED = {
+TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
+EVERYTHING = SHARED | {"aws", "worker", "multilang", "local"} | TOP | {"cli", "pyspark"}
+# part of the package -> what it may import at module level (parts of kinesis_dstream, or
+# "pyspark"). Lazy imports (inside a function) are held to the same rule except in
+# __init__, whose lazy imports of the Spark names are its way of not importing pyspark.
+ALLOWED: dict[str, set[str]] = {
+    **{name: set(SHARED) for name in SHARED},
     "aws": SHARED | {"aws"},
     "worker": SHARED | {"aws", "worker"},
-    # Spark SQL glue: the producer and pyspark (>= 4.0), never the DStream glue or the worker.
-    "sql": SHARED | {"aws", "sql", "pyspark"},
+    "multilang": SHARED | {"aws", "worker", "multilang"},
+    "local": set(SHARED),
+    # The DStream glue must not need the sql package (pyspark >= 4.0): DStream users on 3.5.
+    "spark": EVERYTHING - {"cli", "sql"},
+    "sql": EVERYTHING - {"cli"},
+    "cli": EVERYTHING,
+    "__main__": {"cli"},
+    "__init__": set(SHARED),
 }
+LAZY_ALLOWED = {"__init__": SHARED | {"spark"}}
 
 
-def _imports(path: Path) -> set[str]:
-    """Top-level kinesis_dstream parts imported by a module (relative or absolute)."""
-    tree = ast.parse(path.read_text())
-    parts = set()
-    package_parts = path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(package_parts[: len(package_parts) - node.level + 1])
-                target = base + (node.module.split(".") if node.module else [])
-                if len(target) > 1:
-                    parts.add(target[1])
+def _part_of(module: Path, root: Path) -> str:
+    """The top-level part a module belongs to: a subpackage or a top-level module's name."""
+    relative = module.relative_to(root)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def _imports(module: Path, root: Path) -> list[tuple[str, bool, int]]:
+    """(imported part, lazily?, line) for each kinesis_dstream part or pyspark imported."""
+    tree = ast.parse(module.read_text(), filename=str(module))
+    package = (root.name, *module.relative_to(root).with_suffix("").parts[:-1])
+    found: list[tuple[str, bool, int]] = []
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    found.extend(_classify(alias.name.split("."), root.name, inner, child.lineno))
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = list(package[: len(package) - child.level + 1])
+                    target = base + (child.module.split(".") if child.module else [])
+                    if len(target) == 1:   # from . import x, y: each name is a part
+                        for alias in child.names:
+                            found.append((alias.name, inner, child.lineno))
+                        continue
                 else:
-                    parts.update(alias.name for alias in node.names)
-            elif node.module and node.module.startswith("kinesis_dstream."):
-                parts.add(node.module.split(".")[1])
-            elif node.module == "pyspark" or (node.module or "").startswith("pyspark."):
-                parts.add("pyspark")
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] == "pyspark":
-                    parts.add("pyspark")
-                elif alias.name.startswith("kinesis_dstream."):
-                    parts.add(alias.name.split(".")[1])
-    return parts
+                    target = (child.module or "").split(".")
+                found.extend(_classify(target, root.name, inner, child.lineno))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
 
 
-@pytest.mark.parametrize("layer", sorted(ALLOWED))
-def test_lower_layers_do_not_import_higher_ones(layer):
-    for path in sorted((PACKAGE / layer).glob("*.py")):
-        forbidden = _imports(path) - ALLOWED[layer]
-        assert not forbidden, f"{path.name} in {layer}/ imports {sorted(forbidden)}"
+def _classify(dotted: list[str], package_name: str, lazy: bool,
+              line: int) -> list[tuple[str, bool, int]]:
+    if dotted[0] == "pyspark":
+        return [("pyspark", lazy, line)]
+    if dotted[0] == package_name and len(dotted) > 1:
+        return [(dotted[1], lazy, line)]
+    return []
 
 
-def test_the_checker_sees_a_forbidden_import(tmp_path):
-    module = PACKAGE / "worker" / "scheduler.py"
-    assert "aws" in _imports(module)
-    assert "pyspark" not in _imports(module)
+def layer_violations(root: Path) -> list[str]:
+    """Every import in the package at ``root`` that breaks the layering, as readable lines."""
+    problems = []
+    for module in sorted(root.rglob("*.py")):
+        part = _part_of(module, root)
+        allowed = ALLOWED.get(part, set(SHARED))
+        for imported, lazy, line in _imports(module, root):
+            if imported == part and part not in ("__init__", "cli", "__main__"):
+                continue  # within its own package
+            ok = allowed | (LAZY_ALLOWED.get(part, set()) if lazy else set())
+            if imported not in ok:
+                how = "lazily " if lazy else ""
+                problems.append(f"{module.relative_to(root)}:{line} ({part}) {how}imports "
+                                f"{imported}")
+    return problems
 
 
-def test_dstream_glue_does_not_import_the_sql_package():
-    """The sql package needs pyspark >= 4.0; DStream users on 3.5 must not need it."""
-    for path in sorted((PACKAGE / "spark").glob("*.py")) + [PACKAGE / "__init__.py"]:
-        assert "sql" not in _imports(path), f"{path.name} imports kinesis_dstream.sql"
+def test_the_package_keeps_its_layers():
+    assert layer_violations(PACKAGE) == []
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "kinesis_dstream"
+    for name, text in {"__init__.py": "", "config.py": "", "errors.py": "", **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for directory in {p.parent for p in root.rglob("*.py")}:
+        (directory / "__init__.py").touch()
+    return root
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"worker/bad.py": "import pyspark\n"}, "worker/bad.py:1 (worker) imports pyspark"),
+    ({"worker/bad.py": "from ..multilang import daemon\n"},
+     "worker/bad.py:1 (worker) imports multilang"),
+    ({"aws/bad.py": "from kinesis_dstream.worker.scheduler import Scheduler\n"},
+     "aws/bad.py:1 (aws) imports worker"),
+    ({"config.py": "from .aws import clients\n"}, "config.py:1 (config) imports aws"),
+    ({"retry.py": "def f():\n    from .worker import x\n"},
+     "retry.py:2 (retry) lazily imports worker"),
+    ({"multilang/bad.py": "from ..spark import receiver\n"},
+     "multilang/bad.py:1 (multilang) imports spark"),
+    ({"multilang/bad.py": "from pyspark.streaming import StreamingContext\n"},
+     "multilang/bad.py:1 (multilang) imports pyspark"),
+    ({"worker/bad.py": "def f():\n    import kinesis_dstream.sql.source\n"},
+     "worker/bad.py:2 (worker) lazily imports sql"),
+    ({"__init__.py": "from .spark import kinesis_utils\n"},
+     "__init__.py:1 (__init__) imports spark"),
+    ({"spark/bad.py": "from ..sql import source\n"}, "spark/bad.py:1 (spark) imports sql"),
+    ({"__init__.py": "def f():\n    from .sql import source\n"},
+     "__init__.py:2 (__init__) lazily imports sql"),
+    ({"local.py": "from . import worker\n"}, "local.py:1 (local) imports worker"),
+])
+def test_the_checker_flags_a_forbidden_import(tmp_path, files, expected):
+    assert expected in layer_violations(_package(tmp_path, files))
+
+
+def test_the_checker_accepts_what_the_layers_allow(tmp_path):
+    root = _package(tmp_path, {
+        "worker/ok.py": "from ..aws import clients\nfrom ..config import ConsumerConfig\n"
+                        "from . import scheduler\n",
+        "multilang/ok.py": "from ..worker.scheduler import Scheduler\n",
+        "spark/ok.py": "import pyspark\nfrom ..worker import scheduler\nfrom ..multilang import y\n",
+        "sql/ok.py": "from pyspark.sql.datasource import DataSource\nfrom ..spark import y\n",
+        "__init__.py": "from .config import ConsumerConfig\n"
+                      "def __getattr__(name):\n    from .spark import kinesis_utils\n",
+        "cli.py": "from .spark import z\n",
+    })
+    assert layer_violations(root) == []

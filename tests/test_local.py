@@ -228,6 +228,10 @@ def test_local_stack_environment_reaches_both_emulators(monkeypatch):
         assert kinesis.meta.endpoint_url == stack.kinesis.endpoint
         assert kinesis.list_streams()["StreamNames"] == []
         assert ddb.list_tables()["TableNames"] == []
+        # dynalite has no CloudWatch: a moto server is started for it
+        assert env["AWS_ENDPOINT_URL_CLOUDWATCH"] not in (env["AWS_ENDPOINT_URL_DYNAMODB"],
+                                                           env["AWS_ENDPOINT_URL_KINESIS"])
+        assert boto3.client("cloudwatch").list_metrics()["Metrics"] == []
 
 
 # ---- the CLI -------------------------------------------------------------------------------
@@ -238,7 +242,7 @@ def _start_cli(*args: str) -> tuple[subprocess.Popen, dict[str, str]]:
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                            cwd=REPO)
     exports: dict[str, str] = {}
-    while len(exports) < 6:
+    while len(exports) < 7:
         line = cli.stdout.readline()
         if not line:
             cli.wait(timeout=10)
@@ -254,7 +258,7 @@ def test_cli_prints_exports_and_stops_cleanly(sig):
     cli, exports = _start_cli()
     try:
         assert set(exports) == {"AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB",
-                                "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ACCESS_KEY_ID",
+                                "AWS_ENDPOINT_URL_CLOUDWATCH", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ACCESS_KEY_ID",
                                 "AWS_SECRET_ACCESS_KEY"}
         assert exports["AWS_DEFAULT_REGION"] == exports["AWS_REGION"] == "us-east-1"
         children = _children(cli.pid)
@@ -266,6 +270,9 @@ def test_cli_prints_exports_and_stops_cleanly(sig):
         emulators.wait_stream_active(kinesis, stream)
         ddb = emulators.client("dynamodb", exports["AWS_ENDPOINT_URL_DYNAMODB"])
         assert ddb.list_tables()["TableNames"] == []
+        assert exports["AWS_ENDPOINT_URL_CLOUDWATCH"] == exports["AWS_ENDPOINT_URL_DYNAMODB"]
+        cloudwatch = emulators.client("cloudwatch", exports["AWS_ENDPOINT_URL_CLOUDWATCH"])
+        assert cloudwatch.list_metrics()["Metrics"] == []
 
         cli.send_signal(sig)
         assert cli.wait(timeout=20) == 0
@@ -280,8 +287,11 @@ def test_cli_with_kinesalite_and_dynalite():
     cli, exports = _start_cli("--kinesis", "kinesalite", "--dynamodb", "dynalite")
     try:
         children = _children(cli.pid)
+        assert len(children) == 3  # kinesalite, dynalite and moto for CloudWatch
         kinesis = emulators.client("kinesis", exports["AWS_ENDPOINT_URL_KINESIS"])
         assert kinesis.list_streams()["StreamNames"] == []
+        cloudwatch = emulators.client("cloudwatch", exports["AWS_ENDPOINT_URL_CLOUDWATCH"])
+        assert cloudwatch.list_metrics()["Metrics"] == []
         cli.terminate()
         assert cli.wait(timeout=20) == 0
         assert _wait_dead(children, timeout=5) == []

@@ -87,7 +87,8 @@ def test_every_key_lands_in_config_and_settings(tmp_path, app_py):
     assert settings.processing_language == "python/3.11"
     assert settings.retrieval_mode == "POLLING"
     assert settings.action_timeout_s == 30
-    assert set(settings.ignored_keys) == {"metricsBufferTimeMillis", "maxActiveThreads",
+    assert c.metrics_buffer_time_ms == 10000
+    assert set(settings.ignored_keys) == {"maxActiveThreads",
                                           "validateSequenceNumberBeforeCheckpointing",
                                           "taskBackoffTimeMillis"}
 

@@ -7,12 +7,15 @@ endpoint fails in seconds, naming its URL.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Any, Callable
 
 import boto3
 import botocore.config
+import botocore.credentials
 import botocore.exceptions
+import botocore.session
 
 from ..config import ConsumerConfig
 from ..errors import (
@@ -53,6 +56,12 @@ _TRANSIENT = {"InternalFailure", "InternalServerError", "ServiceUnavailable",
 
 
 def _session(config: ConsumerConfig) -> boto3.session.Session:
+    """A session whose credentials are the configured ones, or an assumed role's.
+
+    An assumed role's credentials expire (``sts_duration_s``); they are botocore
+    ``RefreshableCredentials``, so every client re-assumes the role before expiry on its own,
+    without the worker noticing, instead of failing with ExpiredToken an hour after start.
+    """
     session = boto3.session.Session(
         aws_access_key_id=config.aws_access_key_id,
         aws_secret_access_key=config.aws_secret_key,
@@ -60,21 +69,63 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
     )
     if config.sts_assume_role_arn is None:
         return session
-    sts = session.client("sts", config=_botocore_config(config))
-    try:
-        creds = sts.assume_role(
-            RoleArn=config.sts_assume_role_arn,
-            RoleSessionName=config.sts_session_name,
-            ExternalId=config.sts_external_id,
-        )["Credentials"]
-    except Exception as exc:  # noqa: BLE001 - translated
-        raise translate_error(exc, f"assuming role {config.sts_assume_role_arn}") from exc
-    return boto3.session.Session(
-        aws_access_key_id=creds["AccessKeyId"],
-        aws_secret_access_key=creds["SecretAccessKey"],
-        aws_session_token=creds["SessionToken"],
-        region_name=config.region_name,
-    )
+    botocore_session = botocore.session.get_session()
+    botocore_session.get_component("credential_provider").insert_before(
+        "env", _FixedProvider(assumed_role_credentials(config, session)))
+    return boto3.session.Session(botocore_session=botocore_session,
+                                 region_name=config.region_name)
+
+
+class _FixedProvider(botocore.credentials.CredentialProvider):
+    """Hands botocore's resolver credentials built here, ahead of its own chain."""
+
+    METHOD = "assume-role"
+
+    def __init__(self, credentials: botocore.credentials.Credentials):
+        super().__init__()
+        self._credentials = credentials
+
+    def load(self) -> botocore.credentials.Credentials:
+        return self._credentials
+
+
+def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
+                             ) -> botocore.credentials.RefreshableCredentials:
+    """Credentials of ``config.sts_assume_role_arn``, assumed again before they expire.
+
+    botocore refreshes them when less than ``sts_refresh_margin_s`` is left (default: a
+    quarter of the session, at most botocore's 15 minutes), and blocks callers only when
+    less than half that is left.
+    """
+    sts = base.client("sts", endpoint_url=config.sts_endpoint or None,
+                      config=_botocore_config(config))
+    arn = config.sts_assume_role_arn
+
+    def assume() -> dict[str, Any]:
+        try:
+            reply = sts.assume_role(RoleArn=arn, RoleSessionName=config.sts_session_name,
+                                    ExternalId=config.sts_external_id,
+                                    DurationSeconds=config.sts_duration_s)
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise translate_error(exc, f"assuming role {arn}") from exc
+        creds = reply["Credentials"]
+        log.info("assumed role %s (session %s); credentials expire at %s", arn,
+                 config.sts_session_name, creds["Expiration"].isoformat())
+        return creds
+
+    def refresh() -> dict[str, str]:
+        creds = assume()
+        return {"access_key": creds["AccessKeyId"], "secret_key": creds["SecretAccessKey"],
+                "token": creds["SessionToken"], "expiry_time": creds["Expiration"].isoformat()}
+
+    margin = (config.sts_refresh_margin_s if config.sts_refresh_margin_s is not None
+              else min(900, config.sts_duration_s // 4))
+    first = assume()
+    return botocore.credentials.RefreshableCredentials(
+        access_key=first["AccessKeyId"], secret_key=first["SecretAccessKey"],
+        token=first["SessionToken"], expiry_time=first["Expiration"],
+        refresh_using=refresh, method="assume-role",
+        advisory_timeout=margin, mandatory_timeout=margin // 2)
 
 
 def _botocore_config(config: ConsumerConfig) -> botocore.config.Config:
@@ -164,7 +215,7 @@ def error_code(exc: BaseException) -> str | None:
 
 def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
          expected: tuple[str, ...] = (), sleep: Callable[[float], None] = time.sleep,
-         **kwargs: Any) -> Any:
+         rand: Callable[[], float] = random.random, **kwargs: Any) -> Any:
     """One AWS call under the retry policy, its errors translated to ours.
 
     Error codes in ``expected`` are answers the caller handles (a conditional write that
@@ -181,7 +232,7 @@ def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
             raise translate_error(exc, what) from exc
 
     try:
-        return policy.call(attempt, what, sleep=sleep)
+        return policy.call(attempt, what, sleep=sleep, rand=rand)
     except RetriesExhaustedError as exc:
         if isinstance(exc.last_error, EndpointUnreachableError):
             service = getattr(getattr(method, "__self__", None), "meta", None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -63,16 +64,18 @@ class Shard:
 class KinesisClient:
     """Kinesis calls for one stream, retried and translated.
 
-    ``client`` and ``sleep`` exist so unit tests can pass a stubbed boto3 client and a fake
-    clock; production code passes only the config.
+    ``client``, ``sleep`` and ``rand`` exist so unit tests can pass a stubbed boto3 client,
+    a fake clock and a fixed jitter; production code passes only the config.
     """
 
     def __init__(self, config: ConsumerConfig, client: Any = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 rand: Callable[[], float] = random.random) -> None:
         self._config = config
         self._client = client if client is not None else make_client(config, "kinesis")
         self._policy = RetryPolicy.from_config(config)
         self._sleep = sleep
+        self._rand = rand
         self.stream_name = config.stream_name
 
     @property
@@ -84,7 +87,7 @@ class KinesisClient:
 
     def _call(self, operation: str, what: str, **kwargs: Any) -> dict:
         return call(self._policy, getattr(self._client, operation), what, sleep=self._sleep,
-                    **kwargs)
+                    rand=self._rand, **kwargs)
 
     def describe_stream_summary(self) -> dict:
         """The stream's summary; called at start so a wrong name fails at once, clearly."""

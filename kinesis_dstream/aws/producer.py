@@ -36,16 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-# The deaggregator module puts aws_kinesis_agg's directory on sys.path, which its generated
-# messages_pb2 needs to import config_pb2 (see worker/aggregation.py).
-import aws_kinesis_agg.deaggregator  # noqa: F401
-from aws_kinesis_agg import MAGIC, messages_pb2
-
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError, KinesisDStreamError, PutRecordsFailedError
 from ..retry import RetryPolicy
 from .clients import call, make_client
 from .kinesis import KinesisClient
+from .kpl import MAGIC, messages_pb2
 
 log = logging.getLogger(__name__)
 

@@ -247,6 +247,7 @@ _KEYS: dict[str, tuple[Callable[[str, str], Any], str]] = {
         (_bool, "config:call_process_records_even_for_empty_record_list"),
     "retrievalMode": (_choice(RETRIEVAL_MODES), "special"),
     "metricsLevel": (_choice(METRICS_LEVELS), "config:metrics_level"),
+    "metricsBufferTimeMillis": (_int(1), "config:metrics_buffer_time_ms"),
     "shutdownGraceMillis": (_int(0), "config:shutdown_grace_ms"),
     "maxLeasesForWorker": (_int(1), "config:max_leases_for_worker"),
     "maxLeasesToStealAtOneTime": (_int(1), "config:max_leases_to_steal_at_one_time"),
@@ -254,7 +255,6 @@ _KEYS: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "timeoutInSeconds": (_int(1), "settings:action_timeout_s"),
     # Known to the Java daemon, no effect here: value checked, then ignored.
     "maxActiveThreads": (_int(-2**31), "ignore"),
-    "metricsBufferTimeMillis": (_int(0), "ignore"),
     "metricsMaxQueueSize": (_int(0), "ignore"),
     "metricsEnabledDimensions": (str, "ignore"),
     "validateSequenceNumberBeforeCheckpointing": (_bool, "ignore"),

@@ -19,11 +19,7 @@ from typing import Any, Iterable
 
 from google.protobuf.message import DecodeError
 
-# The deaggregator module puts aws_kinesis_agg's directory on sys.path, which its generated
-# messages_pb2 needs to import config_pb2; importing it first keeps one copy of each module.
-import aws_kinesis_agg.deaggregator  # noqa: F401
-from aws_kinesis_agg import DIGEST_SIZE, MAGIC, messages_pb2
-
+from ..aws.kpl import DIGEST_SIZE, MAGIC, messages_pb2
 from ..records import Record
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
 from ..retry import Backoff, FaultLog
 from .checkpoint import ShardCheckpointer
+from .metrics import MetricsPublisher, ShardMetricsRecorder
 from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
                         ShardEndedInput, ShutdownRequestedInput)
 
@@ -57,7 +59,8 @@ class ShardConsumer:
                  read_checkpoint: Callable[[str], ExtendedSequenceNumber],
                  write_checkpoint: Callable[[str, ExtendedSequenceNumber], object],
                  parents_done: Callable[[str], bool],
-                 on_shard_end: Callable[[str, list[str]], None]):
+                 on_shard_end: Callable[[str, list[str]], None],
+                 metrics: MetricsPublisher | None = None):
         self.config = config
         self.shard_id = shard_id
         self._processor_factory = processor_factory
@@ -66,6 +69,7 @@ class ShardConsumer:
         self._write_checkpoint = write_checkpoint
         self._parents_done = parents_done
         self._on_shard_end = on_shard_end
+        self._metrics = ShardMetricsRecorder(metrics, shard_id)
         self.state = ConsumerState.WAITING_ON_PARENTS
         self.records_delivered = 0
         self.millis_behind_latest: int | None = None
@@ -193,22 +197,31 @@ class ShardConsumer:
         while True:
             if self._reason is not None:
                 return self._shut_down(processor)
+            started = time.monotonic()
             try:
                 result = fetcher.get_records()
+                self._metrics.get_records(True, (time.monotonic() - started) * 1000)
                 backoff.reset()
                 fault.succeeded()
             except KinesisDStreamError as exc:
+                self._metrics.get_records(False, (time.monotonic() - started) * 1000)
                 wait = backoff.next_wait_s()
                 fault.failed(exc, wait)
                 self._sleep(wait)
                 continue
             self.millis_behind_latest = result.millis_behind_latest
+            processing_ms = None
             if result.records or self.config.call_process_records_even_for_empty_record_list:
                 checkpointer.delivered(result.records)
+                started = time.monotonic()
                 self._call(processor.process_records, ProcessRecordsInput(
                     records=result.records, checkpointer=checkpointer,
                     millis_behind_latest=result.millis_behind_latest))
+                processing_ms = (time.monotonic() - started) * 1000
                 self.records_delivered += len(result.records)
+            self._metrics.processed(len(result.records),
+                                    sum(len(r.binary_data) for r in result.records),
+                                    result.millis_behind_latest, processing_ms)
             if result.shard_end:
                 return self._shard_end(processor, result.child_shard_ids)
             if len(result.records) < self.config.max_records:

@@ -1,0 +1,184 @@
+"""Credentials: assumed roles refreshed on moto's STS, secrets never in output, private files."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import uuid
+
+import boto3
+import pytest
+
+from recording_processor import read_events, start_worker
+
+from kinesis_dstream.aws.clients import assumed_role_credentials
+from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+from kinesis_dstream.worker import process
+from kinesis_dstream.worker.processor import RecordProcessor
+from kinesis_dstream.worker.scheduler import Scheduler
+
+ROLE = "arn:aws:iam::123456789012:role/stream-reader"
+
+
+def role_settings(sts_endpoint: str, **overrides) -> dict:
+    return dict(sts_assume_role_arn=ROLE, sts_session_name="kd-test",
+                sts_external_id="ext-" + uuid.uuid4().hex, sts_endpoint=sts_endpoint,
+                sts_duration_s=900, **overrides)
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_assume_role_sends_the_external_id_and_duration(aws_env, dynamodb, make_config):
+    config = make_config("s", **role_settings(dynamodb))
+    base = boto3.session.Session(aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+                                 aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+                                 region_name=DUMMY_REGION)
+    sent: list[dict] = []
+    base.events.register("provide-client-params.sts.AssumeRole",
+                         lambda params, **_: sent.append(dict(params)))
+    credentials = assumed_role_credentials(config, base)
+    assert sent == [{"RoleArn": ROLE, "RoleSessionName": "kd-test",
+                     "ExternalId": config.sts_external_id, "DurationSeconds": 900}]
+    frozen = credentials.get_frozen_credentials()
+    assert frozen.token and frozen.access_key != DUMMY_ACCESS_KEY_ID
+
+
+class Counting(RecordProcessor):
+    def process_records(self, process_records_input):
+        process_records_input.checkpointer.checkpoint()
+
+
+@pytest.mark.timeout(120)
+def test_assumed_role_credentials_are_refreshed_during_a_run(
+        aws_env, dynamodb, make_stream, make_config, put_records, caplog):
+    """moto's STS (real HTTP) is asked again once less than the refresh margin is left.
+
+    Sessions last 900 s (STS' minimum) and are refreshed when fewer than 898 s are left, so
+    a run of a few seconds must assume the role again, and keep reading with the new keys.
+    """
+    stream = make_stream(1)
+    config = make_config(stream, **role_settings(dynamodb, sts_refresh_margin_s=898))
+    caplog.set_level(logging.INFO, logger="kinesis_dstream.aws.clients")
+    scheduler = Scheduler(config, lambda shard_id: Counting())
+
+    def assumed() -> int:
+        return sum("assumed role" in r.getMessage() for r in caplog.records)
+
+    def read() -> int:
+        return sum(s.records for s in scheduler.metrics().values())
+
+    scheduler.start()
+    try:
+        at_start = assumed()
+        assert at_start >= 2                       # the Kinesis and the DynamoDB client
+        put_records(stream, [f"first-{i}" for i in range(5)])
+        wait_until(lambda: read() == 5, 30, "the first records")
+        wait_until(lambda: assumed() > at_start + 1, 30, "a refresh of the role's credentials")
+        put_records(stream, [f"second-{i}" for i in range(5)])
+        wait_until(lambda: read() == 10, 30, "records read with refreshed credentials")
+    finally:
+        scheduler.shutdown()
+
+
+def test_secrets_appear_in_no_log_line_output_or_worker_stderr(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, put_records, tmp_path,
+        caplog, capsys):
+    secret = "kd-secret-" + uuid.uuid4().hex
+    stream = make_stream(1)
+    put_records(stream, [f"r{i}" for i in range(5)])
+    config = make_config(stream, aws_secret_key=secret, metrics_level="SUMMARY",
+                         cloudwatch_endpoint=dynamodb, **role_settings(dynamodb))
+    # Ours at DEBUG, everything else at INFO: botocore's own DEBUG lines dump whole STS
+    # responses, keys included (README: never enable botocore DEBUG in production).
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="kinesis_dstream")
+    tokens: list[str] = []
+
+    # In process: a run, its config's repr, and errors that carry the config's values.
+    scheduler = Scheduler(config, lambda shard_id: Counting())
+    scheduler.start()
+    try:
+        wait_until(lambda: sum(s.records for s in scheduler.metrics().values()) == 5, 30,
+                   "records")
+        credentials = scheduler.kinesis._client._request_signer._credentials
+        tokens += [credentials.get_frozen_credentials().secret_key,
+                   credentials.get_frozen_credentials().token]
+        logging.getLogger("test").info("config: %r / %s", config, config)
+    finally:
+        scheduler.shutdown()
+    bad = config.replace(stream_name="no-such-" + uuid.uuid4().hex[:8])
+    with pytest.raises(Exception) as info:  # noqa: PT011 - only its text matters here
+        Scheduler(bad, lambda shard_id: Counting()).start()
+    error_text = f"{info.value!r} {info.value}"
+
+    # As a process: its whole stderr, from start to a graceful stop.
+    put_records(stream, [f"p{i}" for i in range(5)])   # the run above checkpointed the rest
+    log_path = tmp_path / "events.jsonl"
+    worker = start_worker(config.replace(worker_id="secret-worker"), log_path, tmp_path, "w")
+    try:
+        wait_until(lambda: len([e for e in read_events(str(log_path)) if e["event"] == "record"])
+                   >= 5 or worker.poll() is not None, 60, "the worker process to read")
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    stderr = (tmp_path / "w.stderr").read_text()
+    assert "started on stream" in stderr          # it did log
+    captured = capsys.readouterr()
+    everything = "\n".join([r.getMessage() for r in caplog.records] +
+                           [captured.out, captured.err, error_text, stderr])
+    for value in [secret, *filter(None, tokens)]:
+        assert value not in everything
+
+
+def test_private_files_are_0600_and_written_by_rename(tmp_path):
+    target = tmp_path / "worker.json"
+    process.write_private(target, '{"a": 1}')
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+    target.chmod(0o644)                       # a file already there is replaced, not reused
+    process.write_private(target, '{"a": 2}')
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+    assert json.loads(target.read_text()) == {"a": 2}
+    assert os.listdir(tmp_path) == ["worker.json"]   # no temporary left behind
+
+
+def test_files_left_by_a_killed_process_are_removed_at_the_next_start(tmp_path):
+    """A child names a private file with its pid, is killed with -9; the next start cleans up."""
+    script = ("import sys, time\n"
+              "from kinesis_dstream.worker.process import private_path, write_private\n"
+              "path = private_path(sys.argv[1])\n"
+              "write_private(path, 'secret')\n"
+              "print(path, flush=True)\n"
+              "time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        left = child.stdout.readline().strip()
+        assert os.path.basename(left).startswith(process.PRIVATE_PREFIX + str(child.pid))
+        live_mine = process.private_path(tmp_path)
+        process.write_private(live_mine, "mine")
+        other = tmp_path / "unrelated.json"
+        other.write_text("{}")
+        assert process.remove_stale_private_files(tmp_path) == []   # its owner still runs
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+    assert process.remove_stale_private_files(tmp_path) == [left]
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(live_mine), "unrelated.json"])
