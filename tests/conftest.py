@@ -103,6 +103,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         "AWS_DEFAULT_REGION": DUMMY_REGION,
         "AWS_REGION": DUMMY_REGION,
         "AWS_EC2_METADATA_DISABLED": "true",
+        # Nothing leaves this machine: a consumer left at metricsLevel DETAILED without a
+        # CloudWatch endpoint publishes to a closed loopback port, not to AWS.
+        "AWS_ENDPOINT_URL_CLOUDWATCH": "http://127.0.0.1:9",
     }
     for name, value in values.items():
         monkeypatch.setenv(name, value)

@@ -16,7 +16,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 from pyspark import SparkConf, SparkContext  # noqa: E402
 from pyspark.streaming import StreamingContext  # noqa: E402
 
-from kinesis_dstream import InitialPositionInStream, KinesisUtils  # noqa: E402
+from kinesis_dstream import InitialPositionInStream, KinesisUtils, MetricsLevel  # noqa: E402
 
 checkpoint_dir, app, stream, kinesis_url, dynamodb_url = sys.argv[1:6]
 
@@ -42,7 +42,7 @@ def setup():
     kstream = KinesisUtils.createStream(
         ssc, app, stream, kinesis_url, "us-east-1", InitialPositionInStream.TRIM_HORIZON,
         float(os.environ.get("RECOVERY_CHECKPOINT_INTERVAL", "1")),
-        dynamoDBEndpoint=dynamodb_url,
+        dynamoDBEndpoint=dynamodb_url, metricsLevel=MetricsLevel.NONE,
         messageHandler=lambda r: (r.shard_id, r.sequence_number, r.sub_sequence_number,
                                   r.data.decode()),
         configOverrides=dict(failover_time_ms=3000, shard_sync_interval_ms=2000,

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from emulators import client
 
-from kinesis_dstream import InitialPositionInStream, KinesisUtils
+from kinesis_dstream import InitialPositionInStream, KinesisUtils, MetricsLevel
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 
@@ -93,6 +93,7 @@ def make_ssc(sc):
 def create(ssc, app, stream, env, **kwargs):
     overrides = dict(FAST, **kwargs.pop("configOverrides", {}))
     position = kwargs.pop("initialPositionInStream", InitialPositionInStream.TRIM_HORIZON)
+    kwargs.setdefault("metricsLevel", MetricsLevel.NONE)  # CloudWatch only where a test asks
     return KinesisUtils.createStream(
         ssc, app, stream, env["kinesis"], "us-east-1", position, kwargs.pop("checkpointInterval", 1),
         dynamoDBEndpoint=env["dynamodb"], configOverrides=overrides, **kwargs)

@@ -9,7 +9,7 @@ import pytest
 from emulators import client
 from spark_helpers import wait_until
 
-from kinesis_dstream import InitialPositionInStream, KinesisUtils, utf8_decoder
+from kinesis_dstream import InitialPositionInStream, KinesisUtils, MetricsLevel, utf8_decoder
 from kinesis_dstream.spark.planner import naming_decoder
 from kinesis_dstream.spark.records import KinesisRecord
 
@@ -40,7 +40,7 @@ def test_an_undecodable_record_fails_its_batch_and_is_never_checkpointed(
     ssc = StreamingContext(sc, 1)
     kstream = KinesisUtils.createStream(
         ssc, unique_app_name, stream, kinesis_local, "us-east-1",
-        InitialPositionInStream.TRIM_HORIZON, 1, dynamoDBEndpoint=dynamodb,
+        InitialPositionInStream.TRIM_HORIZON, 1, MetricsLevel.NONE, dynamoDBEndpoint=dynamodb,
         configOverrides=dict(failover_time_ms=3000, idle_time_between_reads_ms=100))
     errors: list[str] = []
     lock = threading.Lock()

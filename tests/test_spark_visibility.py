@@ -58,3 +58,37 @@ def test_rest_api_and_listeners_count_the_records_processed(sc, env, make_stream
     reported = sum(b["inputSize"] for b in batches)
     assert abs(reported - processed) <= processed * 0.01, (reported, processed)
     assert sum(listener.records.values()) == processed
+
+
+@pytest.mark.parametrize("level", ["DETAILED", "NONE"])
+def test_cloudwatch_gets_the_kcl_metrics_from_a_dstream(sc, env, make_stream, put_records,
+                                                        unique_app_name, level):
+    from kinesis_dstream import MetricsLevel
+    from kinesis_dstream.worker import metrics as m
+
+    from emulators import client
+    from test_metrics import listed
+
+    stream = make_stream(2)
+    put_records(stream, [(f"pk{i}", f"r{i}") for i in range(100)])
+    ssc = make_ssc(sc)
+    rows = collected(create(ssc, unique_app_name, stream, env,
+                            metricsLevel=getattr(MetricsLevel, level),
+                            cloudWatchEndpoint=env["dynamodb"],  # moto serves CloudWatch too
+                            configOverrides={"metrics_buffer_time_ms": 200}))
+    ssc.start()
+    try:
+        wait_until(lambda: len(rows) >= 100, 60, "every record")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)  # flushes the metrics
+    metrics = listed(client("cloudwatch", env["dynamodb"]), unique_app_name)
+    if level == "NONE":
+        assert metrics == {}
+        return
+    shards = {"shardId-000000000000", "shardId-000000000001"}
+    for name in (m.RECORDS_PROCESSED, m.DATA_BYTES_PROCESSED, m.MILLIS_BEHIND_LATEST,
+                 m.GET_RECORDS_SUCCESS, m.GET_RECORDS_TIME):
+        assert {"Operation": "ProcessTask"} in metrics[name], name
+        assert {d["ShardId"] for d in metrics[name] if "ShardId" in d} == shards, name
+    assert metrics[m.CURRENT_LEASES] == [{"Operation": "RenewAllLeases"}]
+    assert {"Operation": "TakeLeases"} in metrics[m.TOTAL_LEASES]

@@ -39,6 +39,7 @@ from ..errors import (
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
 from ..retry import Backoff, FaultLog
 from ..worker.leases import LeaseCoordinator, LeaseManager
+from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
 from .checkpointer import SHARD_END, KinesisCheckpointer
 from .shard_reader import ReadReport
@@ -93,6 +94,7 @@ class ShardCoordinator:
         self.leases = LeaseCoordinator(config, self.table, on_lease_lost=self._lease_lost)
         self.syncer = ShardSyncer(config, self.kinesis, self.table)
         self.lease_manager = LeaseManager(config, self.leases, self.syncer)
+        self.metrics: MetricsPublisher | None = None  # made at start: CloudWatch, the KCL's names
         self.checkpointer = KinesisCheckpointer(config.checkpoint_interval_ms / 1000.0)
         self._lock = threading.RLock()
         self._members: list[str] = []
@@ -147,6 +149,8 @@ class ShardCoordinator:
         self.lease_manager.pace.passed(self.leases.wanted_more, time.monotonic())
         self._reconcile()
         self.leases.start_renewer()
+        if self.metrics is None:
+            self.metrics = self.lease_manager.metrics = MetricsPublisher(self.config)
         self._up = True
         log.info("%s: driver %s coordinates the leases (input streams: %d)", self.name,
                  self.config.worker_id, len(self._members))
@@ -178,6 +182,8 @@ class ShardCoordinator:
             if period is not None:
                 self._delete_ranges(period.member, shard_id, keep_newest=False)
         self.leases.stop()
+        if self.metrics is not None:
+            self.metrics.close()
         log.info("%s: stopped; leases released", self.name)
 
     # -- planning (called by the planner of each input stream) ------------------------------
@@ -225,6 +231,14 @@ class ShardCoordinator:
         """Batch ``batch_ms`` of input stream ``member`` completed (or failed)."""
         reached = {shard_id: (r.batch_range.end, r.batch_range.shard_end)
                    for (_, shard_id, t), r in reports.items() if t == batch_ms}
+        if succeeded and self.metrics is not None:
+            for (_, shard_id, t), r in reports.items():
+                if t == batch_ms:
+                    recorder = ShardMetricsRecorder(self.metrics, shard_id)
+                    for _ in range(r.get_records_calls):
+                        recorder.get_records(True, r.get_records_ms / r.get_records_calls)
+                    recorder.processed(r.batch_range.records, r.data_bytes,
+                                       r.millis_behind_latest, None)
         with self._lock:
             shard_ids = self._planned.pop((member, batch_ms), [])
             touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)

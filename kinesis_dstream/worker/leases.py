@@ -21,6 +21,7 @@ from ..aws.lease_table import Lease, LeaseTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
+from .metrics import CURRENT_LEASES, RENEW_ALL_LEASES, TAKE_LEASES, TAKEN_LEASES, TOTAL_LEASES
 
 log = logging.getLogger(__name__)
 
@@ -323,11 +324,36 @@ class LeaseManager:
         self._sync_now = threading.Event()
         self._next_sync = clock() + config.shard_sync_interval_ms / 1000.0
         self._next_parent_poll = 0.0
+        self.metrics: Any = None  # a MetricsPublisher, set by whoever owns one
+        self._next_lease_report = 0.0
+        self._taken_since_report = 0
+        self._clock = clock
 
     def sync_soon(self) -> None:
         self._sync_now.set()
 
     def run_due(self, now: float, waiting_on_parents: Callable[[], bool]) -> None:
+        owned_before = set(self.coordinator.owned_shard_ids())
+        self._run_due(now, waiting_on_parents)
+        self._record_lease_metrics(owned_before)
+
+    def _record_lease_metrics(self, owned_before: set[str]) -> None:
+        """Lease counts once per renew interval, as often as the KCL's renewer reports them."""
+        if self.metrics is None:
+            return
+        owned = self.coordinator.owned_shard_ids()
+        self._taken_since_report += len(set(owned) - owned_before)
+        now = self._clock()
+        if now < self._next_lease_report:
+            return
+        self._next_lease_report = now + self.config.renew_interval_ms / 1000.0
+        taken, self._taken_since_report = self._taken_since_report, 0
+        self.metrics.record(TAKEN_LEASES, taken, operation=TAKE_LEASES)
+        self.metrics.record(TOTAL_LEASES, len(self.coordinator.known_leases()),
+                            operation=TAKE_LEASES)
+        self.metrics.record(CURRENT_LEASES, len(owned), operation=RENEW_ALL_LEASES)
+
+    def _run_due(self, now: float, waiting_on_parents: Callable[[], bool]) -> None:
         if self._sync_now.is_set() or now >= self._next_sync:
             self._sync_now.clear()
             self.syncer.sync()

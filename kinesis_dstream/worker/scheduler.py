@@ -20,8 +20,7 @@ from ..records import ExtendedSequenceNumber
 from ..retry import Backoff, FaultLog
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
 from .leases import LeaseCoordinator, LeaseManager
-from .metrics import (CURRENT_LEASES, RENEW_ALL_LEASES, TAKE_LEASES, TAKEN_LEASES, TOTAL_LEASES,
-                      MetricsPublisher)
+from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
 
@@ -52,8 +51,6 @@ class Scheduler:
         # Built in start(): CloudWatch is only contacted by a worker that runs.
         self._metrics = metrics
         self._owns_metrics = metrics is None
-        self._next_lease_report = 0.0
-        self._taken_since_report = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -69,6 +66,7 @@ class Scheduler:
         self.coordinator.start_renewer()
         if self._metrics is None:
             self._metrics = MetricsPublisher(self.config)
+        self.lease_manager.metrics = self._metrics
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
         self._thread.start()
         log.info("worker %s started on stream %s (application %s)", self.config.worker_id,
@@ -112,9 +110,7 @@ class Scheduler:
         while not self._stop.is_set():
             wait = _TICK_S
             try:
-                owned_before = set(self.coordinator.owned_shard_ids())
                 self.lease_manager.run_due(time.monotonic(), self._any_waiting_on_parents)
-                self._record_lease_metrics(owned_before)
                 self._reconcile()
                 backoff.reset()
                 fault.succeeded()
@@ -124,22 +120,6 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - keep the worker alive, loudly
                 log.exception("scheduler pass failed unexpectedly")
             self._stop.wait(wait)
-
-    def _record_lease_metrics(self, owned_before: set[str]) -> None:
-        """Lease counts once per renew interval, as often as the KCL's renewer reports them."""
-        if self._metrics is None:
-            return
-        self._taken_since_report += len(set(self.coordinator.owned_shard_ids()) - owned_before)
-        now = time.monotonic()
-        if now < self._next_lease_report:
-            return
-        self._next_lease_report = now + self.config.renew_interval_ms / 1000.0
-        taken, self._taken_since_report = self._taken_since_report, 0
-        self._metrics.record(TAKEN_LEASES, taken, operation=TAKE_LEASES)
-        self._metrics.record(TOTAL_LEASES, len(self.coordinator.known_leases()),
-                             operation=TAKE_LEASES)
-        self._metrics.record(CURRENT_LEASES, len(self.coordinator.owned_shard_ids()),
-                             operation=RENEW_ALL_LEASES)
 
     def _any_waiting_on_parents(self) -> bool:
         with self._lock:
