@@ -223,7 +223,8 @@ def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis
 
 def test_a_batch_read_says_to_read_a_stream(spark):
     with pytest.raises(Exception, match="format 'aws-kinesis' reads as a stream only"):
-        spark.read.format("aws-kinesis").option("kinesis.streamName", "s").load().collect()
+        spark.read.format("aws-kinesis").options(**sink_options("s", "http://127.0.0.1:9")) \
+            .load().collect()
 
 
 def test_round_trip_through_the_sink_and_the_source(spark, kinesis_local, dynamodb, aws_env,

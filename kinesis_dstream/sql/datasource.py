@@ -43,6 +43,8 @@ class KinesisDataSource(DataSource):
         return "aws-kinesis"
 
     def schema(self) -> StructType:
+        # Spark asks for the schema of a read only: a bad source option fails load(), named.
+        parse_source_options(self.options)
         return SCHEMA
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
