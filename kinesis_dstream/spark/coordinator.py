@@ -94,7 +94,7 @@ class ShardCoordinator:
         self.leases = LeaseCoordinator(config, self.table, on_lease_lost=self._lease_lost)
         self.syncer = ShardSyncer(config, self.kinesis, self.table)
         self.lease_manager = LeaseManager(config, self.leases, self.syncer)
-        self.metrics: MetricsPublisher | None = None  # made at start: CloudWatch, the KCL's names
+        self.publisher: MetricsPublisher | None = None  # made at start: CloudWatch, the KCL's names
         self.checkpointer = KinesisCheckpointer(config.checkpoint_interval_ms / 1000.0)
         self._lock = threading.RLock()
         self._members: list[str] = []
@@ -149,8 +149,8 @@ class ShardCoordinator:
         self.lease_manager.pace.passed(self.leases.wanted_more, time.monotonic())
         self._reconcile()
         self.leases.start_renewer()
-        if self.metrics is None:
-            self.metrics = self.lease_manager.metrics = MetricsPublisher(self.config)
+        if self.publisher is None:
+            self.publisher = self.lease_manager.metrics = MetricsPublisher(self.config)
         self._up = True
         log.info("%s: driver %s coordinates the leases (input streams: %d)", self.name,
                  self.config.worker_id, len(self._members))
@@ -182,8 +182,8 @@ class ShardCoordinator:
             if period is not None:
                 self._delete_ranges(period.member, shard_id, keep_newest=False)
         self.leases.stop()
-        if self.metrics is not None:
-            self.metrics.close()
+        if self.publisher is not None:
+            self.publisher.close()
         log.info("%s: stopped; leases released", self.name)
 
     # -- planning (called by the planner of each input stream) ------------------------------
@@ -231,10 +231,10 @@ class ShardCoordinator:
         """Batch ``batch_ms`` of input stream ``member`` completed (or failed)."""
         reached = {shard_id: (r.batch_range.end, r.batch_range.shard_end)
                    for (_, shard_id, t), r in reports.items() if t == batch_ms}
-        if succeeded and self.metrics is not None:
+        if succeeded and self.publisher is not None:
             for (_, shard_id, t), r in reports.items():
                 if t == batch_ms:
-                    recorder = ShardMetricsRecorder(self.metrics, shard_id)
+                    recorder = ShardMetricsRecorder(self.publisher, shard_id)
                     for _ in range(r.get_records_calls):
                         recorder.get_records(True, r.get_records_ms / r.get_records_calls)
                     recorder.processed(r.batch_range.records, r.data_bytes,
