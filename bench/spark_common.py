@@ -68,35 +68,12 @@ def streaming_context(sc: Any) -> Any:
 
 
 def live_worker_pids() -> list[int]:
-    """Pids of the worker processes of this driver's started, open Kinesis streams."""
-    from kinesis_dstream.spark.receiver import receivers
+    """Pids of the executor processes that read this driver's Kinesis shards (Spark's Python
+    workers: the records are read there, not in the driver)."""
+    from kinesis_dstream import KinesisUtils
 
-    pids: list[int] = []
-    for receiver in receivers():
-        if receiver.started and not receiver.closed and receiver.workers is not None:
-            pids += [p.pid for p in receiver.workers.alive()]
-    return pids
-
-
-def worker_pids_from_proc() -> list[int]:
-    """The same found by a /proc scan: children of this process running ``kinesis_dstream worker``."""
-    me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-            if ppid != me:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"kinesis_dstream" in argv and b"worker" in argv:
-            found.append(int(entry))
-    return sorted(found)
+    pids = {pid for shard in KinesisUtils.metrics().values() for pid in shard["read_by_pids"]}
+    return sorted(pid for pid in pids if os.path.exists(f"/proc/{pid}"))
 
 
 def peak_rss_mb(pids: list[int]) -> dict[str, Any]:
