@@ -626,3 +626,18 @@ def _driver_main(out_dir: str, checkpoint: str, opts_json: str) -> None:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["driver"]:
     _driver_main(*sys.argv[2:5])
+
+
+def test_a_missing_stream_fails_the_query_within_30_s_naming_it(spark, env, checkpoint):
+    began = time.monotonic()
+    query = (spark.readStream.format("aws-kinesis")
+             .options(**options("no-such-stream-9c1d", env["kinesis"], env["dynamodb"], env["app"]))
+             .load().writeStream.format("noop").option("checkpointLocation", checkpoint).start())
+    try:
+        with pytest.raises(Exception) as failure:
+            query.awaitTermination(30)
+    finally:
+        query.stop()
+    assert time.monotonic() - began < 30
+    message = str(failure.value)
+    assert "'no-such-stream-9c1d'" in message and "us-east-1" in message, message[-1500:]
