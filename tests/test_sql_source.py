@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from spark_helpers import wait_until
 
 if __name__ != "__main__":  # the subprocess driver needs none of the emulator helpers
     from emulators import client, put_records as put_at
@@ -37,14 +38,6 @@ TRIGGER = "1 second"
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
-
-
 class Batches:
     """foreachBatch target: rows by batch id; a batch run again must bring the same rows."""
 
