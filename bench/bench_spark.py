@@ -1,28 +1,34 @@
-"""Benchmark: KinesisUtils.createStream into PySpark DStreams (issue 3), one JSON document a sub-benchmark.
+"""Benchmark: KinesisUtils.createStream into PySpark DStreams (issue 7), one JSON document a sub-benchmark.
 
-``bench_spark.py [start|drain|latency|all]`` (no argument: all). One SparkContext
-(local[2]) per run, 1 s batches, a new StreamingContext and a fresh application name (empty
-lease table) for every measurement; DynamoDB is the moto server.
+``bench_spark.py [start|drain|latency|plan64|all]`` (no argument: all). One SparkContext per
+sub-benchmark: ``start`` on local[2] (as issue 7 asks), the others on local-cluster[2,1,1024]
+(two executor JVMs in processes of their own: the records are read there, as on a cluster).
+1 s batches, a new StreamingContext and a fresh application name (empty lease table) for every
+measurement; DynamoDB is the moto server, reached through a counting proxy in its own process
+(bench/counting_proxy.py) by the driver and the executors alike.
 
 * ``start`` (a): ``ssc.start()`` to the first batch holding data (the wall time its
   foreachRDD ``rdd.count()`` returned), records already in a 4-shard kinesis-local stream.
-  Target <= 5 s; Spark's kinesis-asl receiver: 80.6 s.
-* ``drain`` (b): records/s into DStream batches draining a 4-shard kinesalite backlog of
+  Target <= 2 s; Spark's kinesis-asl receiver: 80.6 s.
+* ``drain`` (b, d): records/s into DStream batches draining a 4-shard kinesalite backlog of
   100-byte records, counted with foreachRDD(rdd.count()) summed on the driver, beside
   bench_drain.py's plain boto3 get_records loop (a thread per shard) in the same run, the
   variants alternating each round. ``rec_s`` runs from ``ssc.start()`` to the last record
-  counted (worker start-up included); ``rec_s_after_first_batch`` from the first batch with
-  data. Target >= 0.7 of boto3; Spark's receiver: ~4,300 rec/s.
+  counted (lease table, leases and the first read included). Target >= 0.8 of boto3.
+  (d): the driver's CPU seconds (its Python process and its JVM) per 100k records, and the
+  DynamoDB calls per batch, by table and operation.
 * ``latency`` (c): a producer thread puts records stamped with their put wall time at a
-  steady rate; foreachRDD collects them and computes now - put time. Target median <= 1.5 s,
-  p99 <= 3 s; Spark's receiver: 2.48 s / 3.72 s.
-* (d) peak RSS (VmHWM) of our worker processes, read from /proc just before each drain and
-  latency run stops. Target <= 150 MB per 4 shards; Spark's JVM receiver: 450-520 MB.
+  steady rate; foreachRDD collects them and computes now - put time. Target median <= 1.0 s,
+  p99 <= 2.0 s; Spark's receiver: 2.48 s / 3.72 s.
+* ``plan64`` (e): a 64-shard kinesalite stream with a steady producer; per batch, the driver's
+  planning time (the coordinator's plan, and the whole batch function including the
+  executors' read-ahead job), and the lease-table and range-table writes per minute.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import sys
 import threading
@@ -30,6 +36,7 @@ import time
 from typing import Any
 
 import common
+import counting_proxy
 import spark_common as sc_common
 
 REFERENCE = {
@@ -43,6 +50,8 @@ REFERENCE = {
 # Issue 7 ("Executors read the shards").
 TARGETS = {"start_s": 2.0, "drain_ratio": 0.8, "latency_median_s": 1.0, "latency_p99_s": 2.0,
            "worker_rss_mb": 150.0}
+MASTERS = {"start": sc_common.LOCAL, "drain": sc_common.CLUSTER, "latency": sc_common.CLUSTER,
+           "plan64": sc_common.CLUSTER}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -108,23 +117,33 @@ def bench_start(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- (b) drain ---------------------------------------------------------------------------------
-def drain_spark(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s: float,
-                unique: bool = False, **create_kwargs: Any) -> dict[str, Any]:
+def drain_spark(sc: Any, kinesis: str, proxy: counting_proxy.CountingProxy, stream: str,
+                total: int, timeout_s: float, unique: bool = False,
+                **create_kwargs: Any) -> dict[str, Any]:
     h = common.helpers()
     app = h.unique_name("bench-spark-drain")
     ssc = sc_common.streaming_context(sc)
     counter = sc_common.BatchCounter(unique=unique)
     counter.target = total
-    sc_common.create_stream(ssc, app, stream, kinesis, dynamodb, **create_kwargs).foreachRDD(counter.function())
-    cpu0 = common.self_cpu_seconds()
+    sc_common.create_stream(ssc, app, stream, kinesis, proxy.endpoint,
+                            **create_kwargs).foreachRDD(counter.function())
+    calls0 = proxy.counts()
+    cpu = sc_common.DriverCpu(sc)
     wall0 = time.time()
     result: dict[str, Any] = {}
     try:
         ssc.start()
         finished = counter.done.wait(timeout_s)
+        driver = cpu.used()
+        calls = counting_proxy.calls_between(calls0, proxy.counts())
         pids = sc_common.live_worker_pids()
-        result["worker_cpu_s"] = round(sum(common.process_cpu_seconds(p) for p in pids), 2)
-        result["driver_python_cpu_s"] = round(common.self_cpu_seconds() - cpu0, 2)
+        result["executor_reader_cpu_s"] = round(sum(common.process_cpu_seconds(p) for p in pids), 2)
+        result["driver_cpu_s"] = driver
+        result["driver_cpu_s_per_100k"] = round(
+            (driver["python_s"] + driver["jvm_s"]) * 100_000 / total, 2)
+        result["driver_python_cpu_s_per_100k"] = round(driver["python_s"] * 100_000 / total, 2)
+        result["dynamodb"] = dict(calls, batches=counter.batches,
+                                  writes_per_batch=round(calls["writes"] / max(1, counter.batches), 2))
         result["worker_peak_rss"] = sc_common.peak_rss_mb(pids)
         if not finished:
             raise RuntimeError(f"spark drain counted {counter.distinct} of {total} records")
@@ -139,7 +158,8 @@ def drain_spark(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, t
             "batches": counter.batches})
     finally:
         result["stop_s"] = round(sc_common.stop_streaming(ssc), 3)
-        common.delete_table(dynamodb, app)
+        common.delete_table(proxy.endpoint, app)
+        common.delete_table(proxy.endpoint, f"{app}-kinesis-dstream-ranges")
     return result
 
 
@@ -152,8 +172,9 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
     names = ["boto3_loop"] + list(variants)
     rounds: list[dict[str, Any]] = []
-    with common.running_emulators("kinesalite", "moto") as emu:
-        kinesis, dynamodb = emu["kinesalite"].endpoint, emu["moto"].endpoint
+    with common.running_emulators("kinesalite", "moto") as emu, \
+            counting_proxy.CountingProxy(emu["moto"].endpoint) as proxy:
+        kinesis = emu["kinesalite"].endpoint
         stream = h.unique_name("bench-spark-drain")
         h.create_stream(kinesis, stream, 4)
         expected = put_backlog(kinesis, stream, args.records)
@@ -171,7 +192,7 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
                     result = drain.as_dict()
                     result.pop("emulator_cpu_s", None)
                 else:
-                    result = drain_spark(sc, kinesis, dynamodb, stream, total, args.timeout,
+                    result = drain_spark(sc, kinesis, proxy, stream, total, args.timeout,
                                          **variants[name])
                 result["kinesalite_cpu_s"] = round(
                     common.process_cpu_seconds(emu["kinesalite"].pid) - emu_cpu0, 2)
@@ -201,11 +222,24 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
     rss = {n: common.summary([r[n]["worker_peak_rss"]["max_mb"] for r in rounds], 1)
            for n in variants}
     duplicates = {n: [r[n]["records_counted"] - r[n]["records"] for r in rounds] for n in variants}
+    driver_cost = {n: {
+        "driver_cpu_s_per_100k_records": common.summary(
+            [r[n]["driver_cpu_s_per_100k"] for r in rounds], 2),
+        "driver_python_cpu_s_per_100k_records": common.summary(
+            [r[n]["driver_python_cpu_s_per_100k"] for r in rounds], 2),
+        "dynamodb_writes_per_batch": common.summary(
+            [r[n]["dynamodb"]["writes_per_batch"] for r in rounds], 2)} for n in variants}
     return {
-        "benchmark": "(b) backlog drain into DStream batches, records/s",
+        "benchmark": "(b) backlog drain into DStream batches, records/s; (d) driver CPU and "
+                     "DynamoDB writes per batch",
         "setup": {"stream": "kinesalite, 4 shards", "records": total, "record_bytes": 100,
-                  "per_shard": expected, "dynamodb": "moto server", "rounds": args.rounds,
-                  "spark": "local[2], 1 s batches, foreachRDD(rdd.count()) summed on the driver",
+                  "per_shard": expected, "rounds": args.rounds,
+                  "dynamodb": "moto server behind bench/counting_proxy.py (its own process)",
+                  "spark": f"{MASTERS['drain']}, 1 s batches, foreachRDD(rdd.count()) summed "
+                           "on the driver",
+                  "driver_cpu": "CPU of the driver's Python process (getrusage) and of its JVM "
+                                "(/proc; on local-cluster it also hosts the master and the "
+                                "workers, not the executors), ssc.start() to the last record",
                   "createStream": "TRIM_HORIZON, checkpointInterval 1 s, default knobs "
                                   "(pages of 10000, at most 100000 records a shard a batch, "
                                   "no maxRate); tasks on executors read the shards",
@@ -220,6 +254,7 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             **{n: dict(v, meets_target=v["max"] <= TARGETS["worker_rss_mb"]) for n, v in rss.items()},
             "target_mb": TARGETS["worker_rss_mb"]},
         "records_delivered_twice": duplicates,
+        "driver_cost": driver_cost,
         "rounds": rounds,
         "reference_not_measured_here": {"spark_kinesis_asl_receiver_rec_s": 4300,
                                         "boto3_loop_rec_s_earlier": 19300,
@@ -320,7 +355,8 @@ def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
                   "rate_rec_s": args.rate, "duration_s": args.duration,
                   "producer": "PutRecords every 50 ms, each record stamped with the wall time "
                               "just before its put call",
-                  "spark": "local[2], 1 s batches; foreachRDD collect(), now - put time per record",
+                  "spark": f"{MASTERS['latency']}, 1 s batches; foreachRDD collect(), now - put "
+                           "time per record",
                   "createStream": "TRIM_HORIZON (empty stream, producer starts once the 4 shards "
                                   "are leased), defaults (idleTimeBetweenReads 200 ms)"},
         "records_put": producer.sent, "records_seen": len(seen),
@@ -341,19 +377,146 @@ def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-BENCHMARKS = {"start": bench_start, "drain": bench_drain, "latency": bench_latency}
+# -- (e) 64 shards ------------------------------------------------------------------------------
+class PlanTimer:
+    """Times the driver's batch planning from outside the library, per batch with shards.
+
+    ``plan_s``: ShardCoordinator.plan (which shards, from where). ``batch_s``: the planner's
+    whole batch function as Spark's JobGenerator calls it (the plan, the ranges, the
+    read-ahead job on executors, the report to Spark's input tracker).
+    """
+
+    def __init__(self) -> None:
+        self.plan_s: list[float] = []
+        self.batch_s: list[float] = []
+        self.planned_shards: list[int] = []
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> "PlanTimer":
+        from kinesis_dstream.spark.coordinator import ShardCoordinator
+        from kinesis_dstream.spark.planner import BatchPlanner
+
+        timer = self
+        plan, batch_rdd = ShardCoordinator.plan, BatchPlanner.batch_rdd
+
+        def timed_plan(coordinator: Any, member: str, batch_ms: int) -> Any:
+            began = time.perf_counter()
+            planned = plan(coordinator, member, batch_ms)
+            if planned:
+                timer.plan_s.append(time.perf_counter() - began)
+                timer.planned_shards.append(len(planned))
+            return planned
+
+        def timed_batch_rdd(planner: Any, sc: Any, batch_ms: int) -> Any:
+            began, known = time.perf_counter(), len(timer.plan_s)
+            rdd = batch_rdd(planner, sc, batch_ms)
+            if len(timer.plan_s) > known:  # a batch with shards planned
+                timer.batch_s.append(time.perf_counter() - began)
+            return rdd
+
+        self._saved = [(ShardCoordinator, "plan", plan), (BatchPlanner, "batch_rdd", batch_rdd)]
+        ShardCoordinator.plan, BatchPlanner.batch_rdd = timed_plan, timed_batch_rdd
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+
+
+def bench_plan64(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from kinesis_dstream import KinesisUtils
+
+    h = common.helpers()
+    shards = args.shards
+    result: dict[str, Any] = {"benchmark": f"(e) {shards}-shard stream: driver planning time per "
+                                           "batch, lease-table writes per minute"}
+    with common.running_emulators("kinesalite", "moto") as emu, \
+            counting_proxy.CountingProxy(emu["moto"].endpoint) as proxy:
+        kinesis = emu["kinesalite"].endpoint
+        stream, app = h.unique_name("bench-spark-plan"), h.unique_name("bench-spark-plan")
+        h.create_stream(kinesis, stream, shards)
+        ssc = sc_common.streaming_context(sc)
+        counter = sc_common.BatchCounter()
+        sc_common.create_stream(ssc, app, stream, kinesis, proxy.endpoint).foreachRDD(
+            counter.function())
+        timer = PlanTimer().__enter__()
+        try:
+            started = time.monotonic()
+            ssc.start()
+            if not sc_common.wait_for(lambda: len([m for m in KinesisUtils.metrics(stream).values()
+                                                   if m["owner"]]) == shards, 120):
+                raise RuntimeError(f"only {len([m for m in KinesisUtils.metrics(stream).values() if m['owner']])}"
+                                   f" of {shards} shards leased in 120 s")
+            result["all_shards_leased_after_s"] = round(time.monotonic() - started, 2)
+            # Measure from here: every shard leased, steady producing.
+            first_batch = len(timer.batch_s)
+            calls0, cpu = proxy.counts(), sc_common.DriverCpu(sc)
+            counted0, measured0 = counter.total, time.monotonic()
+            producer = Producer(kinesis, stream, args.plan_rate, args.plan_duration)
+            producer.start()
+            producer.join()
+            if producer.error is not None:
+                raise producer.error
+            minutes = (time.monotonic() - measured0) / 60.0
+            calls1, driver = proxy.counts(), cpu.used()
+            sc_common.wait_for(lambda: counter.total - counted0 >= producer.sent, 30)
+            batch_s, plan_s = timer.batch_s[first_batch:], timer.plan_s[first_batch:]
+        finally:
+            timer.__exit__()
+            stop_s = sc_common.stop_streaming(ssc)
+            common.delete_table(proxy.endpoint, app)
+            common.delete_table(proxy.endpoint, f"{app}-kinesis-dstream-ranges")
+            h.delete_stream(kinesis, stream)
+    batches = len(batch_s)
+    lease_writes = counting_proxy.writes_to(calls0, calls1, app)
+    range_writes = counting_proxy.writes_to(calls0, calls1, f"{app}-kinesis-dstream-ranges")
+    result.update({
+        "setup": {"stream": f"kinesalite, {shards} shards", "producer_rec_s": args.plan_rate,
+                  "measured_s": args.plan_duration,
+                  "dynamodb": "moto server behind bench/counting_proxy.py (its own process)",
+                  "spark": f"{MASTERS['plan64']}, 1 s batches, foreachRDD(rdd.count())",
+                  "createStream": "TRIM_HORIZON, checkpointInterval 1 s, defaults (failover "
+                                  "10 s: leases renewed every 10/3 s)",
+                  "measured": "from every shard leased to the producer's end"},
+        "batches_measured": batches,
+        "shards_planned_per_batch": common.summary(timer.planned_shards[first_batch:], 0),
+        "coordinator_plan_ms": common.summary([v * 1000 for v in plan_s], 2),
+        "batch_function_s": common.summary(batch_s, 3),
+        "batch_function_note": "the whole batch function: plan, ranges, the read-ahead job of "
+                               f"{shards} executor tasks, the input report; the share over 1 s "
+                               "is what the cluster's 2 cores cannot read within the batch",
+        "records_put": producer.sent, "records_counted": counter.total - counted0,
+        "lease_table_writes_per_minute": round(lease_writes / minutes, 1),
+        "range_table_writes_per_minute": round(range_writes / minutes, 1),
+        "range_table_writes_per_batch": round(range_writes / max(1, batches), 2),
+        "dynamodb_calls": counting_proxy.calls_between(calls0, calls1),
+        "driver_cpu_s": driver,
+        "driver_cpu_s_per_minute": round((driver["python_s"] + driver["jvm_s"]) / minutes, 2),
+        "stop_s": round(stop_s, 3),
+    })
+    return result
+
+
+BENCHMARKS = {"start": bench_start, "drain": bench_drain, "latency": bench_latency,
+              "plan64": bench_plan64}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("which", nargs="*", help=f"any of {', '.join(BENCHMARKS)} (default: all)")
     parser.add_argument("--runs", type=int, default=5, help="start: runs")
-    parser.add_argument("--records", type=int, default=100_000, help="drain: backlog records")
+    parser.add_argument("--records", type=int, default=400_000,
+                        help="drain: backlog records (issue 7: 4 shards x 100k)")
     parser.add_argument("--rounds", type=int, default=5, help="drain: rounds")
     parser.add_argument("--rate", type=int, default=200, help="latency: records/s")
     parser.add_argument("--duration", type=float, default=30.0, help="latency: seconds of producing")
     parser.add_argument("--latency-kinesis", choices=("kinesis-local", "kinesalite"),
                         default="kinesis-local")
+    parser.add_argument("--shards", type=int, default=64, help="plan64: shards")
+    parser.add_argument("--plan-rate", type=int, default=2000, help="plan64: records/s")
+    parser.add_argument("--plan-duration", type=float, default=60.0, help="plan64: seconds")
+    parser.add_argument("--master", help="one Spark master for every sub-benchmark "
+                                         f"(default: {MASTERS})")
     parser.add_argument("--timeout", type=float, default=120.0, help="per measurement, seconds")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -362,18 +525,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     which = list(BENCHMARKS) if not args.which or "all" in args.which else args.which
     sc_common.use_dummy_aws_env()
-    sc = sc_common.spark_context()
-    warm_up_s = sc_common.warm_up(sc)
-    common.progress(f"SparkContext warm-up job: {warm_up_s:.2f} s")
-    try:
-        for name in which:
+    for name in which:
+        master = args.master or MASTERS[name]
+        sc = sc_common.spark_context(master)  # one at a time: a process holds one SparkContext
+        try:
+            warm_up_s = sc_common.warm_up(sc)
+            common.progress(f"{name}: SparkContext on {master}, warm-up job {warm_up_s:.2f} s")
+            load = os.getloadavg()
             started = time.monotonic()
             result = BENCHMARKS[name](sc, args)
             result["benchmark_wall_s"] = round(time.monotonic() - started, 1)
+            result["spark_master"] = master
             result["spark_warm_up_job_s"] = round(warm_up_s, 2)  # paid once, before measuring
+            result["machine"] = common.machine(load)
             common.emit(result)
-    finally:
-        sc.stop()
+        finally:
+            sc.stop()
     return 0
 
 

@@ -19,17 +19,45 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 BATCH_INTERVAL_S = 1
 
 
-def spark_context(master: str = "local[2]") -> Any:
-    """The one SparkContext of a benchmark run (as the tests: local[2], loopback, no UI)."""
+LOCAL = "local[2]"
+CLUSTER = "local-cluster[2,1,1024]"  # two executor JVMs in processes of their own
+
+
+def spark_context(master: str = LOCAL) -> Any:
+    """The SparkContext of a benchmark (as the tests: loopback, no UI). On ``CLUSTER`` the
+    records are read in executor processes, as on a real cluster."""
     from pyspark import SparkConf, SparkContext
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = (SparkConf().setMaster(master).setAppName("kinesis-dstream-bench")
             .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
-            .set("spark.driver.bindAddress", "127.0.0.1"))
+            .set("spark.driver.bindAddress", "127.0.0.1")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     return sc
+
+
+def driver_jvm_pid(sc: Any) -> int | None:
+    """The driver's JVM (py4j gateway) process; on local-cluster it also hosts the master and
+    workers, but not the executors."""
+    proc = getattr(sc._gateway, "proc", None)
+    return proc.pid if proc is not None else None
+
+
+class DriverCpu:
+    """CPU seconds of the driver: its Python process and its JVM, between start and now."""
+
+    def __init__(self, sc: Any) -> None:
+        self.jvm_pid = driver_jvm_pid(sc)
+        self.python0 = common.self_cpu_seconds()
+        self.jvm0 = common.process_cpu_seconds(self.jvm_pid) if self.jvm_pid else 0.0
+
+    def used(self) -> dict[str, float]:
+        python = common.self_cpu_seconds() - self.python0
+        jvm = (common.process_cpu_seconds(self.jvm_pid) - self.jvm0) if self.jvm_pid else 0.0
+        return {"python_s": round(python, 2), "jvm_s": round(jvm, 2)}
 
 
 def warm_up(sc: Any) -> float:

@@ -1,6 +1,9 @@
 """A loopback HTTP proxy in front of a Kinesis emulator that throttles a share of GetRecords,
 or (``dropping``) drops every connection unanswered, as an endpoint outage does.
 
+With ``share=0`` it is a plain counting proxy: ``calls`` counts every forwarded call by
+(operation, TableName), which the benchmarks use to count DynamoDB writes.
+
 With ``put_failure_share`` it also fails a share of PutRecords *entries* the way Kinesis
 does: those entries are taken out of the request before it is forwarded (so they are not
 written) and come back in the answer, at their place, with ErrorCode
@@ -19,6 +22,7 @@ import random
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -60,6 +64,7 @@ class FaultProxy:
         self.put_entries_failed = 0
         self.get_records_forwarded = 0
         self.forwarded = 0
+        self.calls: Counter[tuple[str, str]] = Counter()  # (operation, TableName or "")
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
@@ -210,12 +215,25 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     return
         with self.owner._lock:
             self.owner.forwarded += 1
+            self.owner.calls[_operation(self.headers.get("X-Amz-Target", ""), body)] += 1
         if failed and reply.status == 200:
             data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed))
         self._send(reply.status, reply.getheaders(), data)
 
     do_POST = _handle
     do_GET = _handle
+
+
+def _operation(target: str, body: bytes) -> tuple[str, str]:
+    """(operation, table) of a JSON-protocol call: ("PutItem", "app"), ("GetRecords", "")."""
+    table = ""
+    if b'"TableName"' in body or b'"RequestItems"' in body:
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = {}
+        table = request.get("TableName") or next(iter(request.get("RequestItems") or {}), "")
+    return target.rpartition(".")[2], table
 
 
 def _merge_put_answer(data: bytes, failed: list[int], total: int) -> bytes:

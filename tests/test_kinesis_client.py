@@ -171,3 +171,45 @@ def test_unreachable_endpoint_fails_naming_the_url_in_bounded_time():
     # Also what a shard consumer catches to wait and try later.
     assert isinstance(info.value, RetriesExhaustedError)
     assert isinstance(info.value, UnreachableAfterRetriesError)
+
+
+def test_get_records_answers_are_botocores_own(kinesis_local, make_stream, put_records, aws_env):
+    """The direct GetRecords parse gives what botocore's shape walk gives: binary data,
+    arrival timestamps, a closed shard's ChildShards, and no null members."""
+    import botocore.parsers
+
+    from kinesis_dstream.aws import clients
+    from emulators import client as boto_client, wait_stream_active
+    from kinesis_dstream.local import DUMMY_REGION
+
+    stream = make_stream(1)
+    config = make_config(stream_name=stream, kinesis_endpoint=kinesis_local,
+                         region_name=DUMMY_REGION)
+    put_records(stream, [(f"k{i}", bytes([i, 0, 255]) + "é".encode()) for i in range(20)])
+    raw = boto_client("kinesis", kinesis_local)
+    parent = raw.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
+    raw.split_shard(StreamName=stream, ShardToSplit=parent, NewStartingHashKey=str(2**127))
+    wait_stream_active(raw, stream)
+
+    def pages(kinesis) -> list[dict]:
+        iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=parent,
+                                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        answers = []
+        while iterator and len(answers) < 20:
+            answer = kinesis.get_records(ShardIterator=iterator, Limit=7)
+            iterator = answer.pop("NextShardIterator", None)
+            answer.pop("ResponseMetadata")
+            answers.append(answer)
+        return answers
+
+    ours = pages(clients.make_client(config, "kinesis"))
+    plain_factory = clients._KinesisParserFactory.create_parser
+    try:
+        clients._KinesisParserFactory.create_parser = botocore.parsers.ResponseParserFactory.create_parser
+        botocores = pages(clients.make_client(config, "kinesis"))
+    finally:
+        clients._KinesisParserFactory.create_parser = plain_factory
+    assert ours == botocores
+    assert sum(len(a["Records"]) for a in ours) == 20
+    assert ours[0]["Records"][0]["Data"] == bytes([0, 0, 255]) + "é".encode()
+    assert any(a.get("ChildShards") for a in ours)

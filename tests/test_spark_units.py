@@ -1,4 +1,4 @@
-"""Pure logic of the driver's Spark glue: the checkpoint policy and rate limits."""
+"""Pure logic of the driver's Spark glue: the checkpoint policy, rate limits, storage level."""
 from __future__ import annotations
 
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
@@ -153,3 +153,16 @@ def test_backpressure_follows_processing_rate() -> None:
     # slower processing with a growing scheduling delay: the limit falls
     rc.batch_completed(2000, records=2000, processing_delay_ms=2000, scheduling_delay_ms=1000)
     assert rc.batch_limit() < 2000
+
+
+def test_batches_are_cached_with_one_replica_and_nothing_else_changed() -> None:
+    from pyspark import StorageLevel
+
+    from kinesis_dstream.spark.planner import _unreplicated
+
+    level = _unreplicated(StorageLevel.MEMORY_AND_DISK_2)
+    assert (level.useDisk, level.useMemory, level.useOffHeap, level.deserialized,
+            level.replication) == (True, True, False, False, 1)
+    assert _unreplicated(StorageLevel.DISK_ONLY) is StorageLevel.DISK_ONLY
+    assert _unreplicated(StorageLevel.NONE) is None
+    assert _unreplicated(None) is None

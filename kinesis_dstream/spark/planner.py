@@ -106,11 +106,14 @@ class BatchPlanner:
                                      start, start_ts, self.coordinator.config.worker_id))
         read = functools.partial(_read, self.config, reports)
         rdd = sc.parallelize(ranges, len(ranges)).mapPartitions(read)
-        level = self.spec.storage_level
-        if level is not None and (level.useMemory or level.useDisk or level.useOffHeap):
+        level = _unreplicated(self.spec.storage_level)
+        if level is not None:
             rdd = rdd.persist(level)
         try:
-            rdd.count()
+            # The JVM counts the cached pickled batches: the tasks read and cache the records,
+            # and no second Python pass unpickles them only to count (the reports carry the
+            # record counts).
+            rdd._jrdd.count()
         except Exception as exc:  # noqa: BLE001 - the batch's own jobs read it again
             log.warning("%s: reading batch %d ahead failed (%s); its output operations read "
                         "it themselves", self.name, batch_ms, str(exc).splitlines()[0][:300])
@@ -170,6 +173,23 @@ class BatchPlanner:
                       "so its records are read again after a restart", self.name, batch_ms,
                       (failure or "output operation failed").splitlines()[0],
                       ", ".join(sorted(k[1] for k in reports)) or "-")
+
+
+def _unreplicated(level: Any) -> Any:
+    """``storageLevel`` with one replica, or None when it stores nothing.
+
+    A receiver's blocks are the only copy of its records, hence PySpark's default
+    MEMORY_AND_DISK_2. Ours are not: a lost block is read again from Kinesis, exactly, from
+    its recorded range. A second replica would only cost each batch a copy to another
+    executor (about half of the caching time in bench_spark's drain).
+    """
+    if level is None or not (level.useMemory or level.useDisk or level.useOffHeap):
+        return None
+    if level.replication <= 1:
+        return level
+    from pyspark import StorageLevel
+
+    return StorageLevel(level.useDisk, level.useMemory, level.useOffHeap, level.deserialized, 1)
 
 
 def naming_decoder(decoder: Callable) -> Callable[[KinesisRecord], Any]:
