@@ -5,7 +5,7 @@
 shards there), 1 s processing-time trigger, foreachBatch sinks, a fresh range table (moto
 server) and checkpoint for every query.
 
-* ``drain``: records/s draining a 4-shard kinesalite backlog (100,000 records of 100 B by
+* ``drain``: records/s draining a 4-shard kinesalite backlog (4 x 100,000 records of 100 B by
   default) from TRIM_HORIZON, counted with foreachBatch ``df.count()`` summed on the driver,
   beside bench_drain.py's plain boto3 loop (a thread per shard) in the same run, the variants
   alternating each round. ``sql_arrow``: read() yields Arrow RecordBatches (the default);
@@ -272,7 +272,8 @@ BENCHMARKS = {"drain": bench_drain, "latency": bench_latency}
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("which", nargs="*", default="all", choices=[*BENCHMARKS, "all"])
-    parser.add_argument("--records", type=int, default=100_000, help="drain: backlog records")
+    parser.add_argument("--records", type=int, default=400_000,
+                        help="drain: backlog records (issue 8: 4 shards x 100k)")
     parser.add_argument("--rounds", type=int, default=3, help="drain: rounds")
     parser.add_argument("--rate", type=int, default=200, help="latency: records/s")
     parser.add_argument("--duration", type=float, default=30.0, help="latency: seconds of producing")

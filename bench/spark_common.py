@@ -34,6 +34,8 @@ def spark_context(master: str = LOCAL) -> Any:
             .set("spark.driver.bindAddress", "127.0.0.1")
             .set("spark.ui.showConsoleProgress", "false")
             .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    for item in os.environ.get("BENCH_SPARK_CONF", "").split():  # k=v ... for experiments
+        conf.set(*item.split("=", 1))
     sc = SparkContext(conf=conf)
     sc.setLogLevel("ERROR")
     return sc

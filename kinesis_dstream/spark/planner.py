@@ -20,7 +20,13 @@ from ..config import ConsumerConfig
 from .coordinator import ShardCoordinator
 from .rate import RateController, RateSettings
 from .records import KinesisRecord
-from .shard_reader import RangeReports, ReadReport, ShardRange, read_shard_range
+from .shard_reader import (
+    MAX_FETCH_TIME_PER_SHARD_S,
+    RangeReports,
+    ReadReport,
+    ShardRange,
+    read_shard_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +100,7 @@ class BatchPlanner:
         per_shard = self.spec.max_records_per_shard
         if limit is not None:
             per_shard = max(1, min(per_shard, limit // len(planned)))
-        budget = max(0.2, 0.8 * self.spec.batch_interval_ms / 1000.0)
+        budget = max(MAX_FETCH_TIME_PER_SHARD_S, 0.8 * self.spec.batch_interval_ms / 1000.0)
         ranges = []
         for p in planned:
             previous = known.get((self.spec.key, p.shard_id, p.previous_ms)) \
