@@ -477,6 +477,24 @@ def test_a_role_with_or_without_an_external_id_reaches_the_reader_config():
             parse_source_options({**BASE, **given})
 
 
+def test_qubole_short_names_are_aliases():
+    parsed = parse_source_options({
+        "streamName": "s", "endpointUrl": "http://127.0.0.1:1", "regionName": "eu-west-2",
+        "awsAccessKeyId": "AK", "awsSecretKey": "SK", "awsSTSRoleARN": "arn:aws:iam::1:role/r",
+        "awsSTSSessionName": "reader", "startingposition": "earliest"})
+    config = parsed.config
+    assert (config.stream_name, config.kinesis_endpoint, config.region_name) == \
+        ("s", "http://127.0.0.1:1", "eu-west-2")
+    assert (config.aws_access_key_id, config.aws_secret_key) == ("AK", "SK")
+    assert (config.sts_assume_role_arn, config.sts_session_name) == ("arn:aws:iam::1:role/r",
+                                                                     "reader")
+    assert parsed.starting_position.kind == "TRIM_HORIZON" and parsed.unknown == ()
+    with pytest.raises(ConfigurationError, match=r"kinesis\.startingPosition \(as startingPosition\)"):
+        parse_source_options({**BASE, "startingPosition": "YESTERDAY"})
+    with pytest.raises(ConfigurationError, match=r"kinesis\.streamName: given twice"):
+        parse_source_options({**BASE, "streamName": "other"})
+
+
 def test_required_options_and_subscribe_to_shard():
     with pytest.raises(ConfigurationError, match=r"kinesis\.streamName is required"):
         parse_source_options({"kinesis.endpointUrl": "http://x"})

@@ -206,23 +206,31 @@ class OptionSpec:
 
     ``target`` is ``"config"`` (a ``ConsumerConfig`` field) or the role whose options object
     takes it (``"sink"``, ``"source"``); ``field`` is the field there, or ``""`` for an option
-    that is validated and then has no effect.
+    that is validated and then has no effect. ``aliases`` are the qubole kinesis-sql names of
+    the options that mean exactly the same there, so jobs written for that jar (and for
+    ``format("kinesis")``) run unchanged.
     """
 
     name: str
     parse: Callable[[str, str], Any]
     target: str
     field: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The lower-cased keys this option is found under."""
+        return tuple(key.lower() for key in (self.name, *self.aliases))
 
 
 CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec(ENDPOINT_URL, _text, "config", "kinesis_endpoint"),
-    OptionSpec(REGION, _text, "config", "region_name"),
-    OptionSpec(STREAM_NAME, _text, "config", "stream_name"),
-    OptionSpec(ACCESS_KEY_ID, _text, "config", "aws_access_key_id"),
-    OptionSpec(SECRET_KEY, _text, "config", "aws_secret_key"),
-    OptionSpec(STS_ROLE_ARN, _text, "config", "sts_assume_role_arn"),
-    OptionSpec(STS_SESSION_NAME, _text, "config", "sts_session_name"),
+    OptionSpec(ENDPOINT_URL, _text, "config", "kinesis_endpoint", ("endpointUrl",)),
+    OptionSpec(REGION, _text, "config", "region_name", ("regionName",)),
+    OptionSpec(STREAM_NAME, _text, "config", "stream_name", ("streamName",)),
+    OptionSpec(ACCESS_KEY_ID, _text, "config", "aws_access_key_id", ("awsAccessKeyId",)),
+    OptionSpec(SECRET_KEY, _text, "config", "aws_secret_key", ("awsSecretKey",)),
+    OptionSpec(STS_ROLE_ARN, _text, "config", "sts_assume_role_arn", ("awsSTSRoleARN",)),
+    OptionSpec(STS_SESSION_NAME, _text, "config", "sts_session_name", ("awsSTSSessionName",)),
     OptionSpec(STS_EXTERNAL_ID, _text, "config", "sts_external_id"),
     OptionSpec(STS_ENDPOINT_URL, _text, "config", "sts_endpoint"),
 )
@@ -244,7 +252,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(FETCH_INTERVAL_MS, _duration_ms, "config", "idle_time_between_reads_ms"),
     OptionSpec(CLIENT_NUM_RETRIES, _attempts, "config", "retry_max_attempts"),
     OptionSpec(CLIENT_RETRY_INTERVALS_MS, _positive_duration_ms, "config", "retry_wait_time_ms"),
-    OptionSpec(STARTING_POSITION, _starting_position, "source", "starting_position"),
+    OptionSpec(STARTING_POSITION, _starting_position, "source", "starting_position",
+               ("startingPosition",)),
     OptionSpec(FAIL_ON_DATA_LOSS, _boolean, "source", "fail_on_data_loss"),
     OptionSpec(MAX_FETCH_RECORDS_PER_SHARD, _positive_int, "source",
                "max_fetch_records_per_shard"),
@@ -344,12 +353,12 @@ class _Read:
 def _read(options: Mapping[str, Any], role: str) -> _Read:
     """Parse every option that the connection table or ``role``'s table knows; warn about
     the rest by name, saying so when an option belongs to the other role."""
-    specs = {spec.name.lower(): spec for table in (CONNECTION_OPTIONS, ROLE_OPTIONS[role])
-             for spec in table}
-    elsewhere = {spec.name.lower(): (other, spec) for other, table in ROLE_OPTIONS.items()
-                 if other != role for spec in table}
+    specs = {key: spec for table in (CONNECTION_OPTIONS, ROLE_OPTIONS[role])
+             for spec in table for key in spec.keys}
+    elsewhere = {key: (other, spec) for other, table in ROLE_OPTIONS.items()
+                 if other != role for spec in table for key in spec.keys}
     values: dict[str, dict[str, Any]] = {}
-    given: set[str] = set()
+    given: dict[str, str] = {}  # option name -> the key it was given under
     unknown = []
     for raw_key, value in options.items():
         key = str(raw_key)
@@ -358,8 +367,13 @@ def _read(options: Mapping[str, Any], role: str) -> _Read:
             if key.lower() not in SPARK_KEYS:
                 unknown.append(key)
             continue
-        given.add(spec.name)
-        parsed = spec.parse(spec.name, value)
+        if spec.name in given:
+            # Both spellings of one option: which one wins would depend on dict order.
+            raise ConfigurationError(
+                f"{spec.name}: given twice, as {given[spec.name]!r} and as {key!r}; keep one")
+        given[spec.name] = key
+        label = spec.name if key.lower() == spec.name.lower() else f"{spec.name} (as {key})"
+        parsed = spec.parse(label, value)
         if spec.field:
             values.setdefault(spec.target, {})[spec.field] = parsed
     for key in unknown:
