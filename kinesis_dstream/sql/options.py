@@ -389,8 +389,8 @@ def _read(options: Mapping[str, Any], role: str) -> _Read:
 
 
 def _check_connection(config_values: dict[str, Any]) -> None:
-    """The rules between connection options, named as the user wrote them, and the region
-    from the endpoint when none is given."""
+    """The rules between connection options, checked here so that errors name the options
+    rather than ``ConsumerConfig``'s fields; and the region from the endpoint if none given."""
     if "stream_name" not in config_values:
         raise ConfigurationError(f"{STREAM_NAME} is required: the Kinesis stream to use")
     if "region_name" not in config_values:
