@@ -129,11 +129,20 @@ class ConsumerConfig:
             )
         if (self.aws_access_key_id is None) != (self.aws_secret_key is None):
             raise ConfigurationError("aws_access_key_id and aws_secret_key must be given together")
-        sts = (self.sts_assume_role_arn, self.sts_session_name, self.sts_external_id)
-        if any(v is not None for v in sts) and not all(v is not None for v in sts):
+        # STS takes ExternalId as optional (only roles whose trust policy asks for one need
+        # it); a session name or an external id without a role to assume is a mistake.
+        if self.sts_assume_role_arn is None:
+            given = [name for name in ("sts_session_name", "sts_external_id")
+                     if getattr(self, name) is not None]
+            if given:
+                raise ConfigurationError(
+                    f"{' and '.join(given)} given without sts_assume_role_arn (the role to assume)")
+        elif not self.sts_session_name:
             raise ConfigurationError(
-                "sts_assume_role_arn, sts_session_name and sts_external_id must be given together"
-            )
+                "sts_assume_role_arn needs sts_session_name (the RoleSessionName STS records)")
+        elif self.sts_external_id is not None and not self.sts_external_id:
+            raise ConfigurationError(
+                "sts_external_id must not be empty: leave it out (None) when the role needs none")
         positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
                     "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s",
                     "metrics_buffer_time_ms", "max_leases_to_steal_at_one_time", "max_leases_for_worker")

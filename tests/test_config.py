@@ -88,17 +88,25 @@ def test_key_and_secret_come_as_a_pair(given):
     assert make(aws_access_key_id="AKIA", aws_secret_key="secret").aws_secret_key == "secret"
 
 
-@pytest.mark.parametrize("given", [
-    dict(sts_assume_role_arn="arn:aws:iam::1:role/r"),
-    dict(sts_session_name="s"),
-    dict(sts_external_id="x"),
-    dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s"),
+@pytest.mark.parametrize("given,named", [
+    (dict(sts_session_name="s"), ("sts_session_name", "sts_assume_role_arn")),
+    (dict(sts_external_id="x"), ("sts_external_id", "sts_assume_role_arn")),
+    (dict(sts_session_name="s", sts_external_id="x"),
+     ("sts_session_name", "sts_external_id", "sts_assume_role_arn")),
+    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r"), ("sts_assume_role_arn", "sts_session_name")),
+    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s", sts_external_id=""),
+     ("sts_external_id",)),
 ])
-def test_sts_arguments_all_or_none(given):
+def test_sts_arguments_without_a_role_or_session_name_are_refused(given, named):
     with pytest.raises(ConfigurationError) as info:
         make(**given)
-    for name in ("sts_assume_role_arn", "sts_session_name", "sts_external_id"):
+    for name in named:
         assert name in str(info.value)
+
+
+def test_a_role_without_an_external_id_is_accepted():
+    config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s")
+    assert (config.sts_session_name, config.sts_external_id) == ("s", None)
 
 
 def test_all_three_sts_arguments_accepted():

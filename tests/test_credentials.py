@@ -53,6 +53,30 @@ def test_assume_role_sends_the_external_id_and_duration(aws_env, dynamodb, make_
     assert frozen.token and frozen.access_key != DUMMY_ACCESS_KEY_ID
 
 
+def test_a_role_without_an_external_id_is_assumed_without_one(aws_env, dynamodb, make_config):
+    """STS takes ExternalId as optional: none is sent, not even an empty one, on the wire."""
+    settings = role_settings(dynamodb)
+    del settings["sts_external_id"]
+    config = make_config("s", **settings)
+    base = boto3.session.Session(aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+                                 aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+                                 region_name=DUMMY_REGION)
+    sent: list[dict] = []
+    bodies: list[str] = []
+    base.events.register("provide-client-params.sts.AssumeRole",
+                         lambda params, **_: sent.append(dict(params)))
+    base.events.register("before-send.sts.AssumeRole",
+                         lambda request, **_: bodies.append(request.body.decode()
+                                                            if isinstance(request.body, bytes)
+                                                            else str(request.body)))
+    credentials = assumed_role_credentials(config, base)
+    assert sent == [{"RoleArn": ROLE, "RoleSessionName": "kd-test", "DurationSeconds": 900}]
+    assert len(bodies) == 1 and "Action=AssumeRole" in bodies[0]
+    assert "ExternalId" not in bodies[0]
+    frozen = credentials.get_frozen_credentials()
+    assert frozen.token and frozen.access_key != DUMMY_ACCESS_KEY_ID
+
+
 class Counting(RecordProcessor):
     def process_records(self, process_records_input):
         process_records_input.checkpointer.checkpoint()

@@ -161,6 +161,31 @@ def test_options_unknown_warned_by_name_defaults_and_errors(caplog):
             parse_options(options)
 
 
+def test_options_source_options_do_not_apply_and_roles_need_no_external_id(caplog):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql.options"):
+        parsed = parse_options({"kinesis.streamName": "s", "KINESIS.STARTINGPOSITION": "LATEST",
+                                "kinesis.stsRoleArn": "arn:aws:iam::1:role/r",
+                                "kinesis.stsSessionName": "writer"})
+    assert parsed.unknown == ("KINESIS.STARTINGPOSITION",)
+    assert "is a source option (kinesis.startingPosition)" in caplog.text
+    assert "does not apply to writing" in caplog.text
+    assert (parsed.config.sts_assume_role_arn, parsed.config.sts_session_name,
+            parsed.config.sts_external_id) == ("arn:aws:iam::1:role/r", "writer", None)
+    with pytest.raises(ConfigurationError, match=r"kinesis\.stsExternalId given without "
+                                                 r"kinesis\.stsRoleArn"):
+        parse_options({"kinesis.streamName": "s", "kinesis.stsExternalId": "x"})
+
+
+def test_options_qubole_short_names_are_aliases_and_source_ones_do_not_apply(caplog):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql.options"):
+        parsed = parse_options({"streamname": "s", "endpointurl": "http://127.0.0.1:1",
+                                "regionname": "eu-west-2", "startingposition": "LATEST"})
+    assert (parsed.stream_name, parsed.config.kinesis_endpoint, parsed.config.region_name) == \
+        ("s", "http://127.0.0.1:1", "eu-west-2")
+    assert parsed.unknown == ("startingposition",)
+    assert "is a source option (kinesis.startingPosition)" in caplog.text
+
+
 def test_registered_without_any_call_in_a_fresh_process(kinesis_local, make_stream, tmp_path):
     """A new Python process with only PYTHONPATH: both names resolve, rows arrive."""
     stream = make_stream(1)

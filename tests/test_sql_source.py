@@ -31,7 +31,7 @@ if __name__ != "__main__":  # the subprocess driver needs none of the emulator h
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.sql import source as sql_source
-from kinesis_dstream.sql._source_options import parse_source_options
+from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
 
 TRIGGER = "1 second"
@@ -418,7 +418,7 @@ def test_unknown_option_is_warned_by_name(caplog):
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
         parsed = parse_source_options({**BASE, "kinesis.maxFetchRecordz": "5",
                                        "KINESIS.STARTINGPOSITION": "earliest"})
-    assert "kinesis.maxfetchrecordz" in caplog.text
+    assert "kinesis.maxFetchRecordz" in caplog.text            # named as given
     assert "startingposition" not in caplog.text.lower()
     assert parsed.starting_position.kind == "TRIM_HORIZON"  # keys are case-insensitive
 
@@ -431,8 +431,9 @@ def test_unknown_option_is_warned_by_name(caplog):
     ("kinesis.consumerType", "Push"), ("kinesis.clientNumRetries", "-1"),
 ])
 def test_invalid_value_names_the_option(key, value):
-    with pytest.raises(ConfigurationError, match=key.lower().replace(".", r"\.")):
-        parse_source_options({**BASE, key: value})
+    # Keys are case-insensitive; messages spell them as the awslabs README does.
+    with pytest.raises(ConfigurationError, match=key.replace(".", r"\.")):
+        parse_source_options({**BASE, key.lower(): value})
 
 
 def test_options_map_onto_the_reader_config():
@@ -449,10 +450,55 @@ def test_options_map_onto_the_reader_config():
     assert parsed.max_fetch_records_per_shard == 7 and parsed.fail_on_data_loss
 
 
+def test_sink_options_are_warned_about_as_not_applying_to_a_read(caplog):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
+        parsed = parse_source_options({**BASE, "kinesis.sink.maxConnections": "4",
+                                       "kinesis.getRecordz.fetchIntervalMs": "1"})
+    assert parsed.unknown == ("kinesis.sink.maxConnections", "kinesis.getRecordz.fetchIntervalMs")
+    sink_line, typo_line = [r.getMessage() for r in caplog.records]
+    assert "'kinesis.sink.maxConnections' is a sink option" in sink_line
+    assert "does not apply to reading" in sink_line
+    assert "unknown option 'kinesis.getRecordz.fetchIntervalMs'" in typo_line
+    assert "did you mean kinesis.getRecords.fetchIntervalMs" in typo_line
+
+
+def test_a_role_with_or_without_an_external_id_reaches_the_reader_config():
+    role = {"kinesis.stsRoleArn": "arn:aws:iam::1:role/r", "kinesis.stsSessionName": "s"}
+    config = parse_source_options({**BASE, **role}).config
+    assert (config.sts_assume_role_arn, config.sts_session_name, config.sts_external_id) == \
+        ("arn:aws:iam::1:role/r", "s", None)
+    config = parse_source_options({**BASE, **role, "kinesis.stsExternalId": "ext",
+                                   "kinesis.stsEndpointUrl": "http://127.0.0.1:2"}).config
+    assert (config.sts_external_id, config.sts_endpoint) == ("ext", "http://127.0.0.1:2")
+    for given, named in (({"kinesis.stsExternalId": "ext"}, "kinesis.stsExternalId"),
+                         ({"kinesis.stsSessionName": "s"}, "kinesis.stsSessionName"),
+                         ({"kinesis.stsRoleArn": "arn:aws:iam::1:role/r"}, "kinesis.stsSessionName")):
+        with pytest.raises(ConfigurationError, match=named.replace(".", r"\.")):
+            parse_source_options({**BASE, **given})
+
+
+def test_qubole_short_names_are_aliases():
+    parsed = parse_source_options({
+        "streamName": "s", "endpointUrl": "http://127.0.0.1:1", "regionName": "eu-west-2",
+        "awsAccessKeyId": "AK", "awsSecretKey": "SK", "awsSTSRoleARN": "arn:aws:iam::1:role/r",
+        "awsSTSSessionName": "reader", "startingposition": "earliest"})
+    config = parsed.config
+    assert (config.stream_name, config.kinesis_endpoint, config.region_name) == \
+        ("s", "http://127.0.0.1:1", "eu-west-2")
+    assert (config.aws_access_key_id, config.aws_secret_key) == ("AK", "SK")
+    assert (config.sts_assume_role_arn, config.sts_session_name) == ("arn:aws:iam::1:role/r",
+                                                                     "reader")
+    assert parsed.starting_position.kind == "TRIM_HORIZON" and parsed.unknown == ()
+    with pytest.raises(ConfigurationError, match=r"kinesis\.startingPosition \(as startingPosition\)"):
+        parse_source_options({**BASE, "startingPosition": "YESTERDAY"})
+    with pytest.raises(ConfigurationError, match=r"kinesis\.streamName: given twice"):
+        parse_source_options({**BASE, "streamName": "other"})
+
+
 def test_required_options_and_subscribe_to_shard():
-    with pytest.raises(ConfigurationError, match="kinesis.streamname"):
+    with pytest.raises(ConfigurationError, match=r"kinesis\.streamName is required"):
         parse_source_options({"kinesis.endpointUrl": "http://x"})
-    with pytest.raises(ConfigurationError, match="kinesis.endpointurl"):
+    with pytest.raises(ConfigurationError, match=r"kinesis\.endpointUrl is required"):
         parse_source_options({"kinesis.streamName": "s"})
     with pytest.raises(ConfigurationError, match="SubscribeToShard.*not supported"):
         parse_source_options({**BASE, "kinesis.consumerType": "SubscribeToShard"})
@@ -461,7 +507,7 @@ def test_required_options_and_subscribe_to_shard():
 def test_bad_option_fails_the_load_in_spark_naming_it(spark):
     reader = spark.readStream.format("aws-kinesis").options(
         **BASE, **{"kinesis.maxFetchRecordsPerShard": "lots"})
-    with pytest.raises(Exception, match="kinesis.maxfetchrecordspershard"):
+    with pytest.raises(Exception, match=r"kinesis\.maxFetchRecordsPerShard: not a whole"):
         reader.load()
     reader = spark.readStream.format("aws-kinesis").options(
         **BASE, **{"kinesis.consumerType": "SubscribeToShard"})

@@ -104,11 +104,14 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
                       config=_botocore_config(config))
     arn = config.sts_assume_role_arn
 
+    # ExternalId is optional in AssumeRole: sent only when the config has one, since STS
+    # refuses an empty one and a role whose trust policy names none needs none.
+    extra = {} if config.sts_external_id is None else {"ExternalId": config.sts_external_id}
+
     def assume() -> dict[str, Any]:
         try:
             reply = sts.assume_role(RoleArn=arn, RoleSessionName=config.sts_session_name,
-                                    ExternalId=config.sts_external_id,
-                                    DurationSeconds=config.sts_duration_s)
+                                    DurationSeconds=config.sts_duration_s, **extra)
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate_error(exc, f"assuming role {arn}") from exc
         creds = reply["Credentials"]

@@ -22,11 +22,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .options import SINK_OPTIONS, parse_options
-from ._source_options import parse_source_options
+from .options import parse_options, parse_source_options
 from .sink import KinesisBatchWriter, KinesisStreamWriter
 from .source import SCHEMA, KinesisStreamReader
-
 
 
 def _no_batch_read(format_name: str) -> NoReturn:
@@ -48,10 +46,10 @@ class KinesisDataSource(DataSource):
         return SCHEMA
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return KinesisBatchWriter(parse_options(self.options, (SINK_OPTIONS,)), schema)
+        return KinesisBatchWriter(parse_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return KinesisStreamWriter(parse_options(self.options, (SINK_OPTIONS,)), schema)
+        return KinesisStreamWriter(parse_options(self.options), schema)
 
     def reader(self, schema: StructType) -> NoReturn:
         _no_batch_read(self.name())

@@ -64,7 +64,7 @@ from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
 from ..spark.shard_reader import ShardRange, read_shard_range
 from ..worker.fetcher import KinesisDataFetcher
-from ._source_options import SourceOptions
+from .options import SourceOptions
 
 log = logging.getLogger(__name__)
 
