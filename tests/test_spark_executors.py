@@ -177,3 +177,26 @@ def test_a_recorded_range_is_read_again_exactly(make_config, make_stream, put_re
         "stream-a", shard, 4000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 3000,
         max_records=5, time_budget_s=5))
     assert [r.binary_data for r in fresh] == [f"a{i}".encode() for i in range(5)]
+
+
+def test_a_range_whose_start_the_driver_knew_is_read_again_exactly(make_config, make_stream,
+                                                                   put_records):
+    """The usual batch: the driver passes where it starts, the task reads before recording.
+    Computed again after more records arrived, it still gives the recorded range."""
+    stream = make_stream(1)
+    config = make_config(stream)
+    BatchRangeTable(config).create_table_if_not_exists()
+    shard = put_records(stream, [("k", f"a{i}") for i in range(10)])[0].shard_id
+    _, report = read_shard_range(config, ShardRange(
+        "stream-b", shard, 1000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 1000,
+        max_records=1000, time_budget_s=5))
+    put_records(stream, [("k", f"b{i}") for i in range(10)])
+    planned = ShardRange("stream-b", shard, 2000, ExtendedSequenceNumber("TRIM_HORIZON"), None,
+                         1000, max_records=1000, time_budget_s=5,
+                         start=report.batch_range.next_start)
+    records, _ = read_shard_range(config, planned)
+    assert [r.binary_data for r in records] == [f"b{i}".encode() for i in range(10)]
+    put_records(stream, [("k", f"c{i}") for i in range(10)])
+    again, again_report = read_shard_range(config, planned)
+    assert again == records
+    assert again_report.batch_range.records == 10

@@ -262,14 +262,21 @@ def _lease_moved(clients: _Clients, planned: ShardRange) -> bool:
 
 def read_shard_range(config: ConsumerConfig, planned: ShardRange,
                      sleep: Callable[[float], None] = time.sleep) -> tuple[list[Record], ReadReport]:
-    """The records of one (batch, shard) partition: the same ones every time it is computed."""
+    """The records of one (batch, shard) partition: the same ones every time it is computed.
+
+    When the driver knows where the batch starts, the task reads first and records its range
+    conditionally; a recomputation finds its range already recorded at that point and reads
+    exactly that one instead. The common first computation so saves a DynamoDB read per task
+    and batch; the rare recomputation pays one wasted read from Kinesis.
+    """
     import os
 
     clients = _clients_for(config)
-    stored = clients.ranges.get(planned.stream_key, planned.shard_id, planned.batch_ms)
-    if stored is None:
-        start, timestamp = planned.start, planned.start_timestamp
-        if start is None:
+    stored = None
+    start, timestamp = planned.start, planned.start_timestamp
+    if start is None:
+        stored = clients.ranges.get(planned.stream_key, planned.shard_id, planned.batch_ms)
+        if stored is None:
             previous = clients.ranges.latest_before(planned.stream_key, planned.shard_id,
                                                     planned.batch_ms, planned.since_ms)
             if previous is not None and previous.shard_end:
@@ -281,24 +288,22 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange,
                 start, timestamp = previous.next_start, previous.start_timestamp
             else:
                 start, timestamp = planned.floor, planned.floor_timestamp
-        if stored is None:
-            if start.sequence_number != AT_TIMESTAMP:
-                timestamp = None
-            if _lease_moved(clients, planned):
-                reading = _Reading()  # an empty range: the new owner reads these records
-            else:
-                reading = _read_new(clients, config, planned, start, timestamp, sleep)
-            records = reading.records
-            candidate = BatchRange(
-                planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
-                records[-1].extended_sequence_number if records else None, len(records),
-                reading.shard_end, tuple(reading.child_shard_ids))
-            stored = clients.ranges.put_if_absent(candidate)
-            if stored != candidate:
-                log.info("shard %s batch %d: another computation recorded its range first; "
-                         "reading that one", planned.shard_id, planned.batch_ms)
-                reading = _read_exact(clients, config, stored, sleep)
+    if stored is None:
+        if start.sequence_number != AT_TIMESTAMP:
+            timestamp = None
+        if _lease_moved(clients, planned):
+            reading = _Reading()  # an empty range: the new owner reads these records
         else:
+            reading = _read_new(clients, config, planned, start, timestamp, sleep)
+        records = reading.records
+        candidate = BatchRange(
+            planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
+            records[-1].extended_sequence_number if records else None, len(records),
+            reading.shard_end, tuple(reading.child_shard_ids))
+        stored = clients.ranges.put_if_absent(candidate)
+        if stored != candidate:
+            log.info("shard %s batch %d: its range was recorded by an earlier computation; "
+                     "reading that one", planned.shard_id, planned.batch_ms)
             reading = _read_exact(clients, config, stored, sleep)
     else:
         reading = _read_exact(clients, config, stored, sleep)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ..config import ConsumerConfig, parse_duration_ms
 from ..errors import ConfigurationError
+from ..spark.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +321,7 @@ class SourceOptions:
     fail_on_data_loss: bool = False
     max_fetch_records_per_shard: int = 100_000
     max_records_per_trigger: int | None = None
-    max_fetch_time_per_shard_s: float = 5.0
+    max_fetch_time_per_shard_s: float = MAX_FETCH_TIME_PER_SHARD_S
     describe_shard_interval_s: float = 1.0
     metadata_committer_type: str = "HDFS"
     arrow_batches: bool = True
