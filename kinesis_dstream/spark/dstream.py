@@ -113,6 +113,8 @@ def _wrap_start_stop(ssc: StreamingContext, members: list[BatchPlanner]) -> None
         original_start()
 
     def stop(stopSparkContext: bool = True, stopGraceFully: bool = False) -> None:
+        for planner in members:
+            planner.stopping = True  # a read cut short by the stop is no fault to warn about
         try:
             original_stop(stopSparkContext, stopGraceFully)
         finally:

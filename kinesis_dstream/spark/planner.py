@@ -72,6 +72,7 @@ class BatchPlanner:
         self._reports: Any = None
         self.input_stream_id: int | None = None
         self.attached = False  # a StreamingListener reports this stream's batch completions
+        self.stopping = False
         self._counts: dict[int, int] = {}
 
     def _accumulator(self, sc: Any) -> Any:
@@ -121,8 +122,9 @@ class BatchPlanner:
             # record counts).
             rdd._jrdd.count()
         except Exception as exc:  # noqa: BLE001 - the batch's own jobs read it again
-            log.warning("%s: reading batch %d ahead failed (%s); its output operations read "
-                        "it themselves", self.name, batch_ms, str(exc).splitlines()[0][:300])
+            report = log.info if self.stopping else log.warning
+            report("%s: reading batch %d ahead failed (%s); its output operations read it "
+                   "themselves", self.name, batch_ms, str(exc).splitlines()[0][:300])
         batch_reports = {k: r for k, r in reports.value.items()
                          if k[0] == self.spec.key and k[2] == batch_ms}
         self.coordinator.batch_read(batch_reports)
