@@ -166,3 +166,32 @@ def test_batches_are_cached_with_one_replica_and_nothing_else_changed() -> None:
     assert _unreplicated(StorageLevel.DISK_ONLY) is StorageLevel.DISK_ONLY
     assert _unreplicated(StorageLevel.NONE) is None
     assert _unreplicated(None) is None
+
+
+def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> None:
+    """A batch whose read-ahead failed records its range later, in its own output operation;
+    a batch planned meanwhile must not guess where it starts (it would read those records a
+    second time). The shard is planned again once that batch completed or reported."""
+    from kinesis_dstream.aws.lease_table import Lease
+    from kinesis_dstream.aws.range_table import BatchRange
+    from kinesis_dstream.config import ConsumerConfig
+    from kinesis_dstream.spark.coordinator import ShardCoordinator
+    from kinesis_dstream.spark.shard_reader import ReadReport
+
+    config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
+                            aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret")
+    coordinator = ShardCoordinator(config, kinesis=object(), lease_table=object(),
+                                   range_table=object())
+    coordinator.add_member("m")
+    coordinator._open_period(Lease("shardId-0", lease_owner=config.worker_id))
+
+    def shards(batch_ms: int) -> list[tuple[str, int | None]]:
+        return [(p.shard_id, p.previous_ms) for p in coordinator.plan("m", batch_ms)]
+
+    assert shards(1000) == [("shardId-0", None)]
+    assert shards(2000) == []  # batch 1000's read-ahead reported nothing
+    coordinator.batch_completed("m", 1000, False, {})
+    assert shards(3000) == [("shardId-0", 1000)]
+    report = ReadReport(BatchRange("m", "shardId-0", 3000, TRIM, end=ESN("5"), records=1))
+    coordinator.batch_read({("m", "shardId-0", 3000): report})
+    assert shards(4000) == [("shardId-0", 3000)]  # a read-ahead report settles it at once

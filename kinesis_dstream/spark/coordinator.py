@@ -60,6 +60,10 @@ class LeasePeriod:
     floor_timestamp: float | None
     since_ms: int | None = None  # the first batch planned in this period
     last_planned_ms: int | None = None
+    # The last planned batch while its range end is unknown: no read-ahead report yet and
+    # not completed. Its range is recorded later by its own output operation, so a batch
+    # planned meanwhile could only guess its start and read the same records again.
+    unsettled_ms: int | None = None
     ended: bool = False  # a batch read its last record: plan no more
     child_shard_ids: tuple[str, ...] = ()
 
@@ -201,11 +205,15 @@ class ShardCoordinator:
                 lease = leases.get(shard_id)
                 if lease is not None and not parents_done(lease, leases):
                     continue
+                if period.unsettled_ms is not None:
+                    log.info("%s: shard %s sits out batch %d: where batch %d ended is not "
+                             "known yet", self.name, shard_id, batch_ms, period.unsettled_ms)
+                    continue
                 if period.since_ms is None:
                     period.since_ms = batch_ms
                 planned.append(PlannedShard(shard_id, period.floor, period.floor_timestamp,
                                             period.since_ms, period.last_planned_ms))
-                period.last_planned_ms = batch_ms
+                period.last_planned_ms = period.unsettled_ms = batch_ms
             self.checkpointer.batch_generated(batch_ms, [p.shard_id for p in planned])
             if planned:
                 self._planned[(member, batch_ms)] = [p.shard_id for p in planned]
@@ -214,14 +222,16 @@ class ShardCoordinator:
     def batch_read(self, reports: dict[tuple[str, str, int], ReadReport]) -> None:
         """Reports of partitions read (at planning, or recomputed later): stats and ends."""
         with self._lock:
-            for (_, shard_id, _), report in reports.items():
+            for (_, shard_id, batch_ms), report in reports.items():
+                period = self._periods.get(shard_id)
+                if period is not None and period.unsettled_ms == batch_ms:
+                    period.unsettled_ms = None
                 stats = self._stats.setdefault(shard_id, ShardStats())
                 stats.records += report.batch_range.records
                 stats.data_bytes += report.data_bytes
                 stats.read_by_pids.add(report.reader_pid)
                 if report.millis_behind_latest is not None:
                     stats.millis_behind_latest = report.millis_behind_latest
-                period = self._periods.get(shard_id)
                 if report.batch_range.shard_end and period is not None:
                     period.ended = True
                     period.child_shard_ids = report.batch_range.child_shard_ids
@@ -241,6 +251,10 @@ class ShardCoordinator:
                                        r.millis_behind_latest, None)
         with self._lock:
             shard_ids = self._planned.pop((member, batch_ms), [])
+            for shard_id in shard_ids:  # its range is recorded now, or never will be
+                period = self._periods.get(shard_id)
+                if period is not None and period.unsettled_ms == batch_ms:
+                    period.unsettled_ms = None
             touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)
             for shard_id in reached:
                 self._recorded.setdefault((member, shard_id), set()).add(batch_ms)

@@ -174,9 +174,11 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
     deadline = time.monotonic() + planned.time_budget_s
     policy = RetryPolicy.from_config(config)
     throttled = 0
-    fetcher = _fetcher(clients, config, planned.shard_id, start, timestamp)
+    fetcher = None
     while True:
         try:
+            if fetcher is None:  # its GetShardIterator meets an outage as a page would
+                fetcher = _fetcher(clients, config, planned.shard_id, start, timestamp)
             result = _page(fetcher, reading)
         except (ThrottlingError, RetriesExhaustedError, EndpointUnreachableError,
                 TransientServiceError) as exc:
