@@ -405,7 +405,9 @@ def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
             UpdateExpression="REMOVE leaseOwner SET leaseCounter = :n",
             ConditionExpression="leaseCounter = :c",
             ExpressionAttributeValues={":n": {"N": str(counter + 1)}, ":c": {"N": str(counter)}})
-        wait_until(lambda: dict(counts) == words_in(produced), 30,
+        # Batches may run seconds behind their time on a loaded 2-core machine: the ones
+        # generated before the lease came back do not hold the shard.
+        wait_until(lambda: dict(counts) == words_in(produced), 90,
                    "the held-back records after the lease came back")
         counts.settle()
     finally:
