@@ -223,9 +223,7 @@ class ShardCoordinator:
         """Reports of partitions read (at planning, or recomputed later): stats and ends."""
         with self._lock:
             for (_, shard_id, batch_ms), report in reports.items():
-                period = self._periods.get(shard_id)
-                if period is not None and period.unsettled_ms == batch_ms:
-                    period.unsettled_ms = None
+                period = self._settle(shard_id, batch_ms)
                 stats = self._stats.setdefault(shard_id, ShardStats())
                 stats.records += report.batch_range.records
                 stats.data_bytes += report.data_bytes
@@ -235,6 +233,13 @@ class ShardCoordinator:
                 if report.batch_range.shard_end and period is not None:
                     period.ended = True
                     period.child_shard_ids = report.batch_range.child_shard_ids
+
+    def _settle(self, shard_id: str, batch_ms: int) -> LeasePeriod | None:
+        """Batch ``batch_ms`` of the shard has a known end now: plan the shard again."""
+        period = self._periods.get(shard_id)
+        if period is not None and period.unsettled_ms == batch_ms:
+            period.unsettled_ms = None
+        return period
 
     def batch_completed(self, member: str, batch_ms: int, succeeded: bool,
                         reports: dict[tuple[str, str, int], ReadReport]) -> None:
@@ -252,9 +257,7 @@ class ShardCoordinator:
         with self._lock:
             shard_ids = self._planned.pop((member, batch_ms), [])
             for shard_id in shard_ids:  # its range is recorded now, or never will be
-                period = self._periods.get(shard_id)
-                if period is not None and period.unsettled_ms == batch_ms:
-                    period.unsettled_ms = None
+                self._settle(shard_id, batch_ms)
             touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)
             for shard_id in reached:
                 self._recorded.setdefault((member, shard_id), set()).add(batch_ms)
