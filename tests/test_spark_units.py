@@ -195,3 +195,27 @@ def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> N
     report = ReadReport(BatchRange("m", "shardId-0", 3000, TRIM, end=ESN("5"), records=1))
     coordinator.batch_read({("m", "shardId-0", 3000): report})
     assert shards(4000) == [("shardId-0", 3000)]  # a read-ahead report settles it at once
+
+
+def test_a_reader_process_keeps_its_clients_out_of_the_per_task_garbage_collection() -> None:
+    """PySpark's reused workers run gc.collect() after every task; boto3's objects must not be
+    walked each time (they were most of the executors' CPU at 200 records/s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from kinesis_dstream.config import ConsumerConfig\n"
+        "from kinesis_dstream.spark import shard_reader\n"
+        "config = ConsumerConfig(application_name='app', stream_name='s', region_name='us-east-1',"
+        " kinesis_endpoint='http://127.0.0.1:9', dynamodb_endpoint='http://127.0.0.1:9')\n"
+        "shard_reader._clients_for(config)\n"
+        "print(gc.get_freeze_count(), len(gc.get_objects()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env={**__import__("os").environ, "AWS_ACCESS_KEY_ID": "x",
+                                          "AWS_SECRET_ACCESS_KEY": "y"})
+    assert out.returncode == 0, out.stderr
+    frozen, walked = map(int, out.stdout.split())
+    assert frozen > 20_000  # botocore's loaded models and the clients
+    assert walked < 2_000  # what a task's gc.collect() still walks
