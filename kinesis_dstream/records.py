@@ -117,3 +117,6 @@ class GetRecordsResult:
     millis_behind_latest: int | None = None
     shard_end: bool = False
     child_shard_ids: list[str] = field(default_factory=list)
+    # Kinesis records in the answer, before de-aggregation and before dropping those at or
+    # before the start: a page that came back full says more are waiting, whatever is left.
+    kinesis_records: int = 0

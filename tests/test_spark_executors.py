@@ -200,3 +200,20 @@ def test_a_range_whose_start_the_driver_knew_is_read_again_exactly(make_config, 
     again, again_report = read_shard_range(config, planned)
     assert again == records
     assert again_report.batch_range.records == 10
+
+
+def test_a_batch_that_starts_inside_a_backlog_reads_on_past_its_first_page(
+        make_config, make_stream, put_records):
+    """The page after a batch's start holds the record it starts at, which is dropped: one
+    user record short of a full page is still a full page, not the stream's tip."""
+    stream = make_stream(1)
+    config = make_config(stream, max_records=10)  # GetRecords pages of 10
+    BatchRangeTable(config).create_table_if_not_exists()
+    shard = put_records(stream, [("k", f"a{i}") for i in range(30)])[0].shard_id
+    _, report = read_shard_range(config, ShardRange(
+        "stream-c", shard, 1000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 1000,
+        max_records=5, time_budget_s=5))
+    records, _ = read_shard_range(config, ShardRange(
+        "stream-c", shard, 2000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 1000,
+        max_records=1000, time_budget_s=5, start=report.batch_range.next_start))
+    assert [r.binary_data for r in records] == [f"a{i}".encode() for i in range(5, 30)]

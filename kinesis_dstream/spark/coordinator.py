@@ -191,6 +191,11 @@ class ShardCoordinator:
         log.info("%s: stopped; leases released", self.name)
 
     # -- planning (called by the planner of each input stream) ------------------------------
+    @property
+    def taking_leases(self) -> bool:
+        """The last taker pass left free leases to the next one (the ramp-up after start)."""
+        return self.leases.wanted_more
+
     def plan(self, member: str, batch_ms: int) -> list[PlannedShard]:
         """The shards ``member`` reads in batch ``batch_ms`` (registered with the checkpoint
         policy), each with its lease period's floor and its previous batch in the period."""

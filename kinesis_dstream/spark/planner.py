@@ -101,7 +101,11 @@ class BatchPlanner:
         per_shard = self.spec.max_records_per_shard
         if limit is not None:
             per_shard = max(1, min(per_shard, limit // len(planned)))
-        budget = max(MAX_FETCH_TIME_PER_SHARD_S, 0.8 * self.spec.batch_interval_ms / 1000.0)
+        interval_s = self.spec.batch_interval_ms / 1000.0
+        # While leases are still being taken (the first second or so after start), a long
+        # read of the shards held so far would keep the shards taken meanwhile waiting.
+        budget = 0.8 * interval_s if self.coordinator.taking_leases \
+            else max(MAX_FETCH_TIME_PER_SHARD_S, 0.8 * interval_s)
         ranges = []
         for p in planned:
             previous = known.get((self.spec.key, p.shard_id, p.previous_ms)) \

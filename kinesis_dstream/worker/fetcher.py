@@ -122,7 +122,8 @@ class KinesisDataFetcher:
             assert self._iterator is not None
             answer = self._kinesis.get_records(self._iterator, self._config.max_records,
                                                shard_id=self.shard_id)
-        records = deaggregate(answer.get("Records", ()), self.shard_id)
+        kinesis_records = answer.get("Records", ())
+        records = deaggregate(kinesis_records, self.shard_id)
         if self._skip_through is not None and records:
             records = self._drop_delivered(records)
         if records:
@@ -140,7 +141,8 @@ class KinesisDataFetcher:
         return GetRecordsResult(records=records,
                                 millis_behind_latest=self._millis_behind_latest,
                                 shard_end=self._shard_end,
-                                child_shard_ids=list(self._child_shard_ids))
+                                child_shard_ids=list(self._child_shard_ids),
+                                kinesis_records=len(kinesis_records))
 
     def _drop_delivered(self, records: list[Record]) -> list[Record]:
         """Drop the user records at or before ``_skip_through``; records come in shard order."""
