@@ -438,9 +438,9 @@ class PlanTimer:
                 timer.planned_shards.append(len(planned))
             return planned
 
-        def timed_batch_rdd(planner: Any, sc: Any, batch_ms: int) -> Any:
+        def timed_batch_rdd(planner: Any, sc: Any, batch_ms: int, values: Any) -> Any:
             began, known = time.perf_counter(), len(timer.plan_s)
-            rdd = batch_rdd(planner, sc, batch_ms)
+            rdd = batch_rdd(planner, sc, batch_ms, values)
             if len(timer.plan_s) > known:  # a batch with shards planned
                 timer.batch_s.append(time.perf_counter() - began)
             return rdd

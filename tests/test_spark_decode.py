@@ -10,18 +10,20 @@ from emulators import client
 from spark_helpers import wait_until
 
 from kinesis_dstream import InitialPositionInStream, KinesisUtils, MetricsLevel, utf8_decoder
-from kinesis_dstream.spark.planner import naming_decoder
-from kinesis_dstream.spark.records import KinesisRecord
+from kinesis_dstream.records import Record
+from kinesis_dstream.spark.records import naming_decoder
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
 def test_naming_decoder_passes_good_records_and_names_bad_ones():
     decode = naming_decoder(utf8_decoder)
-    assert decode(KinesisRecord(b"caf\xc3\xa9", "k", "4960", 3, 0, "shardId-1")) == "café"
+    good = Record(b"caf\xc3\xa9", "k", "4960", 3, 0, "shardId-1")
+    bad = Record(b"\xff\xfe", "k", "4961", 0, 0, "shardId-1")
+    assert list(decode([good, good])) == ["café", "café"]
     with pytest.raises(ValueError, match=r"utf8_decoder cannot decode the record at 4961/0 of "
                                          r"shard shardId-1 .*UnicodeDecodeError"):
-        decode(KinesisRecord(b"\xff\xfe", "k", "4961", 0, 0, "shardId-1"))
+        list(decode([good, bad]))
 
 
 def test_an_undecodable_record_fails_its_batch_and_is_never_checkpointed(

@@ -119,7 +119,8 @@ def test_a_task_failing_mid_read_reads_the_same_records_on_retry(
     kinesis = env["kinesis"]
 
     def fail_first_attempt(record):
-        if TaskContext.get().attemptNumber() == 0 and record.data == b"a25":
+        # Once: with NO_CACHE the handler runs in the read-ahead job and the output job alike.
+        if TaskContext.get().attemptNumber() == 0 and record.data == b"a25" and not flag.exists():
             import boto3  # on the executor: tests/ is not on its path
 
             boto3.client("kinesis", endpoint_url=kinesis, region_name="us-east-1").put_records(

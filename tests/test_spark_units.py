@@ -219,3 +219,12 @@ def test_a_reader_process_keeps_its_clients_out_of_the_per_task_garbage_collecti
     frozen, walked = map(int, out.stdout.split())
     assert frozen > 20_000  # botocore's loaded models and the clients
     assert walked < 2_000  # what a task's gc.collect() still walks
+
+
+def test_reads_are_short_while_leases_are_still_being_taken() -> None:
+    from kinesis_dstream.spark.planner import read_time_budget_s
+    from kinesis_dstream.spark.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
+
+    assert read_time_budget_s(1000, taking_leases=True) == 0.8
+    assert read_time_budget_s(1000, taking_leases=False) == MAX_FETCH_TIME_PER_SHARD_S
+    assert read_time_budget_s(10_000, taking_leases=False) == 8.0  # 0.8 of a long interval

@@ -30,7 +30,8 @@ from pyspark.streaming import StreamingContext
 from pyspark.streaming.listener import StreamingListener
 
 from .coordinator import coordinator_for
-from .planner import BatchPlanner, StreamSpec, naming_decoder
+from .planner import BatchPlanner, StreamSpec
+from .records import record_values
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ def batch_time_ms(time: datetime) -> int:
 def make_batch_function(spec: StreamSpec, empty_dir: str, decoder: Callable | None,
                         message_handler: Callable | None) -> Callable:
     """The transform function of the Kinesis DStream (see the module docstring)."""
+    values = record_values(decoder, message_handler)
 
     def kinesis_batch(time, rdd):
         planner = planner_for(spec)
@@ -145,11 +147,6 @@ def make_batch_function(spec: StreamSpec, empty_dir: str, decoder: Callable | No
                 return rdd.context.emptyRDD()
             attach(ssc, planner)
             planner.coordinator.start()
-        records = planner.batch_rdd(rdd.context, batch_time_ms(time))
-        if message_handler is not None:
-            return records.map(message_handler)
-        if decoder is None:
-            return records.map(lambda record: record.data)
-        return records.map(naming_decoder(decoder))
+        return planner.batch_rdd(rdd.context, batch_time_ms(time), values)
 
     return kinesis_batch

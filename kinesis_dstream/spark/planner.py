@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..config import ConsumerConfig
 from .coordinator import ShardCoordinator
 from .rate import RateController, RateSettings
-from .records import KinesisRecord
+from .records import RecordValues
 from .shard_reader import (
     MAX_FETCH_TIME_PER_SHARD_S,
     RangeReports,
@@ -51,15 +51,12 @@ class StreamSpec:
         return ConsumerConfig.from_dict(self.config)
 
 
-def _read(config: ConsumerConfig, reports: Any, ranges: Any) -> Any:
-    """A task's body (on an executor): read each planned range, report it, yield records."""
+def _read(config: ConsumerConfig, reports: Any, values: RecordValues, ranges: Any) -> Any:
+    """A task's body (on an executor): read each planned range, report it, yield its values."""
     for planned in ranges:
         records, report = read_shard_range(config, planned)
         reports.add({(planned.stream_key, planned.shard_id, planned.batch_ms): report})
-        shard_id = planned.shard_id
-        for r in records:
-            yield KinesisRecord(r.binary_data, r.partition_key, r.sequence_number,
-                                r.sub_sequence_number, r.approximate_arrival_timestamp, shard_id)
+        yield from values(records)
 
 
 class BatchPlanner:
@@ -87,8 +84,8 @@ class BatchPlanner:
         keys = [k for k in list(value) if k[0] == self.spec.key and k[2] == batch_ms]
         return {k: value.pop(k) for k in keys}
 
-    def batch_rdd(self, sc: Any, batch_ms: int) -> Any:
-        """The RDD of KinesisRecords for batch ``batch_ms``, read and cached on executors."""
+    def batch_rdd(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
+        """The RDD of batch ``batch_ms``: its records' ``values``, read and cached on executors."""
         if not self.attached:
             return sc.emptyRDD()
         planned = self.coordinator.plan(self.spec.key, batch_ms)
@@ -101,11 +98,7 @@ class BatchPlanner:
         per_shard = self.spec.max_records_per_shard
         if limit is not None:
             per_shard = max(1, min(per_shard, limit // len(planned)))
-        interval_s = self.spec.batch_interval_ms / 1000.0
-        # While leases are still being taken (the first second or so after start), a long
-        # read of the shards held so far would keep the shards taken meanwhile waiting.
-        budget = 0.8 * interval_s if self.coordinator.taking_leases \
-            else max(MAX_FETCH_TIME_PER_SHARD_S, 0.8 * interval_s)
+        budget = read_time_budget_s(self.spec.batch_interval_ms, self.coordinator.taking_leases)
         ranges = []
         for p in planned:
             previous = known.get((self.spec.key, p.shard_id, p.previous_ms)) \
@@ -115,7 +108,7 @@ class BatchPlanner:
             ranges.append(ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor,
                                      p.floor_timestamp, p.since_ms, per_shard, budget,
                                      start, start_ts, self.coordinator.config.worker_id))
-        read = functools.partial(_read, self.config, reports)
+        read = functools.partial(_read, self.config, reports, values)
         rdd = sc.parallelize(ranges, len(ranges)).mapPartitions(read)
         level = _unreplicated(self.spec.storage_level)
         if level is not None:
@@ -187,6 +180,16 @@ class BatchPlanner:
                       ", ".join(sorted(k[1] for k in reports)) or "-")
 
 
+def read_time_budget_s(batch_interval_ms: int, taking_leases: bool) -> float:
+    """How long a task may read its shard: a backlog in long reads (``shard_reader``), but
+    short ones while leases are still being taken (the first second or so after start), so
+    that the shards taken meanwhile join the next batch instead of waiting for long reads."""
+    interval_s = batch_interval_ms / 1000.0
+    if taking_leases:
+        return 0.8 * interval_s
+    return max(MAX_FETCH_TIME_PER_SHARD_S, 0.8 * interval_s)
+
+
 def _unreplicated(level: Any) -> Any:
     """``storageLevel`` with one replica, or None when it stores nothing.
 
@@ -202,24 +205,3 @@ def _unreplicated(level: Any) -> Any:
     from pyspark import StorageLevel
 
     return StorageLevel(level.useDisk, level.useMemory, level.useOffHeap, level.deserialized, 1)
-
-
-def naming_decoder(decoder: Callable) -> Callable[[KinesisRecord], Any]:
-    """Wrap the decoder so an undecodable record fails its batch naming shard and position.
-
-    The batch then fails, so nothing in it is checkpointed and the record is read again after
-    a fix and restart; without the wrapper Spark would report a bare UnicodeDecodeError.
-    """
-    name = getattr(decoder, "__name__", repr(decoder))
-
-    def decode(record: KinesisRecord) -> Any:
-        try:
-            return decoder(record.data)
-        except Exception as exc:
-            raise ValueError(
-                f"{name} cannot decode the record at {record.sequence_number}/"
-                f"{record.sub_sequence_number} of shard {record.shard_id} "
-                f"({record.data[:32]!r}...): {type(exc).__name__}: {exc}; the batch failed, so "
-                f"this shard is not checkpointed past it") from exc
-
-    return decode
