@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from processes import reap
+
 from kinesis_dstream.multilang.java_daemon import daemon_command, properties_text
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -99,17 +101,14 @@ class JavaDaemon:
 
     def kill(self) -> None:
         """kill -9 of the JVM only; its children get EOF and exit on their own."""
-        if self.alive():
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            reap(self.process)
 
     def stop(self) -> None:
         """End the JVM and everything in its process group (its children)."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
+        reap(self.process)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:

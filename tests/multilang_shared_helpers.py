@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from java_kcl import EVENTS_ENV, JVM_FLAGS
+from processes import reap
 
 from kinesis_dstream.multilang.java_daemon import daemon_command, properties_text
 
@@ -54,9 +55,7 @@ class DaemonProcess:
 
     def kill(self) -> None:
         """kill -9 of the daemon alone."""
-        if self.alive():
-            self.proc.kill()
-        self.proc.wait(timeout=10)
+        reap(self.proc)
 
     def terminate(self, timeout: float = 40.0) -> int:
         if self.alive():
@@ -64,9 +63,7 @@ class DaemonProcess:
         return self.proc.wait(timeout)
 
     def close(self) -> None:
-        if self.alive():
-            self.proc.kill()
-        self.proc.wait(timeout=10)
+        reap(self.proc)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the Java daemon's children share its group
         except ProcessLookupError:

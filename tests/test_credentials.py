@@ -14,6 +14,7 @@ import uuid
 import boto3
 import pytest
 
+from processes import reap
 from recording_processor import read_events, start_worker
 
 from kinesis_dstream.aws.clients import assumed_role_credentials
@@ -155,9 +156,7 @@ def test_secrets_appear_in_no_log_line_output_or_worker_stderr(
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        reap(worker)
     stderr = (tmp_path / "w.stderr").read_text()
     assert "started on stream" in stderr          # it did log
     captured = capsys.readouterr()
@@ -200,9 +199,7 @@ def test_files_left_by_a_killed_process_are_removed_at_the_next_start(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        reap(child)
         child.stdout.close()
     assert process.remove_stale_private_files(tmp_path) == [left]
     assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(live_mine), "unrelated.json"])

@@ -21,6 +21,7 @@ import pytest
 import emulators
 from emulators import Producer, put_batch
 from java_kcl import JavaDaemon
+from processes import reap
 from recording_processor import make_factory, read_events, start_worker
 
 from kinesis_dstream.config import ConsumerConfig
@@ -234,9 +235,7 @@ def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
                  "every record after the takeover", logs)
     finally:
         java.stop()
-        if ours.poll() is None:
-            ours.kill()
-        ours.wait(timeout=10)
+        reap(ours)
 
     # Nothing lost, keys intact.
     everything = delivered()
@@ -308,9 +307,7 @@ def test_sigterm_of_our_worker_releases_its_leases_and_java_takes_all_of_them_at
         takes = java_takes()
     finally:
         java.stop()
-        if ours.poll() is None:
-            ours.kill()
-        ours.wait(timeout=10)
+        reap(ours)
 
     # Released: no owner on any lease the moment our worker exited, checkpoints kept.
     our_log = read_events(str(our_events))

@@ -15,6 +15,8 @@ import pytest
 from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 
 import emulators
+from processes import reap
+
 from kinesis_dstream.local import Emulator, EmulatorError, LocalStack, find_node_modules
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,8 +206,7 @@ def test_emulator_exits_when_its_parent_is_killed(tmp_path):
             child = int(parent.stdout.readline())
             assert _alive(child)
         finally:
-            parent.kill()
-            parent.wait()
+            reap(parent)
         assert _wait_dead([child], timeout=10) == [], f"{kind} outlived its killed parent"
 
 
@@ -278,9 +279,7 @@ def test_cli_prints_exports_and_stops_cleanly(sig):
         assert cli.wait(timeout=20) == 0
         assert _wait_dead(children, timeout=5) == []
     finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
+        reap(cli)
 
 
 def test_cli_with_kinesalite_and_dynalite():
@@ -296,9 +295,7 @@ def test_cli_with_kinesalite_and_dynalite():
         assert cli.wait(timeout=20) == 0
         assert _wait_dead(children, timeout=5) == []
     finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
+        reap(cli)
 
 
 # ---- the fault proxy -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import emulators
+from processes import reap
 
 TESTS_DIR = Path(__file__).resolve().parent
 RECORDER = TESTS_DIR / "kclpy_sample_recorder.py"
@@ -65,9 +66,7 @@ class Daemon:
             self._stderr.close()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        reap(self.proc)
         self._stderr.close()
 
     def log(self) -> str:
