@@ -218,3 +218,36 @@ def test_a_batch_that_starts_inside_a_backlog_reads_on_past_its_first_page(
         "stream-c", shard, 2000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 1000,
         max_records=1000, time_budget_s=5, start=report.batch_range.next_start))
     assert [r.binary_data for r in records] == [f"a{i}".encode() for i in range(5, 30)]
+
+
+def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(
+        sc, env, make_stream, put_records, unique_app_name):
+    """The range table holds what a recomputation may still need: while the stream runs, at
+    most the newest checkpointed range per shard stays; a graceful stop leaves none."""
+    from emulators import client
+
+    stream = make_stream(4)
+    ssc = make_ssc(sc)
+    rows = collected(create(ssc, unique_app_name, stream, env))
+    ddb = client("dynamodb", env["dynamodb"])
+    table = f"{unique_app_name}-kinesis-dstream-ranges"
+
+    def stored() -> dict[str, int]:
+        per_shard: dict[str, int] = {}
+        for item in ddb.scan(TableName=table, ConsistentRead=True)["Items"]:
+            shard = item["rangeKey"]["S"].rsplit("/", 1)[1]
+            per_shard[shard] = per_shard.get(shard, 0) + 1
+        return per_shard
+
+    ssc.start()
+    try:
+        for wave in range(6):  # a wave a second: each shard has records in several batches
+            put_records(stream, [(f"pk{i}", f"w{wave}-{i}") for i in range(40)])
+            wait_until(lambda: len(rows) >= 40 * (wave + 1), 60, f"wave {wave}")
+        wait_until(lambda: 0 < len(stored()) and max(stored().values()) <= 2, 30,
+                   "the checkpointed ranges to be deleted")
+        assert len(stored()) == 4  # the newest range of each shard stays while it is read
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert stored() == {}
+    assert sorted(rows) == sorted(f"w{w}-{i}" for w in range(6) for i in range(40))

@@ -228,3 +228,48 @@ def test_reads_are_short_while_leases_are_still_being_taken() -> None:
     assert read_time_budget_s(1000, taking_leases=True) == 0.8
     assert read_time_budget_s(1000, taking_leases=False) == MAX_FETCH_TIME_PER_SHARD_S
     assert read_time_budget_s(10_000, taking_leases=False) == 8.0  # 0.8 of a long interval
+
+
+def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shards() -> None:
+    """Empty batches move no checkpoint, so no checkpoint write deletes their ranges: they
+    go once 25 have gathered, in one call for every shard, the newest of each kept."""
+    from kinesis_dstream.aws.lease_table import Lease
+    from kinesis_dstream.aws.range_table import BatchRange
+    from kinesis_dstream.config import ConsumerConfig
+    from kinesis_dstream.spark.coordinator import ShardCoordinator
+    from kinesis_dstream.spark.shard_reader import ReadReport
+
+    class Ranges:
+        calls: list[list[tuple[str, str, int]]] = []
+
+        def delete(self, ranges):
+            self.calls.append(sorted(ranges))
+            return len(self.calls[-1])
+
+    config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
+                            aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret")
+    ranges = Ranges()
+    coordinator = ShardCoordinator(config, kinesis=object(), lease_table=object(),
+                                   range_table=ranges)
+    coordinator.add_member("m")
+    for shard_id in ("shardId-0", "shardId-1"):
+        coordinator._open_period(Lease(shard_id, lease_owner=config.worker_id))
+
+    def empty_batch(batch_ms: int) -> None:
+        planned = coordinator.plan("m", batch_ms)
+        reports = {("m", p.shard_id, batch_ms): ReadReport(BatchRange(
+            "m", p.shard_id, batch_ms, TRIM, end=None, records=0)) for p in planned}
+        coordinator.batch_read(reports)
+        coordinator.batch_completed("m", batch_ms, True, reports)
+
+    for n in range(1, 13):
+        empty_batch(n * 1000)
+    coordinator._write_checkpoints(force=False)
+    assert ranges.calls == []  # 22 surplus ranges: not yet a full call
+    empty_batch(13_000)
+    empty_batch(14_000)
+    coordinator._write_checkpoints(force=False)
+    assert ranges.calls == [sorted(("m", s, n * 1000) for s in ("shardId-0", "shardId-1")
+                                   for n in range(1, 14))]  # 26: batch 14000's stay
+    coordinator._write_checkpoints(force=False)
+    assert len(ranges.calls) == 1  # deleted once

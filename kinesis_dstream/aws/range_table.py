@@ -175,10 +175,11 @@ class BatchRangeTable:
                 return batch_range
             return stored
 
-    def delete(self, stream_key: str, shard_id: str, batch_times: Iterable[int]) -> int:
-        """Delete the ranges of these batches (their positions are checkpointed)."""
+    def delete(self, ranges: Iterable[tuple[str, str, int]]) -> int:
+        """Delete these (stream key, shard id, batch time) ranges, whose positions are
+        checkpointed: 25 to a call, whichever shards they belong to."""
         keys = [{"rangeKey": {"S": f"{stream_key}/{shard_id}"}, "batchTime": {"N": str(t)}}
-                for t in sorted(set(batch_times))]
+                for stream_key, shard_id, t in sorted(set(ranges))]
         for i in range(0, len(keys), 25):
             requests = [{"DeleteRequest": {"Key": k}} for k in keys[i:i + 25]]
             while requests:

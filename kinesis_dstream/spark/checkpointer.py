@@ -116,6 +116,15 @@ class KinesisCheckpointer:
         track = self._tracks.get(shard_id)
         return track.completed if track else None
 
+    def all_written(self, shard_id: str) -> bool:
+        """Every batch of the shard completed and what they reached is in the lease table
+        (an idle shard's empty batches, say): their ranges serve nothing any more."""
+        track = self._tracks.get(shard_id)
+        if track is None or track.failed_batch_ms is not None or track.has_running_batches:
+            return False
+        return track.completed is None or (track.written is not None
+                                           and track.completed <= track.written)
+
     def has_failed(self, shard_id: str) -> bool:
         track = self._tracks.get(shard_id)
         return bool(track and track.failed_batch_ms is not None)

@@ -176,6 +176,7 @@ class ShardCoordinator:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._write_checkpoints(force=True)
+        doomed = []
         for shard_id in self.leases.owned_shard_ids():
             self.leases.release(shard_id)
             with self._lock:
@@ -184,7 +185,8 @@ class ShardCoordinator:
                 if shard_id in self._stats and self._stats[shard_id].state == "processing":
                     self._stats[shard_id].state = "released"
             if period is not None:
-                self._delete_ranges(period.member, shard_id, keep_newest=False)
+                doomed += self._checkpointed_ranges(period.member, shard_id, keep_newest=False)
+        self._delete_ranges(doomed)
         self.leases.stop()
         if self.publisher is not None:
             self.publisher.close()
@@ -350,6 +352,7 @@ class ShardCoordinator:
     def _write_checkpoints(self, force: bool) -> None:
         with self._lock:
             due = self.checkpointer.due_checkpoints(force=force)
+        doomed: list[tuple[str, str, int]] = []
         for shard_id, position in due:
             try:
                 self.leases.checkpoint(shard_id, position)
@@ -362,9 +365,24 @@ class ShardCoordinator:
                     self._stats[shard_id].last_checkpoint = str(position)
             log.debug("%s: checkpointed %s at %s", self.name, shard_id, position)
             if period is not None:
-                self._delete_ranges(period.member, shard_id, keep_newest=True)
+                doomed += self._checkpointed_ranges(period.member, shard_id, keep_newest=True)
             if position == SHARD_END:
                 self._shard_ended(shard_id)
+        self._delete_ranges(doomed + self._idle_ranges(force))
+
+    def _idle_ranges(self, force: bool) -> list[tuple[str, str, int]]:
+        """The ranges of batches that moved no checkpoint (an idle shard's empty batches).
+
+        Without this they would stay until the shard's next record is checkpointed. They go
+        25 at a time, one BatchWriteItem, so an idle stream costs a write per 25 batches.
+        """
+        with self._lock:
+            idle = [(key, len(times) - 1) for key, times in self._recorded.items()
+                    if len(times) > 1 and self.checkpointer.all_written(key[1])]
+        if not idle or (not force and sum(n for _, n in idle) < 25):
+            return []
+        return [r for (member, shard_id), _ in idle
+                for r in self._checkpointed_ranges(member, shard_id, keep_newest=True)]
 
     def _shard_ended(self, shard_id: str) -> None:
         with self._lock:
@@ -376,13 +394,16 @@ class ShardCoordinator:
         with self._lock:
             self._close_period(shard_id, "ended")
         if period is not None:
-            self._delete_ranges(period.member, shard_id, keep_newest=False)
+            self._delete_ranges(self._checkpointed_ranges(period.member, shard_id,
+                                                          keep_newest=False))
         self.leases.release(shard_id)
         self.leases.refresh()
         self.lease_manager.sync_soon()
 
-    def _delete_ranges(self, member: str, shard_id: str, keep_newest: bool) -> None:
-        """Drop the ranges of completed batches, whose positions are checkpointed.
+    def _checkpointed_ranges(self, member: str, shard_id: str,
+                             keep_newest: bool) -> list[tuple[str, str, int]]:
+        """The ranges of the shard's completed batches, whose positions are checkpointed,
+        taken off the books for ``_delete_ranges``.
 
         While the shard is read here the newest one stays: a batch planned before its
         predecessor's range was known looks that range up to find where it starts.
@@ -393,12 +414,17 @@ class ShardCoordinator:
             if keep_newest and times:
                 doomed.discard(max(times))
             times -= doomed
-        if doomed:
-            try:
-                self.ranges.delete(member, shard_id, doomed)
-            except KinesisDStreamError as exc:
-                log.warning("%s: could not delete %d batch range(s) of %s (they expire): %s",
-                            self.name, len(doomed), shard_id, exc)
+        return [(member, shard_id, t) for t in sorted(doomed)]
+
+    def _delete_ranges(self, doomed: list[tuple[str, str, int]]) -> None:
+        """One deletion for every shard's ranges (25 to a call), not a call per shard."""
+        if not doomed:
+            return
+        try:
+            self.ranges.delete(doomed)
+        except KinesisDStreamError as exc:
+            log.warning("%s: could not delete %d batch range(s) of %d shard(s) (they expire): "
+                        "%s", self.name, len(doomed), len({d[1] for d in doomed}), exc)
 
     # -- visibility -------------------------------------------------------------------------
     def metrics(self, member: str | None = None) -> dict[str, dict[str, Any]]:

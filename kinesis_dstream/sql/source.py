@@ -397,8 +397,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
         def delete() -> None:
             try:
-                for shard_id in shard_ids:
-                    self.ranges.delete(key, shard_id, old)
+                self.ranges.delete((key, shard_id, t) for shard_id in shard_ids for t in old)
             except KinesisDStreamError as exc:
                 log.warning("could not delete old batch ranges of %s (TTL will): %s", key, exc)
 
