@@ -240,7 +240,8 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
     from kinesis_dstream.spark.shard_reader import ReadReport
 
     class Ranges:
-        calls: list[list[tuple[str, str, int]]] = []
+        def __init__(self) -> None:
+            self.calls: list[list[tuple[str, str, int]]] = []
 
         def delete(self, ranges):
             self.calls.append(sorted(ranges))
