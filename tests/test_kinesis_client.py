@@ -213,3 +213,18 @@ def test_get_records_answers_are_botocores_own(kinesis_local, make_stream, put_r
     assert sum(len(a["Records"]) for a in ours) == 20
     assert ours[0]["Records"][0]["Data"] == bytes([0, 0, 255]) + "é".encode()
     assert any(a.get("ChildShards") for a in ours)
+
+
+def test_clients_of_every_configuration_share_one_copy_of_botocore_s_models(aws_env):
+    """An executor's Python worker keeps clients per configuration (per stream it reads):
+    each must not parse and hold its own copy of the service and endpoint models."""
+    from kinesis_dstream.aws.clients import make_client
+
+    def config(app: str) -> ConsumerConfig:
+        return ConsumerConfig(application_name=app, stream_name="s", region_name="us-east-1",
+                              dynamodb_endpoint="http://127.0.0.1:9")
+
+    first, second = make_client(config("a"), "dynamodb"), make_client(config("b"), "dynamodb")
+    assert first is not second
+    assert first.meta.service_model._service_description is \
+        second.meta.service_model._service_description

@@ -17,6 +17,7 @@ import boto3
 import botocore.config
 import botocore.credentials
 import botocore.exceptions
+import botocore.loaders
 import botocore.parsers
 import botocore.session
 
@@ -58,6 +59,12 @@ _TRANSIENT = {"InternalFailure", "InternalServerError", "ServiceUnavailable",
               "KMSThrottlingException", "RequestTimeout"}
 
 
+# botocore's endpoint and service models, parsed once per process. A session's own loader
+# would keep a copy per client: about 29 MB for a reader's three clients, again for every
+# stream (configuration) an executor's Python worker reads. The models are read-only data.
+_MODELS = botocore.loaders.create_loader()
+
+
 def _session(config: ConsumerConfig) -> boto3.session.Session:
     """A session whose credentials are the configured ones, or an assumed role's.
 
@@ -70,9 +77,11 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
         aws_secret_access_key=config.aws_secret_key,
         region_name=config.region_name,
     )
+    session._session.register_component("data_loader", _MODELS)
     if config.sts_assume_role_arn is None:
         return session
     botocore_session = botocore.session.get_session()
+    botocore_session.register_component("data_loader", _MODELS)
     botocore_session.get_component("credential_provider").insert_before(
         "env", _FixedProvider(assumed_role_credentials(config, session)))
     return boto3.session.Session(botocore_session=botocore_session,
