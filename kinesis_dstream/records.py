@@ -117,6 +117,10 @@ class GetRecordsResult:
     millis_behind_latest: int | None = None
     shard_end: bool = False
     child_shard_ids: list[str] = field(default_factory=list)
-    # Kinesis records in the answer, before de-aggregation and before dropping those at or
-    # before the start: a page that came back full says more are waiting, whatever is left.
-    kinesis_records: int = 0
+    kinesis_records: int = 0  # in the answer, before de-aggregation and the dropped start
+
+    def is_full_page(self, limit: int) -> bool:
+        """Kinesis sent as many records as asked for, so more are waiting: counted in Kinesis
+        records, since de-aggregation adds user records and the first page after an
+        AT_SEQUENCE_NUMBER start drops the record it starts at."""
+        return self.kinesis_records >= limit

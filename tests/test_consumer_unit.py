@@ -80,7 +80,8 @@ class FakeFetcher:
         behind = (len(self.shard.records) - self.position) * 1000
         end = self.shard.closed and self.position >= len(self.shard.records)
         return GetRecordsResult(records=batch, millis_behind_latest=behind, shard_end=end,
-                                child_shard_ids=list(self.shard.children) if end else [])
+                                child_shard_ids=list(self.shard.children) if end else [],
+                                kinesis_records=len(batch))
 
 
 class Store:

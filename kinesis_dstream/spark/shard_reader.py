@@ -222,10 +222,8 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
         caught_up = result.millis_behind_latest in (0, None)
         if not result.records and caught_up:
             break
-        # A short page at the tip: nothing more now. Counted in Kinesis records, since the
-        # first page after an AT_SEQUENCE_NUMBER start drops the record it starts at.
-        if caught_up and result.kinesis_records < config.max_records:
-            break
+        if caught_up and not result.is_full_page(config.max_records):
+            break  # a short page at the tip: nothing more now
         if time.monotonic() >= deadline:
             break
     return reading
