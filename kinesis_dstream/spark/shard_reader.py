@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -287,8 +288,6 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange,
     exactly that one instead. The common first computation so saves a DynamoDB read per task
     and batch; the rare recomputation pays one wasted read from Kinesis.
     """
-    import os
-
     clients = _clients_for(config)
     stored = None
     start, timestamp = planned.start, planned.start_timestamp
