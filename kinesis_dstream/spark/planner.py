@@ -77,12 +77,18 @@ class BatchPlanner:
             self._reports = sc.accumulator({}, RangeReports())
         return self._reports
 
-    def _take_reports(self, batch_ms: int) -> dict[tuple[str, str, int], ReadReport]:
+    def _batch_reports(self, batch_ms: int) -> dict[tuple[str, str, int], ReadReport]:
+        """This stream's reports of batch ``batch_ms`` (a copy: tasks' reports keep arriving)."""
         if self._reports is None:
             return {}
-        value = self._reports.value
-        keys = [k for k in list(value) if k[0] == self.spec.key and k[2] == batch_ms]
-        return {k: value.pop(k) for k in keys}
+        return {k: r for k, r in list(self._reports.value.items())
+                if k[0] == self.spec.key and k[2] == batch_ms}
+
+    def _take_reports(self, batch_ms: int) -> dict[tuple[str, str, int], ReadReport]:
+        reports = self._batch_reports(batch_ms)
+        for key in reports:
+            self._reports.value.pop(key, None)
+        return reports
 
     def batch_rdd(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
         """The RDD of batch ``batch_ms``: its records' ``values``, read and cached on executors."""
@@ -122,8 +128,7 @@ class BatchPlanner:
             report = log.info if self.stopping else log.warning
             report("%s: reading batch %d ahead failed (%s); its output operations read it "
                    "themselves", self.name, batch_ms, str(exc).splitlines()[0][:300])
-        batch_reports = {k: r for k, r in reports.value.items()
-                         if k[0] == self.spec.key and k[2] == batch_ms}
+        batch_reports = self._batch_reports(batch_ms)
         self.coordinator.batch_read(batch_reports)
         count = sum(r.batch_range.records for r in batch_reports.values())
         self._counts[batch_ms] = count
