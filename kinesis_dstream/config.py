@@ -21,6 +21,8 @@ SPARK_RETRY_WAIT_TIME = "spark.streaming.kinesis.retry.waitTime"
 SPARK_RETRY_MAX_ATTEMPTS = "spark.streaming.kinesis.retry.maxAttempts"
 SPARK_RECEIVER_MAX_RATE = "spark.streaming.receiver.maxRate"
 SPARK_BACKPRESSURE_ENABLED = "spark.streaming.backpressure.enabled"
+# Ours: how many shards a Spark task reads (the Databricks connector's shardsPerTask).
+SPARK_SHARDS_PER_TASK = "spark.streaming.kinesis.shardsPerTask"
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
@@ -109,6 +111,9 @@ class ConsumerConfig:
 
     checkpoint_interval_ms: int = 10000
     shutdown_grace_ms: int = 20000
+    # Spark tasks: how many shards one task reads, concurrently (``shardsPerTask``). An idle
+    # wide stream then needs few tasks a batch; busy shards still get tasks of their own.
+    shards_per_task: int = 16
     metrics_level: str = "DETAILED"
     # CloudWatch publishing period (the KCL's metricsBufferTimeMillis).
     metrics_buffer_time_ms: int = 10000
@@ -145,7 +150,8 @@ class ConsumerConfig:
                 "sts_external_id must not be empty: leave it out (None) when the role needs none")
         positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
                     "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s",
-                    "metrics_buffer_time_ms", "max_leases_to_steal_at_one_time", "max_leases_for_worker")
+                    "metrics_buffer_time_ms", "max_leases_to_steal_at_one_time", "max_leases_for_worker",
+                    "shards_per_task")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive, got {getattr(self, name)}")
@@ -188,8 +194,15 @@ class ConsumerConfig:
         return dataclasses.replace(self, **changes)
 
     def with_spark_conf(self, conf: Mapping[str, str]) -> "ConsumerConfig":
-        """Apply the kinesis-asl retry keys from a Spark conf (a dict of its items)."""
+        """Apply the kinesis-asl retry keys and ours from a Spark conf (a dict of its items)."""
         changes: dict[str, Any] = {}
+        if SPARK_SHARDS_PER_TASK in conf:
+            try:
+                changes["shards_per_task"] = int(conf[SPARK_SHARDS_PER_TASK])
+            except ValueError:
+                raise ConfigurationError(
+                    f"{SPARK_SHARDS_PER_TASK}: not a whole number: {conf[SPARK_SHARDS_PER_TASK]!r}"
+                ) from None
         if SPARK_RETRY_WAIT_TIME in conf:
             changes["retry_wait_time_ms"] = parse_duration_ms(conf[SPARK_RETRY_WAIT_TIME],
                                                               SPARK_RETRY_WAIT_TIME)

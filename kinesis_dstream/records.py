@@ -124,3 +124,9 @@ class GetRecordsResult:
         records, since de-aggregation adds user records and the first page after an
         AT_SEQUENCE_NUMBER start drops the record it starts at."""
         return self.kinesis_records >= limit
+
+    def at_tip(self, limit: int) -> bool:
+        """Nothing more to read now: a short page and no lag. The one paging rule of the
+        worker's shard consumer (idle until the next read) and the executors' readers (stop
+        the batch's read here)."""
+        return not self.is_full_page(limit) and not self.millis_behind_latest

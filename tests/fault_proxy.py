@@ -19,6 +19,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import threading
 import time
 import urllib.parse
@@ -65,6 +66,8 @@ class FaultProxy:
         self.get_records_forwarded = 0
         self.forwarded = 0
         self.calls: Counter[tuple[str, str]] = Counter()  # (operation, TableName or "")
+        # (operation, TableName or "", shard id) for calls that name one shard
+        self.shard_calls: Counter[tuple[str, str, str]] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
@@ -215,7 +218,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     return
         with self.owner._lock:
             self.owner.forwarded += 1
-            self.owner.calls[_operation(self.headers.get("X-Amz-Target", ""), body)] += 1
+            operation = _operation(self.headers.get("X-Amz-Target", ""), body)
+            self.owner.calls[operation] += 1
+            shard = _shard_named(body)
+            if shard:
+                self.owner.shard_calls[(*operation, shard)] += 1
         if failed and reply.status == 200:
             data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed))
         self._send(reply.status, reply.getheaders(), data)
@@ -234,6 +241,16 @@ def _operation(target: str, body: bytes) -> tuple[str, str]:
             request = {}
         table = request.get("TableName") or next(iter(request.get("RequestItems") or {}), "")
     return target.rpartition(".")[2], table
+
+
+_SHARD_ID = re.compile(rb'(shardId-[0-9]{12})')
+
+
+def _shard_named(body: bytes) -> str:
+    """The one shard a call names (GetShardIterator's ShardId, a lease item's leaseKey, a
+    batch range's rangeKey), or "" for none or several."""
+    found = set(_SHARD_ID.findall(body))
+    return found.pop().decode() if len(found) == 1 else ""
 
 
 def _merge_put_answer(data: bytes, failed: list[int], total: int) -> bytes:

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
 
 SHARED = {"config", "errors", "retry", "records"}
 TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
-EVERYTHING = SHARED | {"aws", "worker", "multilang", "local"} | TOP | {"cli", "pyspark"}
+EVERYTHING = SHARED | {"aws", "worker", "executor", "multilang", "local"} | TOP | {"cli", "pyspark"}
 # part of the package -> what it may import at module level (parts of kinesis_dstream, or
 # "pyspark"). Lazy imports (inside a function) are held to the same rule except in
 # __init__, whose lazy imports of the Spark names are its way of not importing pyspark.
@@ -24,10 +24,13 @@ ALLOWED: dict[str, set[str]] = {
     "aws": SHARED | {"aws"},
     "worker": SHARED | {"aws", "worker"},
     "multilang": SHARED | {"aws", "worker", "multilang"},
+    # What runs in Spark tasks of both APIs: no pyspark, no Spark glue.
+    "executor": SHARED | {"aws", "worker", "executor"},
     "local": set(SHARED),
     # The DStream glue must not need the sql package (pyspark >= 4.0): DStream users on 3.5.
+    # The two Spark APIs share the executors' reader, not each other's modules.
     "spark": EVERYTHING - {"cli", "sql"},
-    "sql": EVERYTHING - {"cli"},
+    "sql": EVERYTHING - {"cli", "spark"},
     "cli": EVERYTHING,
     "__main__": {"cli"},
     "__init__": set(SHARED),
@@ -132,6 +135,10 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     ({"__init__.py": "def f():\n    from .sql import source\n"},
      "__init__.py:2 (__init__) lazily imports sql"),
     ({"local.py": "from . import worker\n"}, "local.py:1 (local) imports worker"),
+    ({"sql/bad.py": "from ..spark.planner import BatchPlanner\n"}, "sql/bad.py:1 (sql) imports spark"),
+    ({"executor/bad.py": "import pyspark\n"}, "executor/bad.py:1 (executor) imports pyspark"),
+    ({"executor/bad.py": "from ..spark import planner\n"},
+     "executor/bad.py:1 (executor) imports spark"),
 ])
 def test_the_checker_flags_a_forbidden_import(tmp_path, files, expected):
     assert expected in layer_violations(_package(tmp_path, files))
@@ -143,7 +150,9 @@ def test_the_checker_accepts_what_the_layers_allow(tmp_path):
                         "from . import scheduler\n",
         "multilang/ok.py": "from ..worker.scheduler import Scheduler\n",
         "spark/ok.py": "import pyspark\nfrom ..worker import scheduler\nfrom ..multilang import y\n",
-        "sql/ok.py": "from pyspark.sql.datasource import DataSource\nfrom ..spark import y\n",
+        "sql/ok.py": "from pyspark.sql.datasource import DataSource\nfrom ..executor import y\n",
+        "spark/reads.py": "from ..executor.task import read_shards\n",
+        "executor/ok.py": "from ..worker.fetcher import KinesisDataFetcher\nfrom ..aws import k\n",
         "__init__.py": "from .config import ConsumerConfig\n"
                       "def __getattr__(name):\n    from .spark import kinesis_utils\n",
         "cli.py": "from .spark import z\n",

@@ -18,7 +18,7 @@ from spark_helpers import collected, create, make_ssc, wait_until
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.range_table import BatchRangeTable
 from kinesis_dstream.records import ExtendedSequenceNumber
-from kinesis_dstream.spark.shard_reader import ShardRange, read_shard_range
+from kinesis_dstream.executor.shard_reader import ShardRange, read_shard_range
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
@@ -107,6 +107,53 @@ def test_two_output_operations_get_the_same_records_though_more_arrived(
         assert sorted(second.get(time, [])) == sorted(rows), time
     assert sorted(r for rows in second.values() for r in rows) == \
         sorted([f"a{i}" for i in range(100)] + late)
+
+
+def test_a_batch_whose_read_found_nothing_stays_empty_when_computed_again(
+        sc, env, make_stream, put_records, unique_app_name):
+    """An empty read records no range. The batch's second output operation computes it again
+    (nothing cached) after records arrived: it must still be empty, and those records come
+    once, in a later batch."""
+    stream = make_stream(1)
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, env, storageLevel=NO_CACHE)
+    first: dict = {}
+    second: dict = {}
+    lock = threading.Lock()
+    late: list[str] = []
+    ready = threading.Event()
+
+    def one(time, rdd):
+        got = rdd.collect()
+        if not got and ready.is_set() and not late:  # an empty batch, between its operations
+            late.extend(f"late{i}" for i in range(30))
+            put_records(stream, [("k", r) for r in late])
+        with lock:
+            first[time] = got
+
+    def two(time, rdd):
+        got = rdd.collect()
+        with lock:
+            second[time] = got
+
+    kstream.foreachRDD(one)
+    kstream.foreachRDD(two)
+    ssc.start()
+    try:
+        wait_until(lambda: kstream.metrics() and all(
+            m["state"] == "processing" for m in kstream.metrics().values()), 60, "the lease")
+        wait_until(lambda: len(second) >= 2, 60, "two batches")
+        ready.set()
+        wait_until(lambda: sum(len(v) for v in list(second.values())) >= 30, 90, "the records")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert late
+    emptied = [t for t, rows in first.items() if not rows and t in second]
+    assert emptied
+    for time, rows in first.items():
+        if time in second:
+            assert sorted(second[time]) == sorted(rows), time
+    assert sorted(r for rows in second.values() for r in rows) == sorted(late)
 
 
 def test_a_task_failing_mid_read_reads_the_same_records_on_retry(

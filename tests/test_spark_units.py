@@ -176,7 +176,7 @@ def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> N
     from kinesis_dstream.aws.range_table import BatchRange
     from kinesis_dstream.config import ConsumerConfig
     from kinesis_dstream.spark.coordinator import ShardCoordinator
-    from kinesis_dstream.spark.shard_reader import ReadReport
+    from kinesis_dstream.executor.shard_reader import ReadReport
 
     config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
                             aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret")
@@ -185,16 +185,16 @@ def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> N
     coordinator.add_member("m")
     coordinator._open_period(Lease("shardId-0", lease_owner=config.worker_id))
 
-    def shards(batch_ms: int) -> list[tuple[str, int | None]]:
-        return [(p.shard_id, p.previous_ms) for p in coordinator.plan("m", batch_ms)]
+    def shards(batch_ms: int) -> list[tuple[str, ESN | None]]:
+        return [(p.shard_id, p.start) for p in coordinator.plan("m", batch_ms)]
 
-    assert shards(1000) == [("shardId-0", None)]
+    assert shards(1000) == [("shardId-0", TRIM)]  # a period's first batch starts at its floor
     assert shards(2000) == []  # batch 1000's read-ahead reported nothing
     coordinator.batch_completed("m", 1000, False, {})
-    assert shards(3000) == [("shardId-0", 1000)]
+    assert shards(3000) == [("shardId-0", None)]  # its end unknown here: the task looks it up
     report = ReadReport(BatchRange("m", "shardId-0", 3000, TRIM, end=ESN("5"), records=1))
     coordinator.batch_read({("m", "shardId-0", 3000): report})
-    assert shards(4000) == [("shardId-0", 3000)]  # a read-ahead report settles it at once
+    assert shards(4000) == [("shardId-0", ESN("5"))]  # a read-ahead report settles it at once
 
 
 def test_a_reader_process_keeps_its_clients_out_of_the_per_task_garbage_collection() -> None:
@@ -206,10 +206,10 @@ def test_a_reader_process_keeps_its_clients_out_of_the_per_task_garbage_collecti
     code = (
         "import gc\n"
         "from kinesis_dstream.config import ConsumerConfig\n"
-        "from kinesis_dstream.spark import shard_reader\n"
+        "from kinesis_dstream.executor import shard_reader\n"
         "config = ConsumerConfig(application_name='app', stream_name='s', region_name='us-east-1',"
         " kinesis_endpoint='http://127.0.0.1:9', dynamodb_endpoint='http://127.0.0.1:9')\n"
-        "shard_reader._clients_for(config)\n"
+        "shard_reader.clients_for(config)\n"
         "print(gc.get_freeze_count(), len(gc.get_objects()))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -223,7 +223,7 @@ def test_a_reader_process_keeps_its_clients_out_of_the_per_task_garbage_collecti
 
 def test_reads_are_short_while_leases_are_still_being_taken() -> None:
     from kinesis_dstream.spark.planner import read_time_budget_s
-    from kinesis_dstream.spark.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
+    from kinesis_dstream.executor.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
 
     assert read_time_budget_s(1000, taking_leases=True) == 0.8
     assert read_time_budget_s(1000, taking_leases=False) == MAX_FETCH_TIME_PER_SHARD_S
@@ -237,7 +237,7 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
     from kinesis_dstream.aws.range_table import BatchRange
     from kinesis_dstream.config import ConsumerConfig
     from kinesis_dstream.spark.coordinator import ShardCoordinator
-    from kinesis_dstream.spark.shard_reader import ReadReport
+    from kinesis_dstream.executor.shard_reader import ReadReport
 
     class Ranges:
         def __init__(self) -> None:

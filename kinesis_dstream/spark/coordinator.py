@@ -42,7 +42,7 @@ from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
 from .checkpointer import SHARD_END, KinesisCheckpointer
-from .shard_reader import ReadReport
+from ..executor.shard_reader import ITERATOR_TTL_S, ReadReport, start_after
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +51,20 @@ PERMANENT_ERRORS = (StreamNotFoundError, CredentialsError, ConfigurationError)
 
 
 @dataclass
-class LeasePeriod:
-    """A shard from the moment we took its lease: where its batches start, who reads it."""
+class ShardState:
+    """Everything the driver knows of one shard, in one place.
+
+    The lease period (from taking the lease to losing or releasing it) has a floor, the
+    lease's checkpoint when taken, where its first batch starts; each later batch starts
+    where the shard's previous batch ended, known from that batch's read report
+    (``last_read``), with the iterator that read handed back. The counters outlive the
+    period, for ``metrics()``.
+    """
 
     shard_id: str
-    member: str  # the input stream (its key) that reads this shard
-    floor: ExtendedSequenceNumber
-    floor_timestamp: float | None
+    member: str | None = None  # the input stream (its key) that reads it; None: not held
+    floor: ExtendedSequenceNumber | None = None
+    floor_timestamp: float | None = None
     since_ms: int | None = None  # the first batch planned in this period
     last_planned_ms: int | None = None
     # The last planned batch while its range end is unknown: no read-ahead report yet and
@@ -66,6 +73,46 @@ class LeasePeriod:
     unsettled_ms: int | None = None
     ended: bool = False  # a batch read its last record: plan no more
     child_shard_ids: tuple[str, ...] = ()
+    last_read: ReadReport | None = None  # the report of the period's newest batch read
+    # (member, batch) planned and not yet completed; completed ones whose range is recorded
+    planned: set = field(default_factory=set)
+    recorded: set = field(default_factory=set)
+    # counters
+    records: int = 0
+    data_bytes: int = 0
+    millis_behind_latest: int | None = None
+    last_checkpoint: str | None = None
+    state: str = "processing"
+    read_by_pids: set = field(default_factory=set)
+
+    @property
+    def held(self) -> bool:
+        return self.member is not None
+
+    def open(self, member: str, floor: ExtendedSequenceNumber, timestamp: float | None) -> None:
+        self.member, self.floor, self.floor_timestamp = member, floor, timestamp
+        self.since_ms = self.last_planned_ms = self.unsettled_ms = None
+        self.ended, self.child_shard_ids, self.last_read = False, (), None
+
+    def close(self, state: str) -> None:
+        self.member = None
+        self.state = state
+
+    def next_read(self, now: float) -> tuple[ExtendedSequenceNumber | None, float | None, str | None]:
+        """(start, its timestamp, an iterator at it) of the shard's next batch; start None
+        when the previous batch's end is not known here (the task looks it up)."""
+        assert self.floor is not None
+        if self.last_planned_ms is None:
+            start, timestamp = start_after(None, self.floor, self.floor_timestamp)
+            return start, timestamp, None
+        report = self.last_read
+        if report is None or report.batch_range.batch_ms != self.last_planned_ms:
+            return None, None, None
+        start, timestamp = start_after(report.batch_range, self.floor, self.floor_timestamp)
+        iterator = report.next_iterator
+        if iterator is not None and now - report.iterator_time > ITERATOR_TTL_S:
+            iterator = None
+        return start, timestamp, iterator
 
 
 @dataclass(frozen=True)
@@ -74,17 +121,10 @@ class PlannedShard:
     floor: ExtendedSequenceNumber
     floor_timestamp: float | None
     since_ms: int
-    previous_ms: int | None  # the shard's previous batch in this lease period, if any
-
-
-@dataclass
-class ShardStats:
-    records: int = 0
-    data_bytes: int = 0
-    millis_behind_latest: int | None = None
-    last_checkpoint: str | None = None
-    state: str = "processing"
-    read_by_pids: set = field(default_factory=set)
+    start: ExtendedSequenceNumber | None  # None: the task finds it in the range table
+    start_timestamp: float | None
+    iterator: str | None
+    weight: float  # records its previous batch read: heavy shards get tasks of their own
 
 
 class ShardCoordinator:
@@ -102,11 +142,7 @@ class ShardCoordinator:
         self.checkpointer = KinesisCheckpointer(config.checkpoint_interval_ms / 1000.0)
         self._lock = threading.RLock()
         self._members: list[str] = []
-        self._periods: dict[str, LeasePeriod] = {}
-        self._stats: dict[str, ShardStats] = {}
-        # (member, shard) -> completed batches whose range is recorded: deleted once checkpointed
-        self._recorded: dict[tuple[str, str], set[int]] = {}
-        self._planned: dict[tuple[str, int], list[str]] = {}  # (member, batch) -> shards
+        self._shards: dict[str, ShardState] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -180,12 +216,10 @@ class ShardCoordinator:
         for shard_id in self.leases.owned_shard_ids():
             self.leases.release(shard_id)
             with self._lock:
-                period = self._periods.pop(shard_id, None)
-                self.checkpointer.shard_closed(shard_id)
-                if shard_id in self._stats and self._stats[shard_id].state == "processing":
-                    self._stats[shard_id].state = "released"
-            if period is not None:
-                doomed += self._checkpointed_ranges(period.member, shard_id, keep_newest=False)
+                shard = self._shards.get(shard_id)
+                if shard is not None and shard.held:
+                    self._close_period(shard, "released")
+                    doomed += self._checkpointed_ranges(shard, keep_newest=False)
         self._delete_ranges(doomed)
         self.leases.stop()
         if self.publisher is not None:
@@ -200,76 +234,99 @@ class ShardCoordinator:
 
     def plan(self, member: str, batch_ms: int) -> list[PlannedShard]:
         """The shards ``member`` reads in batch ``batch_ms`` (registered with the checkpoint
-        policy), each with its lease period's floor and its previous batch in the period."""
+        policy), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
         planned = []
+        now = time.time()
         with self._lock:
             leases = self.leases.known_leases()
-            for shard_id, period in sorted(self._periods.items()):
-                if period.member != member or period.ended:
+            for shard_id, shard in sorted(self._shards.items()):
+                if shard.member != member or shard.ended:
                     continue
                 lease = leases.get(shard_id)
                 if lease is not None and not parents_done(lease, leases):
                     continue
-                if period.unsettled_ms is not None:
+                if shard.unsettled_ms is not None:
                     log.info("%s: shard %s sits out batch %d: where batch %d ended is not "
-                             "known yet", self.name, shard_id, batch_ms, period.unsettled_ms)
+                             "known yet", self.name, shard_id, batch_ms, shard.unsettled_ms)
                     continue
-                if period.since_ms is None:
-                    period.since_ms = batch_ms
-                planned.append(PlannedShard(shard_id, period.floor, period.floor_timestamp,
-                                            period.since_ms, period.last_planned_ms))
-                period.last_planned_ms = period.unsettled_ms = batch_ms
+                if shard.since_ms is None:
+                    shard.since_ms = batch_ms
+                start, timestamp, iterator = shard.next_read(now)
+                weight = shard.last_read.batch_range.records if shard.last_read else 0
+                assert shard.floor is not None
+                planned.append(PlannedShard(shard_id, shard.floor, shard.floor_timestamp,
+                                            shard.since_ms, start, timestamp, iterator, weight))
+                shard.last_planned_ms = shard.unsettled_ms = batch_ms
+                shard.planned.add((member, batch_ms))
             self.checkpointer.batch_generated(batch_ms, [p.shard_id for p in planned])
-            if planned:
-                self._planned[(member, batch_ms)] = [p.shard_id for p in planned]
         return planned
 
     def batch_read(self, reports: dict[tuple[str, str, int], ReadReport]) -> None:
-        """Reports of partitions read (at planning, or recomputed later): stats and ends."""
+        """Reports of partitions read (at planning, or recomputed later): counters, where
+        each shard's next batch starts, and shard ends. Not a completion: nothing is
+        checkpointed before the batch completes."""
         with self._lock:
-            for (_, shard_id, batch_ms), report in reports.items():
-                period = self._settle(shard_id, batch_ms)
-                stats = self._stats.setdefault(shard_id, ShardStats())
-                stats.records += report.batch_range.records
-                stats.data_bytes += report.data_bytes
-                stats.read_by_pids.add(report.reader_pid)
+            for (member, shard_id, batch_ms), report in reports.items():
+                shard = self._shards.setdefault(shard_id, ShardState(shard_id))
+                shard.records += report.batch_range.records
+                shard.data_bytes += report.data_bytes
+                shard.read_by_pids.add(report.reader_pid)
                 if report.millis_behind_latest is not None:
-                    stats.millis_behind_latest = report.millis_behind_latest
-                if report.batch_range.shard_end and period is not None:
-                    period.ended = True
-                    period.child_shard_ids = report.batch_range.child_shard_ids
+                    shard.millis_behind_latest = report.millis_behind_latest
+                if shard.member != member or shard.since_ms is None or batch_ms < shard.since_ms:
+                    continue  # a report of an earlier lease period
+                self._settle(shard, batch_ms)
+                if shard.last_read is None or shard.last_read.batch_range.batch_ms <= batch_ms:
+                    shard.last_read = report
+                if report.batch_range.shard_end:
+                    shard.ended = True
+                    shard.child_shard_ids = report.batch_range.child_shard_ids
 
-    def _settle(self, shard_id: str, batch_ms: int) -> LeasePeriod | None:
+    @staticmethod
+    def _settle(shard: ShardState, batch_ms: int) -> None:
         """Batch ``batch_ms`` of the shard has a known end now: plan the shard again."""
-        period = self._periods.get(shard_id)
-        if period is not None and period.unsettled_ms == batch_ms:
-            period.unsettled_ms = None
-        return period
+        if shard.unsettled_ms == batch_ms:
+            shard.unsettled_ms = None
 
     def batch_completed(self, member: str, batch_ms: int, succeeded: bool,
                         reports: dict[tuple[str, str, int], ReadReport]) -> None:
         """Batch ``batch_ms`` of input stream ``member`` completed (or failed)."""
+        mine = {shard_id: r for (m, shard_id, t), r in reports.items()
+                if m == member and t == batch_ms}
+        if mine:
+            self.batch_read({(member, s, batch_ms): r for s, r in mine.items()
+                             if not self._known(s, batch_ms, r)})
         reached = {shard_id: (r.batch_range.end, r.batch_range.shard_end)
-                   for (_, shard_id, t), r in reports.items() if t == batch_ms}
+                   for shard_id, r in mine.items()}
         if succeeded and self.publisher is not None:
-            for (_, shard_id, t), r in reports.items():
-                if t == batch_ms:
-                    recorder = ShardMetricsRecorder(self.publisher, shard_id)
-                    for _ in range(r.get_records_calls):
-                        recorder.get_records(True, r.get_records_ms / r.get_records_calls)
-                    recorder.processed(r.batch_range.records, r.data_bytes,
-                                       r.millis_behind_latest, None)
+            for shard_id, r in mine.items():
+                recorder = ShardMetricsRecorder(self.publisher, shard_id)
+                for _ in range(r.get_records_calls):
+                    recorder.get_records(True, r.get_records_ms / r.get_records_calls)
+                recorder.processed(r.batch_range.records, r.data_bytes,
+                                   r.millis_behind_latest, None)
         with self._lock:
-            shard_ids = self._planned.pop((member, batch_ms), [])
-            for shard_id in shard_ids:  # its range is recorded now, or never will be
-                self._settle(shard_id, batch_ms)
+            shard_ids = []
+            for shard in self._shards.values():
+                if (member, batch_ms) in shard.planned:
+                    shard.planned.discard((member, batch_ms))
+                    shard_ids.append(shard.shard_id)
+                    self._settle(shard, batch_ms)  # its range is recorded now, or never will be
+                    report = mine.get(shard.shard_id)
+                    if report is not None and report.recorded:
+                        shard.recorded.add((member, batch_ms))
             touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)
-            for shard_id in reached:
-                self._recorded.setdefault((member, shard_id), set()).add(batch_ms)
         if touched:
             self._wake.set()
+
+    def _known(self, shard_id: str, batch_ms: int, report: ReadReport) -> bool:
+        """The read-ahead already reported this read (its counters are in)."""
+        with self._lock:
+            shard = self._shards.get(shard_id)
+            return shard is not None and shard.last_read is not None and \
+                shard.last_read.batch_range.batch_ms >= batch_ms
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -301,18 +358,20 @@ class ShardCoordinator:
     def _waiting_on_parents(self) -> bool:
         with self._lock:
             leases = self.leases.known_leases()
-            return any(s in leases and not parents_done(leases[s], leases) for s in self._periods)
+            return any(s in leases and not parents_done(leases[s], leases)
+                       for s, shard in self._shards.items() if shard.held)
 
     def _reconcile(self) -> None:
         """Open a lease period for each lease taken; close those lost or finished."""
         owned = {shard_id: self.leases.owned_lease(shard_id)
                  for shard_id in self.leases.owned_shard_ids()}
         with self._lock:
-            for shard_id in list(self._periods):
-                if shard_id not in owned:
-                    self._close_period(shard_id, "lost")
+            for shard in self._shards.values():
+                if shard.held and shard.shard_id not in owned:
+                    self._close_period(shard, "lost")
             for shard_id, lease in sorted(owned.items()):
-                if lease is None or shard_id in self._periods:
+                shard = self._shards.get(shard_id)
+                if lease is None or (shard is not None and shard.held):
                     continue
                 if lease.is_finished:
                     self.leases.release(shard_id)
@@ -326,25 +385,26 @@ class ShardCoordinator:
         elif floor.sequence_number == AT_TIMESTAMP:
             timestamp = self.config.initial_position_timestamp
         counts = {m: 0 for m in self._members}
-        for period in self._periods.values():
-            counts[period.member] = counts.get(period.member, 0) + 1
+        for shard in self._shards.values():
+            if shard.held:
+                counts[shard.member] = counts.get(shard.member, 0) + 1
         member = min(self._members, key=lambda m: counts[m])
-        self._periods[lease.lease_key] = LeasePeriod(lease.lease_key, member, floor, timestamp)
+        shard = self._shards.setdefault(lease.lease_key, ShardState(lease.lease_key))
+        shard.open(member, floor, timestamp)
+        shard.state, shard.last_checkpoint = "processing", str(lease.checkpoint)
         self.checkpointer.shard_started(lease.lease_key, lease.checkpoint)
-        stats = self._stats.setdefault(lease.lease_key, ShardStats())
-        stats.state, stats.last_checkpoint = "processing", str(lease.checkpoint)
         log.info("%s: leased shard %s from %s for input stream %d", self.name, lease.lease_key,
                  lease.checkpoint, self._members.index(member))
 
-    def _close_period(self, shard_id: str, state: str) -> None:
-        self._periods.pop(shard_id, None)
-        self.checkpointer.shard_closed(shard_id)
-        if shard_id in self._stats:
-            self._stats[shard_id].state = state
+    def _close_period(self, shard: ShardState, state: str) -> None:
+        shard.close(state)
+        self.checkpointer.shard_closed(shard.shard_id)
 
     def _lease_lost(self, shard_id: str) -> None:
         with self._lock:
-            self._close_period(shard_id, "lost")
+            shard = self._shards.get(shard_id)
+            if shard is not None and shard.held:
+                self._close_period(shard, "lost")
         log.warning("%s: lost the lease of shard %s; no further checkpoint of it here",
                     self.name, shard_id)
 
@@ -360,61 +420,58 @@ class ShardCoordinator:
                 continue  # reported by the lease coordinator
             with self._lock:
                 self.checkpointer.checkpoint_written(shard_id, position)
-                period = self._periods.get(shard_id)
-                if shard_id in self._stats:
-                    self._stats[shard_id].last_checkpoint = str(position)
+                shard = self._shards.get(shard_id)
+                if shard is not None:
+                    shard.last_checkpoint = str(position)
+                    doomed += self._checkpointed_ranges(shard, keep_newest=True)
             log.debug("%s: checkpointed %s at %s", self.name, shard_id, position)
-            if period is not None:
-                doomed += self._checkpointed_ranges(period.member, shard_id, keep_newest=True)
             if position == SHARD_END:
                 self._shard_ended(shard_id)
         self._delete_ranges(doomed + self._idle_ranges(force))
 
     def _idle_ranges(self, force: bool) -> list[tuple[str, str, int]]:
-        """The ranges of batches that moved no checkpoint (an idle shard's empty batches).
+        """The recorded ranges of batches that moved no checkpoint (a shard whose records
+        were all cut off, say, by a lease that moved).
 
         Without this they would stay until the shard's next record is checkpointed. They go
-        25 at a time, one BatchWriteItem, so an idle stream costs a write per 25 batches.
+        25 at a time, one BatchWriteItem. (An idle shard's empty reads record nothing.)
         """
         with self._lock:
-            idle = [(key, len(times) - 1) for key, times in self._recorded.items()
-                    if len(times) > 1 and self.checkpointer.all_written(key[1])]
-        if not idle or (not force and sum(n for _, n in idle) < 25):
-            return []
-        return [r for (member, shard_id), _ in idle
-                for r in self._checkpointed_ranges(member, shard_id, keep_newest=True)]
+            idle = [shard for shard in self._shards.values()
+                    if len(shard.recorded) > 1 and self.checkpointer.all_written(shard.shard_id)]
+            if not idle or (not force and sum(len(s.recorded) - 1 for s in idle) < 25):
+                return []
+            return [r for shard in idle for r in self._checkpointed_ranges(shard, keep_newest=True)]
 
     def _shard_ended(self, shard_id: str) -> None:
         with self._lock:
-            period = self._periods.get(shard_id)
-        children = list(period.child_shard_ids) if period is not None else []
+            shard = self._shards.get(shard_id)
+            children = list(shard.child_shard_ids) if shard is not None else []
         self.leases.record_children(shard_id, children)
         log.info("%s: shard %s ended and its last records are processed; children %s", self.name,
                  shard_id, children or "from the next shard sync")
-        with self._lock:
-            self._close_period(shard_id, "ended")
-        if period is not None:
-            self._delete_ranges(self._checkpointed_ranges(period.member, shard_id,
-                                                          keep_newest=False))
+        if shard is not None:
+            with self._lock:
+                self._close_period(shard, "ended")
+                doomed = self._checkpointed_ranges(shard, keep_newest=False)
+            self._delete_ranges(doomed)
         self.leases.release(shard_id)
         self.leases.refresh()
         self.lease_manager.sync_soon()
 
-    def _checkpointed_ranges(self, member: str, shard_id: str,
+    def _checkpointed_ranges(self, shard: ShardState,
                              keep_newest: bool) -> list[tuple[str, str, int]]:
-        """The ranges of the shard's completed batches, whose positions are checkpointed,
-        taken off the books for ``_delete_ranges``.
+        """The recorded ranges of the shard's completed batches, whose positions are
+        checkpointed, taken off the books for ``_delete_ranges``.
 
         While the shard is read here the newest one stays: a batch planned before its
         predecessor's range was known looks that range up to find where it starts.
         """
-        with self._lock:
-            times = self._recorded.get((member, shard_id), set())
-            doomed = set(times)
-            if keep_newest and times:
-                doomed.discard(max(times))
-            times -= doomed
-        return [(member, shard_id, t) for t in sorted(doomed)]
+        doomed = set(shard.recorded)
+        if keep_newest and doomed:
+            doomed.discard(max(doomed, key=lambda r: r[1]))
+        shard.recorded -= doomed
+        return [(member, shard.shard_id, t) for member, t in sorted(doomed)]
 
     def _delete_ranges(self, doomed: list[tuple[str, str, int]]) -> None:
         """One deletion for every shard's ranges (25 to a call), not a call per shard."""
@@ -430,18 +487,17 @@ class ShardCoordinator:
     def metrics(self, member: str | None = None) -> dict[str, dict[str, Any]]:
         with self._lock:
             view = {}
-            for shard_id, stats in sorted(self._stats.items()):
-                period = self._periods.get(shard_id)
-                if member is not None and (period is None or period.member != member):
+            for shard_id, shard in sorted(self._shards.items()):
+                if member is not None and shard.member != member:
                     continue
                 completed = self.checkpointer.completed_position(shard_id)
                 view[shard_id] = dict(
-                    records=stats.records, data_bytes=stats.data_bytes,
-                    millis_behind_latest=stats.millis_behind_latest,
-                    owner=self.config.worker_id if period is not None else None,
-                    last_checkpoint=stats.last_checkpoint,
+                    records=shard.records, data_bytes=shard.data_bytes,
+                    millis_behind_latest=shard.millis_behind_latest,
+                    owner=self.config.worker_id if shard.held else None,
+                    last_checkpoint=shard.last_checkpoint,
                     processed=str(completed) if completed is not None else None,
-                    state=stats.state, read_by_pids=sorted(stats.read_by_pids))
+                    state=shard.state, read_by_pids=sorted(shard.read_by_pids))
             return view
 
     def owned_shard_ids(self) -> list[str]:

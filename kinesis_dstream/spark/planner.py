@@ -1,32 +1,36 @@
-"""Runs in the driver: batch planning for one Kinesis input DStream.
+"""Runs in the driver (but ``_read``, a task's body, on executors): batch planning for one
+Kinesis input DStream.
 
-Each batch gets one Spark partition per shard the coordinator assigned to this stream; the
-partition carries a ``ShardRange`` (shard, where to start, a record cap from
-``spark.streaming.receiver.maxRate`` / backpressure), never records. The batch's RDD is
-read right away by a small Spark job whose tasks run on executors and cache what they read
-(at ``storageLevel``), so that the batch's record count and per-shard ranges are known when
+Each batch gets Spark partitions that each carry a group of ``ShardRange``s (shard, where to
+start, the iterator to start with, a record cap from ``spark.streaming.receiver.maxRate`` /
+backpressure), never records: ``spark.streaming.kinesis.shardsPerTask`` shards at most a
+task, the busiest spread over the cores. The batch's RDD is read right away by a small
+Spark job (the read-ahead) whose tasks run on executors and cache what they read (at
+``storageLevel``), so that the batch's record count and per-shard ranges are known when
 Spark builds the batch: Spark's Streaming UI, its REST API and every StreamingListener see
 the input, and the read of batch N+1 overlaps the processing of batch N. The records stay
 on the executors; the driver receives only the tasks' small reports (an accumulator).
+
+The read-ahead is the first computation of each partition, and its tasks know it (a Spark
+local property): only they may decide a new range. Any later computation of the same
+partition (a lost block, an output operation with ``storageLevel`` NONE) reads the recorded
+range, or nothing where the read-ahead read nothing, which recorded nothing. When the
+read-ahead fails outright, the batch gets a fresh RDD whose unread partitions record even
+an empty read, since no computation of theirs has been seen.
 """
 from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator
 
 from ..config import ConsumerConfig
+from ..executor.shard_reader import MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange
+from ..executor.task import group_shards, read_shards
 from .coordinator import ShardCoordinator
 from .rate import RateController, RateSettings
 from .records import RecordValues
-from .shard_reader import (
-    MAX_FETCH_TIME_PER_SHARD_S,
-    RangeReports,
-    ReadReport,
-    ShardRange,
-    read_shard_range,
-)
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +55,40 @@ class StreamSpec:
         return ConsumerConfig.from_dict(self.config)
 
 
-def _read(config: ConsumerConfig, reports: Any, values: RecordValues, ranges: Any) -> Any:
-    """A task's body (on an executor): read each planned range, report it, yield its values."""
-    for planned in ranges:
-        records, report = read_shard_range(config, planned)
-        reports.add({(planned.stream_key, planned.shard_id, planned.batch_ms): report})
-        yield from values(records)
+# The local property that marks the read-ahead job of a batch (its value: the batch time).
+READ_AHEAD = "kinesis_dstream.readAhead"
+
+
+class RangeReports:
+    """Accumulator parameter: {(stream key, shard id, batch ms): ReadReport}, merged by key.
+
+    A partition computed twice reports the same range twice; merging by key keeps one.
+    """
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, value1: dict, value2: dict) -> dict:  # noqa: N802 - PySpark's name
+        value1.update(value2)
+        return value1
+
+
+def _in_read_ahead(batch_ms: int) -> bool:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context is not None and context.getLocalProperty(READ_AHEAD) == str(batch_ms)
+
+
+def _read(config: ConsumerConfig, reports: Any, values: RecordValues,
+          groups: Iterable[tuple[ShardRange, ...]]) -> Iterator[Any]:
+    """A task's body (on an executor): read its group of shards, report, yield the values."""
+    for group in groups:
+        fresh = _in_read_ahead(group[0].batch_ms)
+        for records, report in read_shards(config, group, fresh=fresh):
+            r = report.batch_range
+            reports.add({(r.stream_key, r.shard_id, r.batch_ms): report})
+            yield from values(records)
 
 
 class BatchPlanner:
@@ -71,6 +103,7 @@ class BatchPlanner:
         self.attached = False  # a StreamingListener reports this stream's batch completions
         self.stopping = False
         self._counts: dict[int, int] = {}
+        self._record_empty = False
 
     def _accumulator(self, sc: Any) -> Any:
         if self._reports is None:
@@ -99,26 +132,18 @@ class BatchPlanner:
             self._report_input(sc, batch_ms, 0, {})
             return sc.emptyRDD()
         reports = self._accumulator(sc)
-        known = reports.value
         limit = self.rate.batch_limit()
         per_shard = self.spec.max_records_per_shard
         if limit is not None:
             per_shard = max(1, min(per_shard, limit // len(planned)))
         budget = read_time_budget_s(self.spec.batch_interval_ms, self.coordinator.taking_leases)
-        ranges = []
-        for p in planned:
-            previous = known.get((self.spec.key, p.shard_id, p.previous_ms)) \
-                if p.previous_ms is not None else None
-            start = previous.batch_range.next_start if previous is not None else None
-            start_ts = previous.batch_range.start_timestamp if previous is not None else None
-            ranges.append(ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor,
-                                     p.floor_timestamp, p.since_ms, per_shard, budget,
-                                     start, start_ts, self.coordinator.config.worker_id))
-        read = functools.partial(_read, self.config, reports, values)
-        rdd = sc.parallelize(ranges, len(ranges)).mapPartitions(read)
-        level = _unreplicated(self.spec.storage_level)
-        if level is not None:
-            rdd = rdd.persist(level)
+        owner = self.coordinator.config.worker_id
+        ranges = [ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor, p.floor_timestamp,
+                             p.since_ms, per_shard, budget, p.start, p.start_timestamp, owner,
+                             p.iterator, self._record_empty) for p in planned]
+        weights = {p.shard_id: p.weight for p in planned}
+        rdd = self._read_rdd(sc, values, ranges, weights)
+        sc.setLocalProperty(READ_AHEAD, str(batch_ms))
         try:
             # The JVM counts the cached pickled batches: the tasks read and cache the records,
             # and no second Python pass unpickles them only to count (the reports carry the
@@ -128,12 +153,34 @@ class BatchPlanner:
             report = log.info if self.stopping else log.warning
             report("%s: reading batch %d ahead failed (%s); its output operations read it "
                    "themselves", self.name, batch_ms, str(exc).splitlines()[0][:300])
+            read = self._batch_reports(batch_ms)
+            rdd.unpersist(blocking=False)
+            rdd = self._read_rdd(sc, values, [
+                r if (r.stream_key, r.shard_id, batch_ms) in read else replace(r, record_empty=True)
+                for r in ranges], weights)
+        finally:
+            sc.setLocalProperty(READ_AHEAD, None)
         batch_reports = self._batch_reports(batch_ms)
+        if any(not r.fresh for r in batch_reports.values()) and not self._record_empty:
+            # Tasks did not see the read-ahead's mark (a Spark that drops local properties):
+            # no range would ever be decided. Empty reads are recorded from now on.
+            log.error("%s: the read-ahead of batch %d was not recognised in its tasks; empty "
+                      "reads are recorded from now on", self.name, batch_ms)
+            self._record_empty = True
         self.coordinator.batch_read(batch_reports)
         count = sum(r.batch_range.records for r in batch_reports.values())
         self._counts[batch_ms] = count
         self._report_input(sc, batch_ms, count, batch_reports)
         return rdd
+
+    def _read_rdd(self, sc: Any, values: RecordValues, ranges: list[ShardRange],
+                  weights: dict[str, float]) -> Any:
+        groups = group_shards(ranges, self.config.shards_per_task, sc.defaultParallelism,
+                              lambda r: weights.get(r.shard_id, 0))
+        read = functools.partial(_read, self.config, self._reports, values)
+        rdd = sc.parallelize(groups, len(groups)).mapPartitions(read)
+        level = _unreplicated(self.spec.storage_level)
+        return rdd.persist(level) if level is not None else rdd
 
     def _report_input(self, sc: Any, batch_ms: int, count: int,
                       reports: dict[tuple[str, str, int], ReadReport]) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ..config import ConsumerConfig, parse_duration_ms
 from ..errors import ConfigurationError
-from ..spark.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
+from ..executor.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ CLIENT_NUM_RETRIES = "kinesis.clientNumRetries"
 CLIENT_RETRY_INTERVALS_MS = "kinesis.clientRetryIntervalsMs"
 MAX_RECORDS_PER_TRIGGER = "kinesis.maxRecordsPerTrigger"  # our extension: ReadMaxRows
 MAX_FETCH_TIME_PER_SHARD_MS = "kinesis.maxFetchTimePerShardMs"  # our extension
+SHARDS_PER_TASK = "kinesis.shardsPerTask"  # the Databricks connector's shardsPerTask
 ARROW_BATCHES = "kinesis.arrowBatches"  # our extension: read() yields Arrow (true) or tuples
 # awslabs source options we accept and have nothing to do for (said in the README).
 ACCEPTED_WITHOUT_EFFECT = ("kinesis.minBatchesToRetain", "kinesis.checkNewRecordThreads",
@@ -253,6 +254,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(FETCH_INTERVAL_MS, _duration_ms, "config", "idle_time_between_reads_ms"),
     OptionSpec(CLIENT_NUM_RETRIES, _attempts, "config", "retry_max_attempts"),
     OptionSpec(CLIENT_RETRY_INTERVALS_MS, _positive_duration_ms, "config", "retry_wait_time_ms"),
+    OptionSpec(SHARDS_PER_TASK, _positive_int, "config", "shards_per_task", ("shardsPerTask",)),
     OptionSpec(STARTING_POSITION, _starting_position, "source", "starting_position",
                ("startingPosition",)),
     OptionSpec(FAIL_ON_DATA_LOSS, _boolean, "source", "fail_on_data_loss"),

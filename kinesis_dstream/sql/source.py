@@ -62,7 +62,8 @@ from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
-from ..spark.shard_reader import ShardRange, read_shard_range
+from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange
+from ..executor.task import group_shards, read_shards
 from ..worker.fetcher import KinesisDataFetcher
 from .options import SourceOptions
 
@@ -178,15 +179,15 @@ def make_offset(query_id: str, batch: int, limit: int,
 # -- executors ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ShardPartition(InputPartition):
-    """One shard's reading of one micro-batch; all a task knows (picklable, small)."""
+    """A task's shards in one micro-batch; all a task knows (picklable, small)."""
 
     config: ConsumerConfig
-    shard_range: ShardRange
+    ranges: tuple[ShardRange, ...]
     arrow: bool = True
 
     def __repr__(self) -> str:
-        r = self.shard_range
-        return f"ShardPartition({r.shard_id}, reading {r.batch_ms}, after {r.start})"
+        shards = ", ".join(f"{r.shard_id} after {r.start}" for r in self.ranges)
+        return f"ShardPartition(reading {self.ranges[0].batch_ms}: {shards})"
 
 
 def arrow_schema() -> Any:
@@ -215,24 +216,24 @@ def to_arrow(records: Sequence[Record], stream_name: str, schema: Any) -> Any:
 
 def read_partition(partition: ShardPartition) -> Iterator[Any]:
     """The records of one partition, the same ones every time (see the module docstring)."""
-    records, report = read_shard_range(partition.config, partition.shard_range)
-    r = report.batch_range
-    log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest %s",
-             r.shard_id, r.batch_ms, r.records, r.start, r.end or "-",
-             " (shard end)" if r.shard_end else "", report.millis_behind_latest)
     stream = partition.config.stream_name
-    if not partition.arrow:
-        import datetime as _dt
+    schema = arrow_schema() if partition.arrow else None
+    for records, report in read_shards(partition.config, partition.ranges):
+        r = report.batch_range
+        log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest %s",
+                 r.shard_id, r.batch_ms, r.records, r.start, r.end or "-",
+                 " (shard end)" if r.shard_end else "", report.millis_behind_latest)
+        if schema is None:
+            import datetime as _dt
 
-        utc = _dt.timezone.utc
-        for x in records:
-            yield (x.binary_data, stream, x.partition_key, x.sequence_number,
-                   x.sub_sequence_number, x.shard_id,
-                   _dt.datetime.fromtimestamp(x.approximate_arrival_timestamp / 1000.0, utc))
-        return
-    schema = arrow_schema()
-    for i in range(0, len(records), ARROW_ROWS):
-        yield to_arrow(records[i:i + ARROW_ROWS], stream, schema)
+            utc = _dt.timezone.utc
+            for x in records:
+                yield (x.binary_data, stream, x.partition_key, x.sequence_number,
+                       x.sub_sequence_number, x.shard_id,
+                       _dt.datetime.fromtimestamp(x.approximate_arrival_timestamp / 1000.0, utc))
+            continue
+        for i in range(0, len(records), ARROW_ROWS):
+            yield to_arrow(records[i:i + ARROW_ROWS], stream, schema)
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -258,10 +259,12 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._last_end: dict[str, Any] | None = None  # pyspark < 4.2 calls latestOffset()
         self._lag: dict[str, int | None] = {}
         self._pool: ThreadPoolExecutor | None = None
+        # shard -> (position entry, an iterator valid there, when Kinesis handed it out)
+        self._iterators: dict[str, tuple[dict[str, Any], str, float]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None)
+        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None, _iterators={})
         return state
 
     # clients, created on first use in the driver process
@@ -369,15 +372,33 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._last_end = end
         key = stream_key(self.config.stream_name, end["query"])
         batch, cap = int(end["batch"]), int(end["limit"])
-        partitions: list[InputPartition] = []
+        ranges = []
         for shard_id, entry in end["shards"].items():
             if not is_readable(entry):
                 continue
             position, timestamp = position_of(entry)
-            planned = ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
-                                 self.options.max_fetch_time_per_shard_s, position, timestamp)
-            partitions.append(ShardPartition(self.config, planned, self.options.arrow_batches))
-        return partitions
+            # Every empty read is recorded: a task cannot tell a re-run of its batch from
+            # its first computation here.
+            ranges.append(ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
+                                     self.options.max_fetch_time_per_shard_s, position,
+                                     timestamp, iterator=self._iterator(shard_id, entry),
+                                     record_empty=True))
+        lag = {s: (v or 0) for s, v in self._lag.items()}
+        groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
+                              lambda r: lag.get(r.shard_id, 0))
+        return [ShardPartition(self.config, group, self.options.arrow_batches)
+                for group in groups]
+
+    @staticmethod
+    def _parallelism() -> int:
+        """The cores the micro-batch's tasks can spread over (the driver's Spark, if any)."""
+        try:
+            from pyspark import SparkContext
+
+            sc = SparkContext._active_spark_context
+            return int(sc.defaultParallelism) if sc is not None else 2
+        except Exception:  # noqa: BLE001 - a guess is enough for grouping
+            return 2
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, ShardPartition)
@@ -425,14 +446,31 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def _probe_all(self, readable: dict[str, dict[str, Any]]) -> dict[str, Probe]:
         return self._parallel(lambda s: self._probe(s, readable[s]), list(readable))
 
+    def _iterator(self, shard_id: str, entry: dict[str, Any]) -> str | None:
+        """An iterator at the shard's position in ``entry``, from an earlier probe that found
+        nothing there, while it is valid."""
+        cached = self._iterators.get(shard_id)
+        if cached is None or cached[0] != entry or time.time() - cached[2] > ITERATOR_TTL_S:
+            return None
+        return cached[1]
+
     def _probe(self, shard_id: str, entry: dict[str, Any]) -> Probe:
         """One GetRecords from the shard's position: a record (before the AvailableNow target),
-        the shard's end, or a positive lag means the next reading has work."""
+        the shard's end, or a positive lag means the next reading has work.
+
+        A probe that found nothing keeps Kinesis' NextShardIterator, which still points at
+        the position: the next probe of a quiet shard, or the task that reads it, starts
+        from it without a GetShardIterator (5 a second per shard for the whole account).
+        """
         position, timestamp = position_of(entry)
         config = replace(self.config, max_records=2,
                          initial_position_timestamp=timestamp or self.config.initial_position_timestamp)
         fetcher = KinesisDataFetcher(self.kinesis, config, shard_id)
-        fetcher.initialize(position)
+        iterator = self._iterator(shard_id, entry)
+        if iterator is not None:
+            fetcher.resume(position, iterator)
+        else:
+            fetcher.initialize(position)
         result = fetcher.get_records()
         lag = result.millis_behind_latest
         if result.shard_end:
@@ -441,4 +479,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             if self._target_ms is not None:
                 return Probe(result.records[0].approximate_arrival_timestamp <= self._target_ms, lag)
             return Probe(True, lag)
+        if fetcher.iterator is not None:
+            self._iterators[shard_id] = (dict(entry), fetcher.iterator, time.time())
         return Probe(bool(lag) and self._target_ms is None, lag)

@@ -224,11 +224,11 @@ class ShardConsumer:
                                     result.millis_behind_latest, processing_ms)
             if result.shard_end:
                 return self._shard_end(processor, result.child_shard_ids)
-            if not result.is_full_page(self.config.max_records):
-                idle = self.config.idle_time_between_reads_ms / 1000.0
-                if result.records and (result.millis_behind_latest or 0) > 0:
-                    idle = min(idle, 0.2)  # behind: keep up, within Kinesis' 5 reads/s
-                self._sleep(idle)
+            if result.at_tip(self.config.max_records):
+                self._sleep(self.config.idle_time_between_reads_ms / 1000.0)
+            elif not result.is_full_page(self.config.max_records):
+                # behind: keep up, within Kinesis' 5 reads/s
+                self._sleep(min(self.config.idle_time_between_reads_ms / 1000.0, 0.2))
 
     def _call(self, method: Callable[[Any], None], argument: Any) -> None:
         try:

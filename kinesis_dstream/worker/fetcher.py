@@ -46,6 +46,12 @@ class KinesisDataFetcher:
         self._millis_behind_latest: int | None = None
         self._shard_end = False
         self._child_shard_ids: list[str] = []
+        self.shard_iterator_calls = 0  # GetShardIterator: 5 a second per shard for a whole account
+
+    @property
+    def iterator(self) -> str | None:
+        """The iterator the next ``get_records`` reads with (Kinesis' NextShardIterator)."""
+        return self._iterator
 
     @property
     def last_delivered(self) -> ExtendedSequenceNumber | None:
@@ -76,7 +82,24 @@ class KinesisDataFetcher:
         self._iterator = self._iterator_at(checkpoint)
         self._skip_through = None if checkpoint.is_sentinel else checkpoint
 
+    def resume(self, start: ExtendedSequenceNumber, iterator: str) -> None:
+        """Position the fetcher at ``start`` with an iterator that already points right after
+        it (the NextShardIterator of the read that ended there): no GetShardIterator call.
+
+        An iterator lives 5 minutes and GetShardIterator is limited to 5 calls a second per
+        shard for the whole account, so a read that goes on where the last one stopped
+        reuses its iterator, as a KCL shard consumer does for the life of its lease. Should
+        it have expired, ``get_records`` re-creates it from ``start``.
+        """
+        self._start = start
+        self._last_delivered = None
+        self._shard_end = False
+        self._child_shard_ids = []
+        self._iterator = iterator
+        self._skip_through = None
+
     def _iterator_at(self, position: ExtendedSequenceNumber) -> str:
+        self.shard_iterator_calls += 1
         if position.sequence_number in (TRIM_HORIZON, LATEST):
             return self._kinesis.get_shard_iterator(self.shard_id, position.sequence_number)
         if position.sequence_number == AT_TIMESTAMP:

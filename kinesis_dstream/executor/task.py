@@ -1,0 +1,66 @@
+"""Runs on executors (and plans in the driver): a Spark task reads a group of shards.
+
+A wide stream is mostly quiet shards. A task per shard and batch made each of them pay a
+task's fixed cost (scheduling, a Python worker round trip) every batch, so a 64-shard stream
+needed more than two cores to stand still. A task now reads several shards, concurrently in
+threads (a read mostly waits on the network), and the planner groups the shards so that an
+idle wide stream needs few tasks while a backlog on a few shards still spreads over the
+cores (the Databricks connector's ``shardsPerTask``, default 5, is the same idea).
+"""
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator, Sequence
+
+from ..config import ConsumerConfig
+from ..records import Record
+from .shard_reader import ReadReport, ShardRange, read_shard_range
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+MAX_READ_THREADS = 64
+
+
+def group_shards(ranges: Sequence[ShardRange], shards_per_task: int, parallelism: int,
+                 weight: Callable[[ShardRange], float] = lambda r: 0.0,
+                 ) -> list[tuple[ShardRange, ...]]:
+    """The batch's tasks: at most ``shards_per_task`` shards each, and at least as many tasks
+    as there are cores (``parallelism``) while there are shards to spread. The heaviest
+    shards (by ``weight``: what they read last time) are dealt out first, one per task, so a
+    backlog never queues behind another in one task."""
+    if not ranges:
+        return []
+    tasks = max(math.ceil(len(ranges) / max(1, shards_per_task)), max(1, parallelism))
+    tasks = min(tasks, len(ranges))
+    groups: list[list[ShardRange]] = [[] for _ in range(tasks)]
+    ordered = sorted(ranges, key=lambda r: (-weight(r), r.shard_id))
+    for index, shard_range in enumerate(ordered):
+        groups[index % tasks].append(shard_range)
+    return [tuple(sorted(g, key=lambda r: r.shard_id)) for g in groups]
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=MAX_READ_THREADS,
+                                       thread_name_prefix="kinesis-dstream-read")
+        return _pool
+
+
+def read_shards(config: ConsumerConfig, ranges: Sequence[ShardRange], *, fresh: bool = True,
+                ) -> Iterator[tuple[list[Record], ReadReport]]:
+    """Each range's records and report, in the group's order; the reads run concurrently.
+
+    A read that fails fails the task (Spark retries it); the others finish and record their
+    ranges, which the retry then reads exactly.
+    """
+    if len(ranges) == 1:
+        yield read_shard_range(config, ranges[0], fresh=fresh)
+        return
+    pool = _threads()
+    futures = [pool.submit(read_shard_range, config, r, fresh=fresh) for r in ranges]
+    for future in futures:
+        yield future.result()
