@@ -4,7 +4,9 @@ of them are two drivers).
 usage: spark_driver.py CHECKPOINT_DIR|- APP STREAM KINESIS_URL DYNAMODB_URL
 Appends "shard seq sub data" per record to $RECOVERY_OUT; stops gracefully once the file
 $RECOVERY_STOP exists. With a checkpoint directory it recovers through
-StreamingContext.getOrCreate.
+StreamingContext.getOrCreate. While the file $RECOVERY_HOLD exists, an output operation that
+has records holds before writing them (and says so in $RECOVERY_HOLD.held): a test can keep a
+batch from completing for as long as it likes, and kill the driver then.
 """
 import os
 import sys
@@ -23,6 +25,12 @@ checkpoint_dir, app, stream, kinesis_url, dynamodb_url = sys.argv[1:6]
 
 def write_rows(rdd):
     rows = rdd.collect()
+    hold = os.environ.get("RECOVERY_HOLD")
+    if rows and hold and os.path.exists(hold):
+        with open(hold + ".held", "w") as f:
+            f.write(f"{len(rows)}\n")
+        while os.path.exists(hold):
+            time.sleep(0.05)
     if rows:
         with open(os.environ["RECOVERY_OUT"], "a") as f:
             f.write("".join(f"{s} {q} {u} {d}\n" for s, q, u, d in rows))

@@ -37,7 +37,8 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
-from ..retry import Backoff, FaultLog
+from ..retry import Backoff
+from ..worker.lease_loop import run_lease_loop
 from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
@@ -46,7 +47,6 @@ from ..executor.shard_reader import ITERATOR_TTL_S, ReadReport, start_after
 
 log = logging.getLogger(__name__)
 
-_TICK_S = 0.2
 PERMANENT_ERRORS = (StreamNotFoundError, CredentialsError, ConfigurationError)
 
 
@@ -330,30 +330,19 @@ class ShardCoordinator:
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
-        backoff = Backoff(base_ms=200, cap_ms=30_000)
-        fault = FaultLog(log, f"{self.name}: coordinator pass")
-        while not self._stop.is_set():
-            wait = _TICK_S
-            try:
-                if not self._up:
-                    self._start_up()
-                self.lease_manager.run_due(time.monotonic(), self._waiting_on_parents)
-                self._reconcile()
-                self._write_checkpoints(force=False)
-                backoff.reset()
-                fault.succeeded()
-            except PERMANENT_ERRORS as exc:
-                self._fail(exc)
-                return
-            except KinesisDStreamError as exc:
-                wait = backoff.next_wait_s()
-                fault.failed(exc, wait)
-                self._stop.wait(wait)
-                continue
-            except Exception:  # noqa: BLE001 - keep coordinating, loudly
-                log.exception("%s: coordinator pass failed unexpectedly", self.name)
-            self._wake.wait(wait)
-            self._wake.clear()
+        run_lease_loop(self.lease_manager, self._pass, what=f"{self.name}: coordinator pass",
+                       stop=self._stop, waiting_on_parents=self._waiting_on_parents,
+                       backoff=Backoff(base_ms=200, cap_ms=30_000), wake=self._wake,
+                       prepare=self._start_up_if_needed, permanent=PERMANENT_ERRORS,
+                       on_permanent=self._fail)
+
+    def _start_up_if_needed(self) -> None:
+        if not self._up:
+            self._start_up()
+
+    def _pass(self) -> None:
+        self._reconcile()
+        self._write_checkpoints(force=False)
 
     def _waiting_on_parents(self) -> bool:
         with self._lock:
