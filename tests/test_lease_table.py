@@ -115,6 +115,18 @@ def test_a_table_never_active_times_out_naming_it(aws, app):
     aws.delete_table(TableName=app)
 
 
+def test_the_batch_range_table_is_polled_until_active_too(aws, app):
+    from kinesis_dstream.aws.range_table import BatchRangeTable, range_table_name
+
+    client = CreatingFor(aws, 3)
+    BatchRangeTable(config_for(app), client=client).create_table_if_not_exists(timeout_s=30)
+    assert client.left == 0 and client.described == 4
+    with pytest.raises(TimeoutError, match=f"table {range_table_name(app)} not ACTIVE after 0.3 s"):
+        BatchRangeTable(config_for(app), client=CreatingFor(aws, 10**6)
+                        ).create_table_if_not_exists(timeout_s=0.3)
+    aws.delete_table(TableName=range_table_name(app))
+
+
 def test_table_has_the_kcl_shape(aws, table, app):
     described = aws.describe_table(TableName=app)["Table"]
     assert described["KeySchema"] == [{"AttributeName": "leaseKey", "KeyType": "HASH"}]
