@@ -302,7 +302,7 @@ class FaultLog:
             self._unlogged += 1
             if not self._due(self._failing_line_at, now):
                 return
-            retry = f"; trying again in {next_wait_s:.1f} s" if next_wait_s else ""
+            retry = f"; trying again in {next_wait_s:.3g} s" if next_wait_s else ""
             if self._total == 1:
                 self._log.warning("%s failing: %s%s", self._what, error, retry)
             else:

@@ -293,9 +293,9 @@ def test_a_lasting_fault_is_logged_once_a_minute_with_counts_and_when_it_clears(
             now[0] += 1.0
         fault.succeeded()
     assert fault_lines(caplog) == [
-        "shard s: GetRecords failing: 503; trying again in 1.0 s",
+        "shard s: GetRecords failing: 503; trying again in 1 s",
         "shard s: GetRecords still failing after 60 s: 60 failures since the last line, 61 in "
-        "all; last error: 503; trying again in 1.0 s",
+        "all; last error: 503; trying again in 1 s",
         "shard s: GetRecords works again after 120 failures in 120 s (59 since the last line)",
     ]
     assert not fault.failing
