@@ -118,7 +118,8 @@ class Scheduler:
                 wait = backoff.next_wait_s()
                 fault.failed(exc, wait)
             except Exception:  # noqa: BLE001 - keep the worker alive, loudly
-                log.exception("scheduler pass failed unexpectedly")
+                wait = backoff.next_wait_s()  # a bug that repeats: not five tracebacks a second
+                log.exception("scheduler pass failed unexpectedly; next pass in %.3g s", wait)
             self._stop.wait(wait)
 
     def _any_waiting_on_parents(self) -> bool:
