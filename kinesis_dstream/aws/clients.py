@@ -2,8 +2,8 @@
 
 botocore's own retries are switched off: every retry goes through ``retry.RetryPolicy`` so
 the Spark retry settings mean what they say. The tables below are the only place AWS error
-codes are read; ``retry.classify`` reads the kind of the error they become. Connect and read timeouts are short so a dead
-endpoint fails in seconds, naming its URL.
+codes are read; ``retry.classify`` reads the kind of the error they become. Connect and read
+timeouts are short so a dead endpoint fails in seconds, naming its URL.
 """
 from __future__ import annotations
 

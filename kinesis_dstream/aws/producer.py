@@ -63,7 +63,8 @@ DEFAULT_AGGREGATION_MAX_BYTES = 51200
 
 _DIGEST_BYTES = 16
 
-# Failed entries: the KPL's limits, about. Each try is one PutRecords call, itself retried
+# How failed entries are sent again: up to 10 tries within 2 minutes, waits doubling from
+# 100 ms (the sink's flushWaitTimeMs) to 5 s. Each try is one PutRecords call, itself retried
 # under the Spark retry settings when the whole call fails.
 PUT_RECORDS_RETRY = RetryPolicy(wait_time_ms=100, max_attempts=10, max_wait_ms=5000,
                                 deadline_ms=120_000)
