@@ -78,6 +78,55 @@ def types(item: dict[str, Any]) -> dict[str, str]:
 
 
 # -- the table ----------------------------------------------------------------------------------
+class CreatingFor:
+    """moto's client, except that a table is CREATING for its first ``n`` DescribeTable answers
+    (moto makes tables ACTIVE at once; DynamoDB takes seconds)."""
+
+    def __init__(self, client: Any, n: int):
+        self._client = client
+        self.left = n
+        self.described = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def describe_table(self, **kwargs: Any) -> Any:
+        answer = self._client.describe_table(**kwargs)
+        self.described += 1
+        if self.left > 0:
+            self.left -= 1
+            answer["Table"]["TableStatus"] = "CREATING"
+        return answer
+
+
+def test_a_new_table_is_polled_until_active(aws, app):
+    """Through retry.poll_until: waits from 0.1 s up, so a few CREATING answers cost ~1 s."""
+    client = CreatingFor(aws, 4)
+    assert LeaseTable(config_for(app), client=client).create_table_if_not_exists(timeout_s=30)
+    assert client.left == 0 and client.described == 5
+    aws.delete_table(TableName=app)
+
+
+def test_a_table_never_active_times_out_naming_it(aws, app):
+    client = CreatingFor(aws, 10**6)
+    with pytest.raises(TimeoutError, match=f"^lease table {app} not ACTIVE after 0.5 s$"):
+        LeaseTable(config_for(app), client=client).create_table_if_not_exists(timeout_s=0.5)
+    assert client.described >= 3
+    aws.delete_table(TableName=app)
+
+
+def test_the_batch_range_table_is_polled_until_active_too(aws, app):
+    from kinesis_dstream.aws.range_table import BatchRangeTable, range_table_name
+
+    client = CreatingFor(aws, 3)
+    BatchRangeTable(config_for(app), client=client).create_table_if_not_exists(timeout_s=30)
+    assert client.left == 0 and client.described == 4
+    with pytest.raises(TimeoutError, match=f"table {range_table_name(app)} not ACTIVE after 0.3 s"):
+        BatchRangeTable(config_for(app), client=CreatingFor(aws, 10**6)
+                        ).create_table_if_not_exists(timeout_s=0.3)
+    aws.delete_table(TableName=range_table_name(app))
+
+
 def test_table_has_the_kcl_shape(aws, table, app):
     described = aws.describe_table(TableName=app)["Table"]
     assert described["KeySchema"] == [{"AttributeName": "leaseKey", "KeyType": "HASH"}]

@@ -9,7 +9,6 @@ who takes what and when is decided in ``worker.leases``.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,7 +16,7 @@ import botocore.exceptions
 
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
-from ..retry import RetryPolicy
+from ..retry import RetryPolicy, poll_until
 from ..records import ExtendedSequenceNumber
 from .clients import call, make_client
 
@@ -129,15 +128,10 @@ class LeaseTable:
                 log.info("created lease table %s", self.table_name)
             except botocore.exceptions.ClientError:
                 pass  # another worker created it first
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = self._call("describing the lease table", "describe_table",
-                                TableName=self.table_name)["Table"]["TableStatus"]
-            if status == "ACTIVE":
-                return created
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"lease table {self.table_name} not ACTIVE after {timeout_s} s")
-            time.sleep(0.1)
+        poll_until(lambda: self._call("describing the lease table", "describe_table",
+                                      TableName=self.table_name)["Table"]["TableStatus"] == "ACTIVE",
+                   f"lease table {self.table_name} not ACTIVE", timeout_s=timeout_s)
+        return created
 
     # -- reads --------------------------------------------------------------------------
     def list_leases(self) -> list[Lease]:

@@ -53,7 +53,10 @@ def run_lease_loop(manager: LeaseManager, step: Callable[[], None], *, what: str
             stop.wait(wait)
             continue
         except Exception:  # noqa: BLE001 - keep the leases going, loudly
-            log.exception("%s failed unexpectedly", what)
+            wait = backoff.next_wait_s()  # a bug that repeats: not five tracebacks a second
+            log.exception("%s failed unexpectedly; next pass in %.3g s", what, wait)
+            stop.wait(wait)
+            continue
         if wake is None:
             stop.wait(wait)
         else:
