@@ -28,6 +28,13 @@ INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
 
 
+def _whole_number(conf: Mapping[str, str], key: str) -> int:
+    try:
+        return int(conf[key])
+    except ValueError:
+        raise ConfigurationError(f"{key}: not a whole number: {conf[key]!r}") from None
+
+
 def default_worker_id() -> str:
     """Unique per process, readable in the lease table (the KCL uses a UUID alone)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -197,22 +204,12 @@ class ConsumerConfig:
         """Apply the kinesis-asl retry keys and ours from a Spark conf (a dict of its items)."""
         changes: dict[str, Any] = {}
         if SPARK_SHARDS_PER_TASK in conf:
-            try:
-                changes["shards_per_task"] = int(conf[SPARK_SHARDS_PER_TASK])
-            except ValueError:
-                raise ConfigurationError(
-                    f"{SPARK_SHARDS_PER_TASK}: not a whole number: {conf[SPARK_SHARDS_PER_TASK]!r}"
-                ) from None
+            changes["shards_per_task"] = _whole_number(conf, SPARK_SHARDS_PER_TASK)
         if SPARK_RETRY_WAIT_TIME in conf:
             changes["retry_wait_time_ms"] = parse_duration_ms(conf[SPARK_RETRY_WAIT_TIME],
                                                               SPARK_RETRY_WAIT_TIME)
         if SPARK_RETRY_MAX_ATTEMPTS in conf:
-            try:
-                changes["retry_max_attempts"] = int(conf[SPARK_RETRY_MAX_ATTEMPTS])
-            except ValueError:
-                raise ConfigurationError(
-                    f"{SPARK_RETRY_MAX_ATTEMPTS}: not a whole number: {conf[SPARK_RETRY_MAX_ATTEMPTS]!r}"
-                ) from None
+            changes["retry_max_attempts"] = _whole_number(conf, SPARK_RETRY_MAX_ATTEMPTS)
         return self.replace(**changes) if changes else self
 
     def to_dict(self) -> dict[str, Any]:

@@ -53,18 +53,8 @@ def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamo
                    for s, i in leases(dynamodb, unique_app_name).items()}
     puts += put_records(stream, [(f"k{i}", f"r{i}") for i in range(100_000, 100_100)])
 
-    driver, out2, stop2 = start_driver(tmp_path, 2, unique_app_name, stream, kinesis_local,
-                                       dynamodb, checkpoint=True)
-    try:
-        expected = {(p.shard_id, int(p.sequence_number)) for p in puts}
-        seen = lambda: {(s, q) for s, q, _, _ in read_rows(out1) + read_rows(out2)}  # noqa: E731
-        wait_until(lambda: expected <= seen(), 120, "every record after the restart")
-        stop2.touch()
-        assert driver.wait(90) == 0, (tmp_path / "driver-2.log").read_text()[-3000:]
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+    out2 = _recover_and_expect_every_record(tmp_path, unique_app_name, stream, kinesis_local,
+                                            dynamodb, puts, out1, "3")
     log2 = (tmp_path / "driver-2.log").read_text()
     first_run = {(s, q) for s, q, _, _ in read_rows(out1)}
     recounted = [(shard, seq, sub) for shard, seq, sub, _ in read_rows(out2)
@@ -117,8 +107,16 @@ def test_kill_while_a_batch_is_held_past_a_due_checkpoint_checkpoints_only_compl
         assert _checkpoint_of(item) <= written.get(shard, (0, 0)), \
             (shard, _checkpoint_of(item), written.get(shard))
     hold.unlink()
-    driver, out2, stop2 = start_driver(tmp_path, 2, unique_app_name, stream, kinesis_local,
-                                       dynamodb, checkpoint=True, checkpoint_interval="1")
+    _recover_and_expect_every_record(tmp_path, unique_app_name, stream, kinesis_local, dynamodb,
+                                     puts, out1, "1")
+
+
+def _recover_and_expect_every_record(tmp_path, app, stream, kinesis, dynamodb, puts, out1,
+                                     checkpoint_interval: str):
+    """A second driver from the same checkpoint directory: every record put is seen by one of
+    the two runs; it then stops gracefully. Returns its output file."""
+    driver, out2, stop2 = start_driver(tmp_path, 2, app, stream, kinesis, dynamodb,
+                                       checkpoint=True, checkpoint_interval=checkpoint_interval)
     try:
         expected = {(p.shard_id, int(p.sequence_number)) for p in puts}
         seen = lambda: {(s, q) for s, q, _, _ in read_rows(out1) + read_rows(out2)}  # noqa: E731
@@ -129,6 +127,7 @@ def test_kill_while_a_batch_is_held_past_a_due_checkpoint_checkpoints_only_compl
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+    return out2
 
 
 def _checkpoint_of(item: dict) -> tuple[int, int]:
