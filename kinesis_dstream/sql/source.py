@@ -62,7 +62,7 @@ from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
-from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange
+from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange, start_after
 from ..executor.task import group_shards, read_shards
 from ..worker.fetcher import KinesisDataFetcher
 from .options import SourceOptions
@@ -123,12 +123,13 @@ def stream_key(stream_name: str, query_id: str) -> str:
 
 
 def advance(entry: dict[str, Any], stored: BatchRange | None) -> dict[str, Any]:
-    """A shard's position after the reading whose recorded range is ``stored``."""
+    """A shard's position after the reading whose recorded range is ``stored`` (the readers'
+    one rule, ``start_after``)."""
     if stored is None:
         return entry
     if stored.shard_end:
         return {"ended": True}
-    return position_json(stored.next_start, stored.start_timestamp)
+    return position_json(*start_after(stored, *position_of(entry)))
 
 
 def next_shards(current: dict[str, dict[str, Any]], listing: Sequence[Shard] | None,
