@@ -359,7 +359,7 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
         if key not in _KEYS:
             near = [k for k in _KEYS if k.lower() == key.lower()]
             hint = f" (did you mean {near[0]}?)" if near else ""
-            log.warning("%s: unknown property %r ignored%s", source, key, hint)
+            log.warning("%s: unknown property %r ignored%s", source, written, hint)
             continue
         reader, target = _KEYS[key]
         value = reader(written, raw)
