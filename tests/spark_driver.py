@@ -3,8 +3,7 @@ of them are two drivers).
 
 usage: spark_driver.py CHECKPOINT_DIR|- APP STREAM KINESIS_URL DYNAMODB_URL
 Appends "shard seq sub data" per record to $RECOVERY_OUT; stops gracefully once the file
-$RECOVERY_STOP exists ($RECOVERY_FAILOVER_MS sets failoverTimeMillis, 3000 by default).
-With a checkpoint directory it recovers through
+$RECOVERY_STOP exists. With a checkpoint directory it recovers through
 StreamingContext.getOrCreate.
 """
 import os
@@ -46,6 +45,7 @@ def setup():
         dynamoDBEndpoint=dynamodb_url, metricsLevel=MetricsLevel.NONE,
         messageHandler=lambda r: (r.shard_id, r.sequence_number, r.sub_sequence_number,
                                   r.data.decode()),
+        # $RECOVERY_FAILOVER_MS: a Java KCL worker sharing the table uses the same failover.
         configOverrides=dict(failover_time_ms=int(os.environ.get("RECOVERY_FAILOVER_MS", "3000")),
                              shard_sync_interval_ms=2000,
                              shutdown_grace_ms=8000, idle_time_between_reads_ms=100))
