@@ -53,7 +53,9 @@ def setup():
         dynamoDBEndpoint=dynamodb_url, metricsLevel=MetricsLevel.NONE,
         messageHandler=lambda r: (r.shard_id, r.sequence_number, r.sub_sequence_number,
                                   r.data.decode()),
-        configOverrides=dict(failover_time_ms=3000, shard_sync_interval_ms=2000,
+        # $RECOVERY_FAILOVER_MS: a Java KCL worker sharing the table uses the same failover.
+        configOverrides=dict(failover_time_ms=int(os.environ.get("RECOVERY_FAILOVER_MS", "3000")),
+                             shard_sync_interval_ms=2000,
                              shutdown_grace_ms=8000, idle_time_between_reads_ms=100))
     kstream.foreachRDD(write_rows)
     return ssc
