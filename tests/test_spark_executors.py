@@ -297,3 +297,36 @@ def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert stored() == {}
     assert sorted(rows) == sorted(f"w{w}-{i}" for w in range(6) for i in range(40))
+
+
+def test_a_range_that_ends_inside_a_kpl_aggregate_is_read_again_exactly(
+        make_config, make_stream, put_aggregated, put_records):
+    """A record cap that falls inside an aggregate ends the range at a sub-sequence number:
+    computed again it gives the same user records, and the next batch starts right after
+    them (with a fresh iterator: the page did not end there). A read that ended at a page
+    boundary hands its iterator on, and the next read goes on from it."""
+    stream = make_stream(1)
+    config = make_config(stream)
+    BatchRangeTable(config).create_table_if_not_exists()
+    (aggregate,) = put_aggregated(stream, [(f"k{i}", f"u{i}") for i in range(10)], per_aggregate=10)
+    shard = aggregate.shard_id
+    trim = ExtendedSequenceNumber("TRIM_HORIZON")
+    planned = ShardRange("stream-d", shard, 1000, trim, None, 1000, max_records=4,
+                         time_budget_s=5, start=trim)
+    records, report = read_shard_range(config, planned)
+    assert [r.binary_data for r in records] == [f"u{i}".encode() for i in range(4)]
+    assert report.batch_range.end.sub_sequence_number == 3 and report.next_iterator is None
+    put_records(stream, [("k", "after")])
+    again, _ = read_shard_range(config, planned, fresh=False)  # a lost block, say
+    assert again == records
+    rest, rest_report = read_shard_range(config, ShardRange(
+        "stream-d", shard, 2000, trim, None, 1000, max_records=1000, time_budget_s=5,
+        start=report.batch_range.next_start))
+    assert [r.binary_data for r in rest] == [f"u{i}".encode() for i in range(4, 10)] + [b"after"]
+    assert rest_report.next_iterator is not None and rest_report.get_shard_iterator_calls == 1
+    put_records(stream, [("k", "later")])
+    later, later_report = read_shard_range(config, ShardRange(
+        "stream-d", shard, 3000, trim, None, 1000, max_records=1000, time_budget_s=5,
+        start=rest_report.batch_range.next_start, iterator=rest_report.next_iterator))
+    assert [r.binary_data for r in later] == [b"later"]
+    assert later_report.get_shard_iterator_calls == 0
