@@ -120,11 +120,30 @@ _clients: dict[ConsumerConfig, _Clients] = {}
 _clients_lock = threading.Lock()
 
 
+# An executor's Python worker has no logging set up: without a handler Python prints bare
+# messages, with no time, level or logger, into the executor's stderr log.
+EXECUTOR_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"
+
+
+def log_to_stderr_unless_configured() -> None:
+    """Give this package's executor-side lines a time, a level and a logger name, unless the
+    process (a user's own setup, or a driver that reads in local mode) configured logging."""
+    package = logging.getLogger("kinesis_dstream")
+    if logging.getLogger().handlers or package.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(EXECUTOR_LOG_FORMAT))
+    package.addHandler(handler)
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.WARNING)  # faults and give-ups; not a line per read
+
+
 def clients_for(config: ConsumerConfig) -> _Clients:
     """This process's clients for ``config`` (PySpark reuses its Python workers)."""
     with _clients_lock:
         clients = _clients.get(config)
         if clients is None:
+            log_to_stderr_unless_configured()
             clients = _clients[config] = _Clients(KinesisClient(config), BatchRangeTable(config),
                                                   LeaseTable(config))
             freeze_long_lived_objects()
