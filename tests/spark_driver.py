@@ -8,12 +8,16 @@ StreamingContext.getOrCreate. While the file $RECOVERY_HOLD exists, an output op
 has records holds before writing them (and says so in $RECOVERY_HOLD.held): a test can keep a
 batch from completing for as long as it likes, and kill the driver then.
 """
+import logging
 import os
 import sys
 import time
 import warnings
 
 warnings.filterwarnings("ignore", category=FutureWarning)
+# As a user's job would log ours: INFO lines of kinesis_dstream into the driver's log.
+logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+logging.getLogger("kinesis_dstream").setLevel(logging.INFO)
 
 from pyspark import SparkConf, SparkContext  # noqa: E402
 from pyspark.streaming import StreamingContext  # noqa: E402

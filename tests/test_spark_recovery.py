@@ -51,10 +51,22 @@ def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamo
     checkpoints = {s: (int(i["checkpoint"]["S"]), int(i.get("checkpointSubSequenceNumber",
                                                               {"N": "0"})["N"]))
                    for s, i in leases(dynamodb, unique_app_name).items()}
+    dead = {i["leaseOwner"]["S"] for i in leases(dynamodb, unique_app_name).values()}
     puts += put_records(stream, [(f"k{i}", f"r{i}") for i in range(100_000, 100_100)])
 
+    owners: set[str] = set()
+
+    def new_owners() -> bool:  # the recovered driver's leases, while it runs
+        items = leases(dynamodb, unique_app_name).values()
+        owners.update(i["leaseOwner"]["S"] for i in items if "leaseOwner" in i)
+        return bool(owners - dead)
+
     out2 = _recover_and_expect_every_record(tmp_path, unique_app_name, stream, kinesis_local,
-                                            dynamodb, puts, out1, "3")
+                                            dynamodb, puts, out1, "3", while_running=new_owners)
+    # A worker id of its own (not the dead one's, pickled in the checkpoint), and the dead
+    # driver's leases taken at once: its process is provably gone from this host.
+    assert len(dead) == 1 and owners - dead, (dead, owners)
+    assert f"from driver {dead.pop()}, which is dead" in (tmp_path / "driver-2.log").read_text()
     log2 = (tmp_path / "driver-2.log").read_text()
     first_run = {(s, q) for s, q, _, _ in read_rows(out1)}
     recounted = [(shard, seq, sub) for shard, seq, sub, _ in read_rows(out2)
@@ -112,14 +124,16 @@ def test_kill_while_a_batch_is_held_past_a_due_checkpoint_checkpoints_only_compl
 
 
 def _recover_and_expect_every_record(tmp_path, app, stream, kinesis, dynamodb, puts, out1,
-                                     checkpoint_interval: str):
+                                     checkpoint_interval: str, while_running=lambda: True):
     """A second driver from the same checkpoint directory: every record put is seen by one of
-    the two runs; it then stops gracefully. Returns its output file."""
+    the two runs (and ``while_running()`` holds once); it then stops gracefully. Returns its
+    output file."""
     driver, out2, stop2 = start_driver(tmp_path, 2, app, stream, kinesis, dynamodb,
                                        checkpoint=True, checkpoint_interval=checkpoint_interval)
     try:
         expected = {(p.shard_id, int(p.sequence_number)) for p in puts}
         seen = lambda: {(s, q) for s, q, _, _ in read_rows(out1) + read_rows(out2)}  # noqa: E731
+        wait_until(while_running, 120, "the recovered driver at work")
         wait_until(lambda: expected <= seen(), 120, "every record after the restart")
         stop2.touch()
         assert driver.wait(90) == 0, (tmp_path / "driver-2.log").read_text()[-3000:]
