@@ -66,3 +66,48 @@ def test_register_names_an_executor_python_without_the_package(aws_env, kinesis_
     assert error, done.stderr[-5000:]
     assert "cannot import kinesis_dstream" in error[-1] and "PYSPARK_PYTHON" in error[-1]
     assert "WRITTEN" not in done.stdout
+
+
+BLOCK_PYARROW = textwrap.dedent("""
+    import importlib.abc, sys
+    class _NoArrow(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "pyarrow":
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    sys.meta_path.insert(0, _NoArrow())
+""")
+
+
+def test_the_format_names_a_python_without_pyarrow(aws_env, kinesis_local, make_stream,
+                                                   tmp_path):
+    """PYSPARK_PYTHON has the package but not pyarrow (the [spark] extra only): the write
+    fails when Spark asks the data source for its writer, naming interpreter and extra."""
+    blocker = tmp_path / "no_pyarrow"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(BLOCK_PYARROW)
+    python = tmp_path / "python-without-pyarrow"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{blocker}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    script = tmp_path / "write.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from pyspark.sql import SparkSession
+        spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                 .config("spark.driver.host", "127.0.0.1").getOrCreate())
+        df = spark.createDataFrame([("k1", "one")], "partitionKey string, data string")
+        try:
+            (df.write.format("aws-kinesis").option("kinesis.streamName", sys.argv[1])
+             .option("kinesis.endpointUrl", sys.argv[2]).mode("append").save())
+            print("WRITTEN")
+        except Exception as exc:
+            print("FAILED", str(exc)[:3000])
+        spark.stop()
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in SPARK_VARS}
+    env["PYSPARK_PYTHON"] = str(python)
+    done = subprocess.run([sys.executable, str(script), make_stream(1), kinesis_local],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert "FAILED" in done.stdout, done.stdout
+    assert "ExecutorEnvironmentError" in done.stdout and "cannot import pyarrow" in done.stdout
+    assert "kinesis-dstream[sql]" in done.stdout
