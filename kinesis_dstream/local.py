@@ -339,7 +339,10 @@ class LocalStack:
             thread.join()
         if errors:
             self.stop()
-            raise errors[0]
+            if len(errors) == 1:
+                raise errors[0]
+            # e.g. a pip install without npm emulators or moto: say everything that is missing
+            raise EmulatorError("; ".join(dict.fromkeys(str(e) for e in errors))) from errors[0]
         return self
 
     def stop(self) -> None:

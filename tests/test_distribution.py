@@ -140,6 +140,12 @@ def test_installed_wheel_runs_its_command_and_spark_finds_aws_kinesis(packed: Pa
     done = subprocess.run([str(packed / "bin" / "kinesis-dstream"), "--help"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "multilang" in done.stdout, done.stderr
+    # `local` from a pip install ([sql], not [local]; no node_modules here): what to install
+    done = subprocess.run([str(packed / "bin" / "kinesis-dstream"), "local"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "pip install 'kinesis-dstream[local]'" in done.stderr, done.stderr
+    assert "npm install kinesis-local@0.6.2 kinesalite@3.3.3 dynalite@4.0.0" in done.stderr
     code = textwrap.dedent("""
         import kinesis_dstream, pyspark_kinesis_dstream
         from pyspark.sql import SparkSession

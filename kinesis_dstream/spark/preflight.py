@@ -79,7 +79,7 @@ def use_driver_python_on_local_master(sc: Any) -> None:
         sc.pythonExec = sys.executable
 
 
-def fix_hint(sc: Any) -> str:
+def fix_hint() -> str:
     return (f"Set {PYSPARK_PYTHON} (or spark-submit --conf {CONF_PYTHON}=...) to a Python that "
             "has kinesis-dstream installed (pip install 'kinesis-dstream[spark]', with "
             f"'[sql]' for format(\"aws-kinesis\")), e.g. {PYSPARK_PYTHON}={sys.executable} "
@@ -134,14 +134,14 @@ def check_executors(sc: Any, modules: Iterable[str] = DSTREAM_MODULES, *,
         detail = _first_line_of_interest(str(outcome["error"]))
         raise ExecutorEnvironmentError(
             f"Spark's Python workers could not run {python!r} ({where}), the interpreter "
-            f"{purpose} run in on the executors: {detail}. {fix_hint(sc)}") from outcome["error"]
+            f"{purpose} run in on the executors: {detail}. {fix_hint()}") from outcome["error"]
     for report in outcome["result"]:
         if report["missing"]:
             name, error = next(iter(report["missing"].items()))
             raise ExecutorEnvironmentError(
                 f"Spark's Python workers run {report['python']} (Python {report['version']}; "
                 f"{python!r}, {where}), which cannot import {name} ({error}); {purpose} run "
-                f"there. {fix_hint(sc)}")
+                f"there. {fix_hint()}")
     with _lock:
         _checked.add(key)
 
