@@ -33,6 +33,7 @@ from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.sql import source as sql_source
 from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
+from kinesis_dstream.sql.datasource import register
 
 TRIGGER = "1 second"
 
@@ -93,7 +94,7 @@ if __name__ != "__main__":
 
         session = SparkSession(sc)
         session.conf.set("spark.sql.shuffle.partitions", "2")
-        session.dataSource.register(KinesisSource)
+        register(session)  # pyspark 4.0 refuses a name its lookup found
         yield session
 
     @pytest.fixture
@@ -643,7 +644,7 @@ def _driver_main(out_dir: str, checkpoint: str, opts_json: str) -> None:
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(KinesisSource)
+    register(spark)
 
     def write(df: Any, batch_id: int) -> None:
         rows = sorted([r.shardId, r.sequenceNumber, r.subSequenceNumber, r.partitionKey,

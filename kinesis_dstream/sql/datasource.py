@@ -16,6 +16,7 @@ need.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, NoReturn
 
@@ -47,6 +48,7 @@ def _no_batch_read(format_name: str) -> NoReturn:
 # Spark SQL's own setting for the interpreter of the executors' SQL Python workers (the
 # reads and writes of a Python data source); the driver-side calls run the data source's own.
 SQL_WORKER_PYTHON = "spark.sql.execution.pyspark.python"
+log = logging.getLogger(__name__)
 _ROLE = "The Python process Spark started for format(\"aws-kinesis\")"
 
 
@@ -110,7 +112,19 @@ def register(spark: Any) -> None:
     previous = sc.pythonExec
     sc.pythonExec = sys.executable
     try:
-        spark.dataSource.register(KinesisDataSource)
-        spark.dataSource.register(KinesisShortNameDataSource)
+        for source in (KinesisDataSource, KinesisShortNameDataSource):
+            _register_unless_found(spark, source)
     finally:
         sc.pythonExec = previous
+
+
+def _register_unless_found(spark: Any, source: type[DataSource]) -> None:
+    """pyspark 4.0 refuses to register a name its own lookup found (4.1+ replaces it): that
+    registration came from a Python that has the package, so it serves as well."""
+    try:
+        spark.dataSource.register(source)
+    except Exception as exc:  # noqa: BLE001 - pyspark's AnalysisException, matched by its code
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        log.info("format(%r) was found by Spark's own lookup; that registration stays",
+                 source.name())
