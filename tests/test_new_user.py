@@ -78,6 +78,10 @@ def job_env(local_env: dict[str, str], kinesis_local: str, dynamodb: str) -> Ite
     env.update(local_env)
     yield env
     delete_stream(kinesis_local, STREAM)
+    kinesis = client("kinesis", kinesis_local)
+    gone = time.monotonic() + 30   # the next test creates the same name
+    while STREAM in kinesis.list_streams()["StreamNames"] and time.monotonic() < gone:
+        time.sleep(0.1)
     ddb = client("dynamodb", dynamodb)
     for table in (APP, f"{APP}-kinesis-dstream-ranges"):
         try:
