@@ -60,4 +60,49 @@ local: setup
 	$(VENV)/bin/kinesis-dstream local
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache $(KCL3_DIR)
+	rm -rf $(VENV) $(SPARK35_VENV) $(SPARK40_VENV) node_modules .pytest_cache $(KCL3_DIR)
+
+# ---- Spark version matrix (README: "Supported Spark versions") ------------------------------
+# The main suite runs on the pyspark that `.[test]` resolves to (the newest). These targets run
+# the DStream tests again on pyspark 3.5 (EMR 7) and the SQL tests on 4.0, each in a venv of its
+# own; .ci/run runs them after `make test`. A target's PYTEST_EXIT_FILE gets pytest's code.
+SPARK35_VENV := .venv-spark35
+SPARK40_VENV := .venv-spark40
+SPARK35_PIN := pyspark==3.5.*
+SPARK40_PIN := pyspark==4.0.*
+# (the Java KCL interop runs once, in the main suite: it tests the lease table, not Spark)
+DSTREAM_TESTS := $(sort $(filter-out tests/test_spark_java_interop.py,$(wildcard tests/test_spark_*.py)) tests/test_coordinator_unit.py)
+SQL_TESTS := $(sort $(wildcard tests/test_sql_*.py))
+
+.PHONY: setup-matrix test-matrix test-spark35 test-spark40
+
+$(SPARK35_VENV)/.kinesis-dstream-setup: setup.cfg pyproject.toml
+	test -x $(SPARK35_VENV)/bin/python || $(PYTHON) -m venv $(SPARK35_VENV)
+	$(SPARK35_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]' '$(SPARK35_PIN)'
+	touch $@
+
+$(SPARK40_VENV)/.kinesis-dstream-setup: setup.cfg pyproject.toml
+	test -x $(SPARK40_VENV)/bin/python || $(PYTHON) -m venv $(SPARK40_VENV)
+	$(SPARK40_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]' '$(SPARK40_PIN)'
+	touch $@
+
+setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-dstream-setup $(NPM_STAMP)
+
+# $(1): venv, $(2): test files
+define run_pytest
+	@rc=0; $(1)/bin/python -m pytest -q $(PYTEST_ARGS) $(2) || rc=$$?; \
+	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
+	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; \
+	exit $$rc
+endef
+
+test-spark35: $(SPARK35_VENV)/.kinesis-dstream-setup $(NPM_STAMP)
+	$(call run_pytest,$(SPARK35_VENV),$(DSTREAM_TESTS))
+
+test-spark40: $(SPARK40_VENV)/.kinesis-dstream-setup $(NPM_STAMP)
+	$(call run_pytest,$(SPARK40_VENV),$(SQL_TESTS))
+
+# Both, each to the end; fails if either did.
+test-matrix:
+	@rc=0; $(MAKE) --no-print-directory test-spark35 || rc=$$?; \
+	$(MAKE) --no-print-directory test-spark40 || rc=$$?; exit $$rc

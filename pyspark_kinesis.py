@@ -1,11 +1,7 @@
 """Registers ``format("kinesis")`` (the name qubole's and Databricks' connectors use) with PySpark
 (>= 4.0) without any call; same options as ``aws-kinesis`` (the awslabs names)."""
-from kinesis_dstream.sql.datasource import KinesisDataSource
+from kinesis_dstream.sql.datasource import KinesisShortNameDataSource
 
 
-class DefaultSource(KinesisDataSource):
+class DefaultSource(KinesisShortNameDataSource):
     """``kinesis``: the same source under the shorter name."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "kinesis"

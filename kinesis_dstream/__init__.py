@@ -8,17 +8,31 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ConsumerConfig
-from .errors import CheckpointError, ConfigurationError, KinesisDStreamError
+from .errors import (
+    CheckpointError,
+    ConfigurationError,
+    CredentialsError,
+    EndpointUnreachableError,
+    ExecutorEnvironmentError,
+    KinesisDStreamError,
+    PutRecordsFailedError,
+    StreamNotFoundError,
+)
 
 __version__ = "0.1.0"
 
 _SPARK_EXPORTS = ("KinesisUtils", "InitialPositionInStream", "MetricsLevel", "utf8_decoder")
 
-__all__ = ["ConsumerConfig", "CheckpointError", "ConfigurationError", "KinesisDStreamError",
-           *_SPARK_EXPORTS]
+__all__ = ["ConsumerConfig", "CheckpointError", "ConfigurationError", "CredentialsError",
+           "EndpointUnreachableError", "ExecutorEnvironmentError", "KinesisDStreamError",
+           "PutRecordsFailedError", "StreamNotFoundError", "KinesisRecord", *_SPARK_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "KinesisRecord":  # what a messageHandler receives; needs no pyspark
+        from .spark.records import KinesisRecord
+
+        return KinesisRecord
     if name in _SPARK_EXPORTS:
         try:
             from .spark import kinesis_utils

@@ -103,3 +103,11 @@ class PutRecordsFailedError(KinesisDStreamError):
         super().__init__(message)
         self.not_written = not_written
         self.last_error = last_error
+
+
+class ExecutorEnvironmentError(ConfigurationError):
+    """Spark's Python workers cannot import what our executor code needs.
+
+    The message names the interpreter the workers run, the module missing there, and the
+    fix (``PYSPARK_PYTHON``, ``spark.pyspark.python`` or a packed virtualenv).
+    """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import importlib.util
 import logging
 import os
 import shlex
@@ -37,6 +38,8 @@ DUMMY_REGION = "us-east-1"
 DUMMY_ACCESS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key, never valid
 DUMMY_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
+# The npm emulators and the versions tested (package.json pins the same; a test compares).
+NPM_EMULATORS = ("kinesis-local@0.6.2", "kinesalite@3.3.3", "dynalite@4.0.0")
 _PRELOAD = Path(__file__).with_name("_loopback.js")
 _NODE_ENTRY = {
     "kinesis-local": ("kinesis-local", "main.js"),
@@ -101,7 +104,8 @@ def find_node_modules(start: Path | None = None) -> Path:
                 return candidate
     raise EmulatorError(
         "npm emulators not found (no node_modules/kinesis-local above the working directory or "
-        f"the package); run `make setup` (or `npm install` at the repo root), or set {NODE_MODULES_ENV}"
+        f"the package): run `npm install {' '.join(NPM_EMULATORS)}` here (a clone: `make "
+        f"setup`), or set {NODE_MODULES_ENV} to their node_modules"
     )
 
 
@@ -155,6 +159,9 @@ class Emulator:
         env.update({"KINESIS_DSTREAM_LISTEN_HOST": self.host,
                     "KINESIS_DSTREAM_EXIT_WITH_PARENT": "1"})
         if self.kind == "moto":
+            if importlib.util.find_spec("moto") is None:
+                raise EmulatorError("moto is not installed (DynamoDB and CloudWatch): "
+                                    "pip install 'kinesis-dstream[local]'")
             argv = [sys.executable, "-c", _MOTO_LAUNCHER, "-H", self.host, "-p", str(port)]
             env.update(self._extra_env)
             return argv, env, None
@@ -332,7 +339,10 @@ class LocalStack:
             thread.join()
         if errors:
             self.stop()
-            raise errors[0]
+            if len(errors) == 1:
+                raise errors[0]
+            # e.g. a pip install without npm emulators or moto: say everything that is missing
+            raise EmulatorError("; ".join(dict.fromkeys(str(e) for e in errors))) from errors[0]
         return self
 
     def stop(self) -> None:

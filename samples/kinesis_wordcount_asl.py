@@ -54,7 +54,8 @@ if __name__ == "__main__":
     logging.getLogger("kinesis_dstream").setLevel(os.environ.get("KINESIS_DSTREAM_LOG_LEVEL", "INFO"))
 
     conf = SparkConf().setAppName("PythonStreamingKinesisWordCountAsl")
-    conf.setIfMissing("spark.master", "local[*]")
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # run as `python job.py`, not by spark-submit
+        conf.setMaster("local[*]")                # (a set master would override --master)
     sc = SparkContext(conf=conf)
     sc.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     ssc = StreamingContext(sc, 1)

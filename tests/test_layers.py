@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
 
 SHARED = {"config", "errors", "retry", "records"}
 TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
-EVERYTHING = SHARED | {"aws", "worker", "executor", "multilang", "local"} | TOP | {"cli", "pyspark"}
+EVERYTHING = SHARED | {"aws", "worker", "executor", "multilang", "local", "preflight"} | TOP | {"cli", "pyspark"}
 # part of the package -> what it may import at module level (parts of kinesis_dstream, or
 # "pyspark"). Lazy imports (inside a function) are held to the same rule except in
 # __init__, whose lazy imports of the Spark names are its way of not importing pyspark.
@@ -27,6 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     # What runs in Spark tasks of both APIs: no pyspark, no Spark glue.
     "executor": SHARED | {"aws", "worker", "executor"},
     "local": set(SHARED),
+    # Driver-side Spark glue both APIs use (it is handed a SparkContext; imports no pyspark).
+    "preflight": set(SHARED),
     # The DStream glue must not need the sql package (pyspark >= 4.0): DStream users on 3.5.
     # The two Spark APIs share the executors' reader, not each other's modules.
     "spark": EVERYTHING - {"cli", "sql"},

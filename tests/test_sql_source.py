@@ -31,8 +31,17 @@ if __name__ != "__main__":  # the subprocess driver needs none of the emulator h
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.sql import source as sql_source
+
+import pyspark  # noqa: E402
+
+# Admission control, Trigger.AvailableNow and the offset a restarted query stands at reach
+# a Python source from pyspark 4.2 on (the Spark matrix runs this file on 4.0 too).
+PYSPARK_4_2 = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2)
+needs_4_2 = pytest.mark.skipif(not PYSPARK_4_2, reason="pyspark < 4.2 has no admission "
+                               "control or Trigger.AvailableNow for Python sources")
 from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
+from kinesis_dstream.sql.datasource import register
 
 TRIGGER = "1 second"
 
@@ -93,7 +102,7 @@ if __name__ != "__main__":
 
         session = SparkSession(sc)
         session.conf.set("spark.sql.shuffle.partitions", "2")
-        session.dataSource.register(KinesisSource)
+        register(session)  # pyspark 4.0 refuses a name its lookup found
         yield session
 
     @pytest.fixture
@@ -244,6 +253,9 @@ def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
     sent_at_stop = len(producer.sent)
     wait_until(lambda: len(producer.sent) >= sent_at_stop + 60, 30, "records put while stopped")
     query = start_query(spark, opts, checkpoint, sink)
+    if not PYSPARK_4_2 and _failed_naming_4_2(query):
+        producer.halt.set()  # pyspark < 4.2 cannot tell the source where the query stands
+        return
     try:
         wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
         sent = producer.finish()
@@ -256,6 +268,18 @@ def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
     assert not sink.reruns_differing
     # One query id across both runs: the restarted query found its ranges.
     assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
+
+
+def _failed_naming_4_2(query: Any) -> bool:
+    """On pyspark < 4.2 a query restarted after its last batch was committed must fail, saying
+    so (it would otherwise start over under a new query id); one whose last batch was not
+    committed re-runs it first and goes on."""
+    wait_until(lambda: not query.isActive or query.lastProgress is not None, 60,
+               "the restarted query's first trigger")
+    if query.isActive:
+        return False
+    assert "pyspark >= 4.2" in str(query.exception()), query.exception()
+    return True
 
 
 # -- resharding --------------------------------------------------------------------------------
@@ -408,6 +432,7 @@ def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
 
 
 # -- admission control and Trigger.AvailableNow ------------------------------------------------
+@needs_4_2
 def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, make_stream,
                                                                     put_records, checkpoint):
     stream = make_stream(2)
@@ -427,6 +452,7 @@ def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, 
                for o in offsets_logged(checkpoint))
 
 
+@needs_4_2
 def test_available_now_reads_what_was_there_and_stops(spark, env, make_stream, put_records,
                                                       checkpoint):
     stream = make_stream(2)
@@ -678,7 +704,7 @@ def _driver_main(out_dir: str, checkpoint: str, opts_json: str) -> None:
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(KinesisSource)
+    register(spark)
 
     def write(df: Any, batch_id: int) -> None:
         rows = sorted([r.shardId, r.sequenceNumber, r.subSequenceNumber, r.partitionKey,

@@ -24,6 +24,7 @@ from ..errors import ConfigurationError
 from .coordinator import coordinators
 from .dstream import attach, make_batch_function, planner_for
 from .planner import StreamSpec
+from ..preflight import check_executors, use_driver_python_on_local_master
 from .rate import RateSettings
 from .records import KinesisRecord
 
@@ -180,6 +181,8 @@ class KinesisUtils:
         config = _build_config(settings, propertiesFile, configOverrides)
         conf = dict(ssc.sparkContext.getConf().getAll())
         config = config.with_spark_conf(conf)
+        use_driver_python_on_local_master(ssc.sparkContext)
+        check_executors(ssc.sparkContext)  # fails here, naming the workers' Python, not 10 s in
 
         spec = StreamSpec(
             key=uuid.uuid4().hex,

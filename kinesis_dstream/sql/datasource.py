@@ -7,12 +7,18 @@ A batch read (``spark.read``) is not offered: it fails in one place, ``_no_batch
 
 Registration needs no call: the top-level modules ``pyspark_kinesis_dstream`` (``aws-kinesis``)
 and ``pyspark_kinesis`` (``kinesis``) expose subclasses as ``DefaultSource``, which PySpark
-imports at its first data source lookup. ``spark.dataSource.register(KinesisDataSource)``
-does the same by hand.
+imports at its first data source lookup, in the Python that ``PYSPARK_DRIVER_PYTHON`` /
+``PYSPARK_PYTHON`` name when the JVM starts, else ``python3`` from PATH: a job run as
+``venv/bin/python job.py`` finds nothing there (Spark's ``DATA_SOURCE_NOT_FOUND``).
+``register(spark)`` registers both names from the driver's own interpreter instead, after
+checking that Spark's Python workers on the executors can import what the reads and writes
+need.
 """
 from __future__ import annotations
 
-from typing import NoReturn
+import logging
+import sys
+from typing import Any, NoReturn
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -22,6 +28,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..preflight import (
+    SQL_MODULES,
+    check_executors,
+    check_local_imports,
+    use_driver_python_on_local_master,
+)
 from .options import parse_options, parse_source_options
 from .sink import KinesisBatchWriter, KinesisStreamWriter
 from .source import SCHEMA, KinesisStreamReader
@@ -31,6 +43,18 @@ def _no_batch_read(format_name: str) -> NoReturn:
     raise NotImplementedError(
         f"format {format_name!r} reads as a stream only: use spark.readStream (with "
         "Trigger.AvailableNow to read what the stream holds and stop)")
+
+
+# Spark SQL's own setting for the interpreter of the executors' SQL Python workers (the
+# reads and writes of a Python data source); the driver-side calls run the data source's own.
+SQL_WORKER_PYTHON = "spark.sql.execution.pyspark.python"
+log = logging.getLogger(__name__)
+_ROLE = "The Python process Spark started for format(\"aws-kinesis\")"
+
+
+def _check_this_python() -> None:
+    """Spark starts executors' data source workers with this interpreter too, by default."""
+    check_local_imports(SQL_MODULES[1:], _ROLE)
 
 
 class KinesisDataSource(DataSource):
@@ -46,13 +70,61 @@ class KinesisDataSource(DataSource):
         return SCHEMA
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        _check_this_python()
         return KinesisBatchWriter(parse_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        _check_this_python()
         return KinesisStreamWriter(parse_options(self.options), schema)
 
     def reader(self, schema: StructType) -> NoReturn:
         _no_batch_read(self.name())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        _check_this_python()
         return KinesisStreamReader(parse_source_options(self.options))
+
+
+class KinesisShortNameDataSource(KinesisDataSource):
+    """``kinesis``: the name qubole's and Databricks' connectors use; the same options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kinesis"
+
+
+def register(spark: Any) -> None:
+    """Register ``aws-kinesis`` and ``kinesis`` in ``spark``, working wherever the driver runs.
+
+    The data source's driver-side calls then run in this driver's interpreter (which has the
+    package: it is running this), the executors' reads and writes in the interpreter Spark's
+    Python workers use (``PYSPARK_PYTHON`` / ``spark.pyspark.python``; on a local master with
+    neither, this one), recorded as ``spark.sql.execution.pyspark.python`` unless that is
+    set. One probe task checks that those workers import the package, boto3, protobuf and
+    pyarrow, and raises ``ExecutorEnvironmentError`` naming the interpreter if not.
+    """
+    sc = spark.sparkContext
+    use_driver_python_on_local_master(sc)
+    executor_python = spark.conf.get(SQL_WORKER_PYTHON, None) or sc.pythonExec
+    check_executors(sc, SQL_MODULES, python=executor_python,
+                    purpose="format(\"aws-kinesis\")'s reads and writes")
+    spark.conf.set(SQL_WORKER_PYTHON, executor_python)
+    previous = sc.pythonExec
+    sc.pythonExec = sys.executable
+    try:
+        for source in (KinesisDataSource, KinesisShortNameDataSource):
+            _register_unless_found(spark, source)
+    finally:
+        sc.pythonExec = previous
+
+
+def _register_unless_found(spark: Any, source: type[DataSource]) -> None:
+    """pyspark 4.0 refuses to register a name its own lookup found (4.1+ replaces it): that
+    registration came from a Python that has the package, so it serves as well."""
+    try:
+        spark.dataSource.register(source)
+    except Exception as exc:  # noqa: BLE001 - pyspark's AnalysisException, matched by its code
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        log.info("format(%r) was found by Spark's own lookup; that registration stays",
+                 source.name())

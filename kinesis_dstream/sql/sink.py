@@ -21,6 +21,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ..aws.producer import PUT_RECORDS_RETRY, KinesisProducer
 from ..errors import ConfigurationError
+from ..preflight import check_executors, use_driver_python_on_local_master
 from .options import ENDPOINT_URL, REGION, STREAM_NAME, KinesisOptions, parse_options
 
 if TYPE_CHECKING:
@@ -166,5 +167,7 @@ def write_to_kinesis(dstream: "DStream", stream_name: str, endpoint_url: str | N
     if region_name:
         given[REGION] = region_name
     parsed = parse_options(given)
+    use_driver_python_on_local_master(dstream.context().sparkContext)
+    check_executors(dstream.context().sparkContext, purpose="write_to_kinesis's writes")
     writer = _partition_writer(parsed, partition_key)
     dstream.foreachRDD(lambda rdd: rdd.foreachPartition(writer))

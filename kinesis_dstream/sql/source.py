@@ -88,6 +88,15 @@ SCHEMA = StructType([
 ])
 
 
+# pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at; a reader
+# knows it from initialOffset(), a batch it planned or committed, but not after a restart.
+_RESTART_NEEDS_4_2 = (
+    "format(\"aws-kinesis\"): this pyspark does not tell a restarted streaming source where "
+    "its query stands (pyspark >= 4.2 does), so a query cannot resume from its "
+    "checkpointLocation here. Upgrade to pyspark >= 4.2, or start the query with a new "
+    "checkpointLocation (it then reads from kinesis.startingPosition)")
+
+
 class DataLossError(KinesisDStreamError):
     """A shard the query had not finished reading is gone (retention) and failOnDataLoss is set."""
 
@@ -202,10 +211,20 @@ class ShardPartition(InputPartition):
 
 
 def arrow_schema() -> Any:
-    """The Arrow schema Spark expects from read(): nullability included (pyspark >= 4.2)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """The Arrow schema Spark expects from read(): ``SCHEMA``'s, nullability included (pyspark
+    >= 4.2 checks it). Spelled out, since PySpark's converter changed its keywords between
+    4.0 and 4.2."""
+    import pyarrow as pa
 
-    return to_arrow_schema(SCHEMA, timezone="UTC")
+    return pa.schema([
+        pa.field("data", pa.binary(), nullable=False),
+        pa.field("streamName", pa.string(), nullable=False),
+        pa.field("partitionKey", pa.string(), nullable=False),
+        pa.field("sequenceNumber", pa.string(), nullable=False),
+        pa.field("subSequenceNumber", pa.int64(), nullable=False),
+        pa.field("shardId", pa.string(), nullable=False),
+        pa.field("approximateArrivalTimestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+    ])
 
 
 def to_arrow(records: Sequence[Record], stream_name: str, schema: Any) -> Any:
@@ -331,6 +350,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                              next_shards(shards, None, {}, False))
         log.info("aws-kinesis query %s on stream %s starts %s: %d shards", offset["query"],
                  self.config.stream_name, start.kind, len(shards))
+        self._last_end = offset
         return offset
 
     def getDefaultReadLimit(self) -> Any:  # noqa: N802 - PySpark's name
@@ -345,7 +365,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
         if start is None:  # pyspark < 4.2 does not say where the next batch starts
             if self._last_end is None:
-                self._last_end = self.initialOffset()
+                raise KinesisDStreamError(_RESTART_NEEDS_4_2)
             start = self._last_end
         query, batch = start["query"], int(start["batch"])
         key = stream_key(self.config.stream_name, query)
