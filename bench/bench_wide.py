@@ -387,7 +387,8 @@ def measure(sc: Any, emu: dict[str, Any], kproxy: Any, dproxy: Any, stream: str,
                  for p in query.recentProgress]
         starts = [_iso_epoch(p["timestamp"]) for p, e in zip(query.recentProgress, ended)
                   if e <= wall1 and (p.get("numInputRows") or p["durationMs"].get("addBatch"))]
-        out["lag_at_end_s"] = round(wall1 - max(starts), 2) if starts else None
+        # No batch in the window (nothing to read): nothing lags.
+        out["lag_at_end_s"] = round(wall1 - max(starts), 2) if starts and ran else None
         out["lag_note"] = ("wall clock at the window's end minus the start of the newest batch "
                            "completed by then (a processing-time trigger skips missed intervals "
                            "instead of queueing them)")
