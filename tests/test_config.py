@@ -235,3 +235,26 @@ def test_repr_hides_the_secret_key_and_the_external_id():
     text = repr(config) + str(config)
     assert "s3cr3t-KEY-value" not in text and "ext-id-secret" not in text
     assert "AKIDEXAMPLE" in text  # the key id says which credentials, and is no secret
+
+
+def test_worker_ids_of_other_processes_and_proof_of_death():
+    """A recovered driver's pickled worker id is another process's; it is proven dead only
+    when it ran on this host and its pid is gone. A user's own id is never replaced."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from kinesis_dstream.config import default_worker_id, made_by_another_process, proven_dead
+
+    mine = default_worker_id()
+    assert not made_by_another_process(mine) and not proven_dead(mine)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = f"{socket.gethostname()}:{gone.pid}:0123abcd"
+    assert made_by_another_process(dead) and proven_dead(dead)
+    alive = f"{socket.gethostname()}:{os.getppid()}:0123abcd"
+    assert made_by_another_process(alive) and not proven_dead(alive)
+    elsewhere = f"some-other-host:{gone.pid}:0123abcd"
+    assert made_by_another_process(elsewhere) and not proven_dead(elsewhere)
+    assert not made_by_another_process("my-worker") and not proven_dead("my-worker")

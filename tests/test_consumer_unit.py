@@ -5,6 +5,7 @@ deadline instead of sleeping a fixed time.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -254,6 +255,25 @@ def test_processor_failure_restarts_from_the_last_checkpoint():
     assert h.consumer.checkpointer.last_checkpoint >= ESN(seq(3))
 
 
+def test_a_processor_that_keeps_failing_is_restarted_after_growing_waits(caplog):
+    """Equal jitter on 100 ms doubling: the waits' ranges do not overlap, so their order shows
+    the growth; a batch processed without failing starts the waits again from 100 ms."""
+    shard = Shard(6, batch=1)
+
+    def configure(p: Processor) -> None:
+        p.fail_on_batch = {0: 1, 1: 1, 2: 1, 3: 2}.get(p.number)
+
+    with caplog.at_level("ERROR", logger="kinesis_dstream.worker.consumer"):
+        with Harness(shard, configure=configure, retry_wait_time_ms=100) as h:
+            wait_until(lambda: len(h.processors) == 5 and h.processors[4].records,
+                       what="the fifth processor to read")
+    waits = [float(m.group(1)) for m in (re.search(r"restarting it from checkpoint .* in (\S+) s$",
+                                                   r.getMessage()) for r in caplog.records) if m]
+    assert len(waits) == 4, waits
+    assert 0.05 <= waits[0] <= 0.1 and 0.1 <= waits[1] <= 0.2 and 0.2 <= waits[2] <= 0.4
+    assert 0.05 <= waits[3] <= 0.1   # processor 3 processed a batch before failing
+
+
 def test_processor_failing_without_a_checkpoint_gets_everything_again():
     shard = Shard(4, batch=2)
 
@@ -430,8 +450,10 @@ def test_a_lasting_fetch_fault_is_logged_once_with_a_count_and_when_it_clears(ca
             wait_until(lambda: len(h.delivered()) == 4)
     lines = [r.getMessage() for r in caplog.records if "GetRecords" in r.getMessage()]
     assert len(lines) == 2, lines    # six failures within a minute: the first, then "works"
-    assert "failing (1 failure(s)" in lines[0]
-    assert "works again after 6 failure(s)" in lines[1]
+    assert lines[0].startswith(f"shard {SHARD}: GetRecords failing: Gave up after 3 attempts (0); "
+                               "trying again in 0.00")
+    assert lines[1].startswith(f"shard {SHARD}: GetRecords works again after 6 failures in ")
+    assert lines[1].endswith(" s (5 since the last line)")
 
 
 def test_waits_for_parents_before_making_a_processor():

@@ -1,4 +1,6 @@
-"""Interop with the real Java KCL 2.5.8 MultiLangDaemon (issue 2, "Interop").
+"""Interop with the real Java KCL 2.5.8 MultiLangDaemon (issue 2, "Interop"), and sharing
+with KCL 3.1.3 in its 2.x-compatible mode (issue 15; migration to and from KCL 3 is in
+tests/test_kcl3_interop.py).
 
 The Java daemon (tests/java_kcl.py) runs tests/java_child_processor.py per shard; our worker
 runs tests/recording_processor.py. Each side appends what it delivered and checkpointed to its
@@ -39,12 +41,12 @@ STATE_DEPENDENT = {"parentShardId", "childShardIds", "pendingCheckpoint",
 # -- helpers ---------------------------------------------------------------------------------
 
 def java_daemon(tmp_path: Path, name: str, stream: str, application: str, kinesis_local: str,
-                dynamodb: str, worker_id: str) -> JavaDaemon:
+                dynamodb: str, worker_id: str, **extra: Any) -> JavaDaemon:
     return JavaDaemon(tmp_path, name=name, stream=stream, application=application,
                       kinesis_endpoint=kinesis_local, dynamodb_endpoint=dynamodb,
                       region=DUMMY_REGION, access_key_id=DUMMY_ACCESS_KEY_ID,
                       secret_key=DUMMY_SECRET_ACCESS_KEY, worker_id=worker_id,
-                      failover_time_ms=FAILOVER_MS)
+                      failover_time_ms=FAILOVER_MS, **extra)
 
 
 def start_our_worker(config: ConsumerConfig, events_path: Path, tmp_path: Path) -> subprocess.Popen:
@@ -101,7 +103,13 @@ def all_checkpointed(dynamodb: str, table: str, n_shards: int) -> bool:
         item.get("checkpoint", {}).get("S", "").isdigit() and "leaseOwner" in item for item in items)
 
 
-def start_shared_run(kinesis_local: str, dynamodb: str, make_stream, make_config, tmp_path: Path):
+# KCL 3.x shares a table with 2.x-protocol workers only in this mode; in its default mode
+# its leader never takes a lease back from them (README, "KCL compatibility").
+KCL3_COMPATIBLE = {"kcl": 3, "clientVersionConfig": "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X"}
+
+
+def start_shared_run(kinesis_local: str, dynamodb: str, make_stream, make_config, tmp_path: Path,
+                     **java_extra: Any):
     """A 4-shard stream with 400 records, our worker process started first, then a Java daemon
     on the same lease table; also returns two functions for failure messages and deliveries."""
     stream = make_stream(4)
@@ -112,7 +120,8 @@ def start_shared_run(kinesis_local: str, dynamodb: str, make_stream, make_config
     table_name = config.application_name
     our_events = tmp_path / "ours.events.jsonl"
     ours = start_our_worker(config, our_events, tmp_path)
-    java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id)
+    java = java_daemon(tmp_path, "java", stream, table_name, kinesis_local, dynamodb, java_id,
+                       **java_extra)
 
     def logs() -> str:
         ours_log = (tmp_path / "ours.stderr").read_text(errors="replace")[-4000:]
@@ -186,12 +195,16 @@ def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
 
 # -- 2 + 3. one lease table, shared; kill -9 either side ---------------------------------------
 
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("killed", ["java", "ours"])
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("killed, java_extra", [
+    ("java", {}), ("ours", {}),
+    ("java", KCL3_COMPATIBLE),  # KCL 3.1.3 in compatibility mode: the same split and takeover
+], ids=["java-killed", "ours-killed", "kcl3-compatible-killed"])
 def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
-        killed, aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
+        killed, java_extra, aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
     (stream, expected, our_id, java_id, config, table_name, our_events, ours, java, logs,
-     delivered) = start_shared_run(kinesis_local, dynamodb, make_stream, make_config, tmp_path)
+     delivered) = start_shared_run(kinesis_local, dynamodb, make_stream, make_config, tmp_path,
+                                   **java_extra)
 
     try:
         # Ours creates the table and leases and takes all four; then the Java daemon joins.
@@ -203,7 +216,7 @@ def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
         with Producer(kinesis_local, stream, "during-split") as producer:
             split = wait_for(
                 lambda: sorted(owners(dynamodb, table_name).values()) == sorted([our_id, our_id, java_id, java_id]),
-                60, "a 2/2 split between our worker and the Java daemon", logs)
+                120, "a 2/2 split between our worker and the Java daemon", logs)
         expected.update(producer.sent)
         expected.update(put_batch(kinesis_local, stream, "shared", 400))
         wait_for(lambda: {e["data"] for e in delivered()} >= set(expected), 30,

@@ -5,6 +5,7 @@ so a Java KCL worker could share the table.
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, Iterator
 
@@ -78,6 +79,55 @@ def types(item: dict[str, Any]) -> dict[str, str]:
 
 
 # -- the table ----------------------------------------------------------------------------------
+class CreatingFor:
+    """moto's client, except that a table is CREATING for its first ``n`` DescribeTable answers
+    (moto makes tables ACTIVE at once; DynamoDB takes seconds)."""
+
+    def __init__(self, client: Any, n: int):
+        self._client = client
+        self.left = n
+        self.described = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def describe_table(self, **kwargs: Any) -> Any:
+        answer = self._client.describe_table(**kwargs)
+        self.described += 1
+        if self.left > 0:
+            self.left -= 1
+            answer["Table"]["TableStatus"] = "CREATING"
+        return answer
+
+
+def test_a_new_table_is_polled_until_active(aws, app):
+    """Through retry.poll_until: waits from 0.1 s up, so a few CREATING answers cost ~1 s."""
+    client = CreatingFor(aws, 4)
+    assert LeaseTable(config_for(app), client=client).create_table_if_not_exists(timeout_s=30)
+    assert client.left == 0 and client.described == 5
+    aws.delete_table(TableName=app)
+
+
+def test_a_table_never_active_times_out_naming_it(aws, app):
+    client = CreatingFor(aws, 10**6)
+    with pytest.raises(TimeoutError, match=f"^lease table {app} not ACTIVE after 0.5 s$"):
+        LeaseTable(config_for(app), client=client).create_table_if_not_exists(timeout_s=0.5)
+    assert client.described >= 3
+    aws.delete_table(TableName=app)
+
+
+def test_the_batch_range_table_is_polled_until_active_too(aws, app):
+    from kinesis_dstream.aws.range_table import BatchRangeTable, range_table_name
+
+    client = CreatingFor(aws, 3)
+    BatchRangeTable(config_for(app), client=client).create_table_if_not_exists(timeout_s=30)
+    assert client.left == 0 and client.described == 4
+    with pytest.raises(TimeoutError, match=f"table {range_table_name(app)} not ACTIVE after 0.3 s"):
+        BatchRangeTable(config_for(app), client=CreatingFor(aws, 10**6)
+                        ).create_table_if_not_exists(timeout_s=0.3)
+    aws.delete_table(TableName=range_table_name(app))
+
+
 def test_table_has_the_kcl_shape(aws, table, app):
     described = aws.describe_table(TableName=app)["Table"]
     assert described["KeySchema"] == [{"AttributeName": "leaseKey", "KeyType": "HASH"}]
@@ -449,3 +499,71 @@ def test_workers_starting_together_split_without_stealing_when_taking_is_ramped(
 def test_unlimited_taking_grabs_every_free_lease_at_once(aws, app, four_leases):
     a = coordinator(four_leases, "A", Clock())
     assert len(a.take_leases()) == 4 and not a.wanted_more
+
+
+# -- KCL 3.x items and attributes ---------------------------------------------------------------
+# KCL 3.5's single-table format puts coordinator state and worker metrics into the lease table,
+# marked by entityType; the last item is anything else without a leaseCounter.
+NOT_LEASES = [
+    {"leaseKey": {"S": "Migration3.0"}, "entityType": {"S": "COORDINATOR_STATE"},
+     "cv": {"S": "CLIENT_VERSION_3X"}, "mb": {"S": "java-1"}},
+    {"leaseKey": {"S": "WorkerMetricStats#java-1"}, "entityType": {"S": "WORKER_METRICS"},
+     "wid": {"S": "java-1"}, "leaseCounter": {"N": "3"}},  # entityType alone marks it
+    {"leaseKey": {"S": "LeaderLock"}, "ownerName": {"S": "java-1"}},
+]
+
+
+def test_kcl35_coordinator_and_worker_metrics_items_are_not_leases(aws, four_leases, app):
+    for item in NOT_LEASES:
+        aws.put_item(TableName=app, Item=item)
+    assert sorted(lease.lease_key for lease in four_leases.list_leases()) == \
+        [f"shard-{i}" for i in range(4)]
+    for item in NOT_LEASES:
+        assert four_leases.get_lease(item["leaseKey"]["S"]) is None
+
+
+def test_workers_on_a_kcl35_table_split_its_leases_and_never_touch_its_other_items(
+        aws, app, four_leases, caplog):
+    for item in NOT_LEASES:
+        aws.put_item(TableName=app, Item=item)
+    clock = Clock()
+    a = coordinator(four_leases, "A", clock)
+    b = coordinator(four_leases, "B", clock)
+    with caplog.at_level(logging.DEBUG, logger="kinesis_dstream"):
+        assert len(a.take_leases()) == 4
+        for _ in range(3):  # counted as leases, 3 unowned items would skew the target
+            clock.now += 1.0
+            a.renew_leases()
+            b.take_leases()
+        clock.now += 1.0
+        a.renew_leases()
+    counts = list(owners(four_leases).values())
+    assert counts.count("A") == 2 and counts.count("B") == 2
+    assert len(a.known_leases()) == len(b.known_leases()) == 4
+    for item in NOT_LEASES:  # never taken, never written
+        assert raw(aws, app, item["leaseKey"]["S"]) == item
+        assert item["leaseKey"]["S"] not in caplog.text
+
+
+def test_take_and_evict_remove_checkpoint_owner_as_kcl3_does(aws, table, app):
+    """KCL 3 treats checkpointOwner, while set, as the owner finishing a graceful handoff."""
+    table.create_lease_if_not_exists(Lease("shard-0"))
+
+    def hand_off(owner: str, to: str) -> Lease:  # what a KCL 3 leader writes
+        lease = table.get_lease("shard-0")
+        aws.update_item(TableName=app, Key={"leaseKey": {"S": "shard-0"}},
+                        UpdateExpression="SET leaseOwner = :to, checkpointOwner = :from, "
+                                         "leaseCounter = :n",
+                        ExpressionAttributeValues={":to": {"S": to}, ":from": {"S": owner},
+                                                   ":n": {"N": str(lease.lease_counter + 1)}})
+        return table.get_lease("shard-0")
+
+    taken = table.take_lease(hand_off("java-1", "java-2"), "A")  # a steal
+    item = raw(aws, app, "shard-0")
+    assert "checkpointOwner" not in item and item["leaseOwner"] == {"S": "A"}
+    assert taken.lease_counter == int(item["leaseCounter"]["N"])
+    lease = hand_off("A", "A")  # our own name both ways, so evict's owner guard holds
+    assert "checkpointOwner" in raw(aws, app, "shard-0")
+    table.evict_lease(lease)
+    item = raw(aws, app, "shard-0")
+    assert "checkpointOwner" not in item and "leaseOwner" not in item

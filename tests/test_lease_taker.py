@@ -251,3 +251,12 @@ def test_leases_that_vanish_are_forgotten():
     t.choose(leases, 0.0)
     t.choose(leases[:1], 1.0)
     assert set(t._seen) == {"shard-000"}
+
+
+def test_a_dead_workers_leases_are_taken_at_once_not_after_failover():
+    """A recovered driver knows its predecessor is dead: no failover wait for its leases,
+    while a live worker's leases are still only taken once they expire."""
+    leases = leases_owned("dead", "dead", "alive", "alive")
+    first = taker(dead_owners={"dead"}).choose(leases, now=0.0)
+    assert keys(first) == {"shard-000", "shard-001"}
+    assert len(taker().choose(leases, now=0.0)) == 1  # without the proof: one steal a pass

@@ -11,9 +11,16 @@ import pytest
 from emulators import client, list_shard_ids, read_all
 from fault_proxy import FaultProxy
 
-from kinesis_dstream.aws.producer import MAX_RECORD_BYTES, KinesisProducer, hash_key_of
+from kinesis_dstream.aws.clients import error_for_code
+from kinesis_dstream.aws.producer import (
+    MAX_RECORD_BYTES,
+    PUT_RECORDS_RETRY,
+    KinesisProducer,
+    hash_key_of,
+)
 from kinesis_dstream.config import ConsumerConfig
-from kinesis_dstream.errors import ConfigurationError, PutRecordsFailedError
+from kinesis_dstream.errors import ConfigurationError, PutRecordsFailedError, ThrottlingError
+from kinesis_dstream.retry import RetryPolicy, classify
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
 from kinesis_dstream.worker.aggregation import deaggregate
 
@@ -110,7 +117,8 @@ def test_failed_entries_are_sent_again_until_written(kinesis_local, make_stream)
     stream = make_stream(2)
     with FaultProxy(kinesis_local, share=0.0, seed=7, put_failure_share=0.3) as proxy:
         producer = KinesisProducer(producer_config(stream, proxy.endpoint), aggregation=False,
-                                   retry_base_ms=1, sleep=lambda s: None)
+                                   retry=RetryPolicy(wait_time_ms=1, max_attempts=10),
+                                   sleep=lambda s: None)
         producer.put_many((f"r-{i}", f"k{i}") for i in range(400))
         producer.close()
     assert proxy.put_entries_failed > 50
@@ -124,15 +132,77 @@ def test_gives_up_naming_the_stream_and_the_count(kinesis_local, make_stream):
     waits: list[float] = []
     with FaultProxy(kinesis_local, share=0.0, seed=1, put_failure_share=1.0) as proxy:
         producer = KinesisProducer(producer_config(stream, proxy.endpoint), aggregation=False,
-                                   max_attempts=4, retry_base_ms=10, sleep=waits.append)
+                                   retry=RetryPolicy(wait_time_ms=10, max_attempts=4),
+                                   sleep=waits.append, rand=lambda: 0.5)
         producer.put_many((f"r-{i}", f"k{i}") for i in range(30))
         with pytest.raises(PutRecordsFailedError) as failure:
             producer.flush()
     assert failure.value.not_written == 30
-    assert stream in str(failure.value) and "30 records not written" in str(failure.value)
+    assert str(failure.value) == (
+        f"30 records not written to stream {stream!r}: Gave up after 4 attempts while putting "
+        "records: error codes {'ProvisionedThroughputExceededException': 30}")
+    assert isinstance(failure.value.last_error, ThrottlingError)
     assert proxy.put_entries_failed == 4 * 30
-    assert len(waits) == 3 and all(0 <= w <= 0.01 * 2 ** i for i, w in enumerate(waits))
+    assert producer.stats.entries_retried == 3 * 30
+    # 10 ms doubling, each wait between half and all of it (rand 0.5: three quarters).
+    assert waits == pytest.approx([0.0075, 0.015, 0.03])
     assert producer.buffered_records() == 0
+
+
+def test_failed_entries_stop_at_the_deadline_on_the_producers_clock(kinesis_local, make_stream):
+    stream = make_stream(1)
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    with FaultProxy(kinesis_local, share=0.0, seed=1, put_failure_share=1.0) as proxy:
+        producer = KinesisProducer(producer_config(stream, proxy.endpoint), aggregation=False,
+                                   retry=RetryPolicy(wait_time_ms=1000, max_attempts=10,
+                                                     max_wait_ms=5000, deadline_ms=10_000),
+                                   sleep=sleep, clock=lambda: now[0], rand=lambda: 1.0)
+        producer.put("r", "k")
+        with pytest.raises(PutRecordsFailedError, match="Gave up after 4 attempts within 10 s"):
+            producer.flush()
+    assert now[0] == pytest.approx(1 + 2 + 4)   # the next wait (5 s) would end past 10 s
+    assert proxy.put_entries_failed == 4
+
+
+@pytest.mark.parametrize("code,retried", [("InternalFailure", True),
+                                           ("KMSDisabledException", False)])
+def test_entries_are_sent_again_only_for_codes_worth_retrying(kinesis_local, make_stream,
+                                                              code, retried):
+    stream = make_stream(1)
+    with FaultProxy(kinesis_local, share=0.0, seed=3, put_failure_share=1.0,
+                    max_put_failures=5, put_failure_code=code) as proxy:
+        producer = KinesisProducer(producer_config(stream, proxy.endpoint), aggregation=False,
+                                   sleep=lambda s: None)
+        producer.put_many((f"r-{i}", f"k{i}") for i in range(5))
+        if retried:
+            producer.flush()
+        else:
+            with pytest.raises(PutRecordsFailedError, match=rf"not retryable: \['{code}'\]"):
+                producer.flush()
+    assert proxy.put_entries_failed == 5
+    assert producer.stats.entries_retried == (5 if retried else 0)
+    assert producer.stats.put_records_calls == (2 if retried else 1)
+
+
+def test_the_default_entry_retry_is_ten_tries_within_two_minutes_up_to_five_seconds_apart():
+    assert (PUT_RECORDS_RETRY.max_attempts, PUT_RECORDS_RETRY.deadline_ms,
+            PUT_RECORDS_RETRY.wait_time_ms, PUT_RECORDS_RETRY.max_wait_ms) == (10, 120_000, 100, 5000)
+
+
+@pytest.mark.parametrize("code,kind", [
+    ("ProvisionedThroughputExceededException", "throttling"),
+    ("InternalFailure", "transient"), ("ServiceUnavailable", "transient"),
+    ("KMSThrottlingException", "transient"),
+    ("KMSDisabledException", "permanent"), ("KMSNotFoundException", "permanent"),
+    ("KMSAccessDeniedException", "permanent"), ("AccessDeniedException", "permanent"),
+])
+def test_put_records_entry_codes_are_read_by_the_one_table(code, kind):
+    """The codes PutRecords puts on an entry: retried exactly when they were before."""
+    assert classify(error_for_code(code, "entry")) == kind
 
 
 def test_explicit_hash_key_decides_the_shard_not_the_partition_key(kinesis_local, make_stream):

@@ -137,6 +137,12 @@ def test_unknown_key_is_warned_by_name(tmp_path, app_py, caplog):
     ("initialPositionInStreamExtended = yesterday", "initialPositionInStreamExtended"),
     ("taskBackoffTimeMillis = soon", "taskBackoffTimeMillis"),
     ("tableName = OtherTable", "tableName"),
+    # KCL 3.x keys
+    ("clientVersionConfig = CLIENT_VERSION_CONFIG_2X", "clientVersionConfig"),
+    ("workerMetricsBillingMode = ON_DEMAND", "workerMetricsBillingMode"),
+    ("maxThroughputPerHostKBps = fast", "maxThroughputPerHostKBps"),
+    ("staleWorkerMetricsEntryCleanupDuration = 15 minutes", "staleWorkerMetricsEntryCleanupDuration"),
+    ("leaseAssignmentIntervalMillis = 0", "leaseAssignmentIntervalMillis"),
 ])
 def test_invalid_value_names_the_key(tmp_path, app_py, line, key):
     path = write(tmp_path, f"executableName = app.py\nstreamName = s\napplicationName = a\n{line}\n")
@@ -221,3 +227,86 @@ def test_shipped_example_files_load_without_warnings(name, caplog):
         config = consumer_config_from_properties(path)
     assert config.stream_name and config.application_name
     assert caplog.text == ""
+
+
+# KCL 3.x: kclpy 3's sample properties with every KCL 3 key given a value
+# (amazon-kinesis-client-python samples/sample.properties, 3.x section uncommented).
+KCL3 = """\
+executableName = app.py
+streamName = orders
+applicationName = OrdersApp
+AwsCredentialsProvider = DefaultCredentialsProvider
+awsCredentialsProviderDynamoDB = DefaultCredentialsProvider
+processingLanguage = python/3.8
+initialPositionInStream = TRIM_HORIZON
+regionName = us-east-1
+failoverTimeMillis = 10000
+clientVersionConfig = CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X
+coordinatorStateTableName = OrdersApp-CoordinatorState
+coordinatorStateBillingMode = PROVISIONED
+coordinatorStateReadCapacity = 5
+coordinatorStateWriteCapacity = 5
+coordinatorStatePointInTimeRecoveryEnabled = false
+coordinatorStateDeletionProtectionEnabled = false
+coordinatorStateTags = team=orders
+gracefulLeaseHandoffTimeoutMillis = 30000
+isGracefulLeaseHandoffEnabled = true
+workerMetricsTableName = OrdersApp-WorkerMetricStats
+workerMetricsBillingMode = PAY_PER_REQUEST
+workerMetricsReadCapacity = 5
+workerMetricsWriteCapacity = 5
+workerMetricsPointInTimeRecoveryEnabled = false
+workerMetricsDeletionProtectionEnabled = false
+workerMetricsTags = team=orders
+inMemoryWorkerMetricsCaptureFrequencyMillis = 1000
+workerMetricsReporterFreqInMillis = 30000
+noOfPersistedMetricsPerWorkerMetrics = 10
+disableWorkerMetrics = false
+maxThroughputPerHostKBps = 10000.5
+dampeningPercentage = 60
+reBalanceThresholdPercentage = 10
+allowThroughputOvershoot = true
+varianceBalancingFrequency = 3
+workerMetricsEMAAlpha = 0.5
+staleWorkerMetricsEntryCleanupDuration = PT15M
+leaseAssignmentIntervalMillis = 20000
+enablePriorityLeaseAssignment = true
+leaseTableDeletionProtectionEnabled = false
+leaseTablePitrEnabled = false
+millisBehindLatestThresholdForReducedTps = 0
+"""
+
+
+def test_a_kcl3_file_loads_quietly_and_its_keys_that_mean_something_here_take_effect(
+        tmp_path, app_py, caplog):
+    with caplog.at_level(logging.DEBUG, logger="kinesis_dstream.multilang.properties"):
+        settings = load_properties(write(tmp_path, KCL3))
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    c = settings.config
+    assert (c.stream_name, c.application_name, c.failover_time_ms) == ("orders", "OrdersApp", 10000)
+    # KCL 3's leader assigns leases this often; our worker looks for leases as often.
+    assert c.taker_interval_ms == 20000
+    kcl3_only = {line.split(" = ")[0] for line in KCL3.splitlines()[9:]} - {"leaseAssignmentIntervalMillis"}
+    assert set(settings.ignored_keys) == kcl3_only
+    for key in kcl3_only:  # quiet, but a debug line names each one
+        assert f"{key} has no effect" in caplog.text
+
+
+@pytest.mark.parametrize("key", ["AwsCredentialsProvider", "awsCredentialsProvider",
+                                 "AWSCREDENTIALSPROVIDER", "AwsCredentialsProviderCloudWatch"])
+def test_kcl3_credentials_key_spellings_are_read_as_the_kcl3_daemon_reads_them(
+        tmp_path, app_py, caplog, key):
+    # Read, not ignored: a provider we do not implement is warned about, naming the key.
+    path = write(tmp_path, "executableName = app.py\nstreamName = s\napplicationName = a\n"
+                           f"{key} = ProfileCredentialsProvider\n")
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.multilang.properties"):
+        load_properties(path)
+    assert "unknown property" not in caplog.text
+    assert f"{key} = ProfileCredentialsProvider: only DefaultAWSCredentialsProviderChain" in caplog.text
+
+
+def test_free_text_keys_the_java_daemon_knows_are_accepted(tmp_path, app_py):
+    path = write(tmp_path, "executableName = app.py\nstreamName = s\napplicationName = a\n"
+                           "metricsEnabledDimensions = Operation|ShardId\n"
+                           "shardPrioritization = NoOpShardPrioritization\n")
+    assert set(load_properties(path).ignored_keys) == {"metricsEnabledDimensions", "shardPrioritization"}

@@ -482,3 +482,29 @@ def test_metrics_show_records_lag_owner_and_last_checkpoint_per_shard(
         assert m.state == "processing"
         assert m.last_checkpoint == str(last) == str(item_checkpoint(items[shard]))
         assert m.last_delivered == str(last)
+
+
+def test_a_pass_that_keeps_failing_unexpectedly_backs_off_instead_of_ticking(caplog):
+    """A bug in a pass is logged with its traceback, but not at every 0.2 s tick: the waits
+    grow as for a service fault (200 ms doubling, equal jitter: the ranges do not overlap)."""
+    from kinesis_dstream.config import ConsumerConfig
+
+    class Broken:
+        def run_due(self, now: float, any_waiting: Callable[[], bool]) -> None:
+            raise RuntimeError("a bug")
+
+    config = ConsumerConfig(application_name="a", stream_name="s", region_name="r",
+                            worker_id="w", retry_wait_time_ms=100)
+    scheduler = Scheduler(config, lambda shard_id: None, kinesis=object(), lease_table=object())
+    scheduler.lease_manager = Broken()
+    loop = threading.Thread(target=scheduler._loop, daemon=True)
+    with caplog.at_level(logging.ERROR, logger="kinesis_dstream.worker.lease_loop"):
+        loop.start()
+        try:
+            wait_for(lambda: len(caplog.records) >= 3, 30, "three failed passes")
+        finally:
+            scheduler._stop.set()
+            loop.join(5)
+    waits = [float(r.getMessage().rsplit(" in ", 1)[1].split()[0]) for r in caplog.records[:3]]
+    assert all(r.exc_info for r in caplog.records[:3])
+    assert 0.1 <= waits[0] <= 0.2 and 0.2 <= waits[1] <= 0.4 and 0.4 <= waits[2] <= 0.8, waits

@@ -69,24 +69,16 @@ def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_str
     assert sum(m["records"] for m in metrics.values()) == 400
 
 
-def test_two_output_operations_get_the_same_records_though_more_arrived(
-        sc, env, make_stream, put_records, unique_app_name):
-    """The second output operation recomputes the batch (nothing cached) after more records
-    arrived: it reads the range the first computation recorded, not what is there now."""
-    stream = make_stream(2)
-    put_records(stream, [(f"pk{i}", f"a{i}") for i in range(100)])
-    ssc = make_ssc(sc)
-    kstream = create(ssc, unique_app_name, stream, env, storageLevel=NO_CACHE)
-    first: dict[int, list[str]] = {}
-    second: dict[int, list[str]] = {}
+def two_output_operations(kstream, between):
+    """Two output operations on ``kstream``; ``between(rows)`` runs in the first one, before
+    the second computes the batch again. Returns the rows each saw, by batch time."""
+    first: dict = {}
+    second: dict = {}
     lock = threading.Lock()
-    late: list[str] = []
 
     def one(time, rdd):
         got = rdd.collect()
-        if got and not late:  # more records while the batch is between its two operations
-            late.extend(f"b{i}" for i in range(100))
-            put_records(stream, [(f"pk{i}", r) for i, r in enumerate(late)])
+        between(got)
         with lock:
             first[time] = got
 
@@ -97,6 +89,25 @@ def test_two_output_operations_get_the_same_records_though_more_arrived(
 
     kstream.foreachRDD(one)
     kstream.foreachRDD(two)
+    return first, second
+
+
+def test_two_output_operations_get_the_same_records_though_more_arrived(
+        sc, env, make_stream, put_records, unique_app_name):
+    """The second output operation recomputes the batch (nothing cached) after more records
+    arrived: it reads the range the first computation recorded, not what is there now."""
+    stream = make_stream(2)
+    put_records(stream, [(f"pk{i}", f"a{i}") for i in range(100)])
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, env, storageLevel=NO_CACHE)
+    late: list[str] = []
+
+    def more(got):
+        if got and not late:  # more records while the batch is between its two operations
+            late.extend(f"b{i}" for i in range(100))
+            put_records(stream, [(f"pk{i}", r) for i, r in enumerate(late)])
+
+    first, second = two_output_operations(kstream, more)
     ssc.start()
     try:
         wait_until(lambda: sum(len(v) for v in list(second.values())) >= 200, 90, "both waves")
@@ -117,27 +128,15 @@ def test_a_batch_whose_read_found_nothing_stays_empty_when_computed_again(
     stream = make_stream(1)
     ssc = make_ssc(sc)
     kstream = create(ssc, unique_app_name, stream, env, storageLevel=NO_CACHE)
-    first: dict = {}
-    second: dict = {}
-    lock = threading.Lock()
     late: list[str] = []
     ready = threading.Event()
 
-    def one(time, rdd):
-        got = rdd.collect()
+    def more(got):
         if not got and ready.is_set() and not late:  # an empty batch, between its operations
             late.extend(f"late{i}" for i in range(30))
             put_records(stream, [("k", r) for r in late])
-        with lock:
-            first[time] = got
 
-    def two(time, rdd):
-        got = rdd.collect()
-        with lock:
-            second[time] = got
-
-    kstream.foreachRDD(one)
-    kstream.foreachRDD(two)
+    first, second = two_output_operations(kstream, more)
     ssc.start()
     try:
         wait_until(lambda: kstream.metrics() and all(
@@ -298,3 +297,36 @@ def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert stored() == {}
     assert sorted(rows) == sorted(f"w{w}-{i}" for w in range(6) for i in range(40))
+
+
+def test_a_range_that_ends_inside_a_kpl_aggregate_is_read_again_exactly(
+        make_config, make_stream, put_aggregated, put_records):
+    """A record cap that falls inside an aggregate ends the range at a sub-sequence number:
+    computed again it gives the same user records, and the next batch starts right after
+    them (with a fresh iterator: the page did not end there). A read that ended at a page
+    boundary hands its iterator on, and the next read goes on from it."""
+    stream = make_stream(1)
+    config = make_config(stream)
+    BatchRangeTable(config).create_table_if_not_exists()
+    (aggregate,) = put_aggregated(stream, [(f"k{i}", f"u{i}") for i in range(10)], per_aggregate=10)
+    shard = aggregate.shard_id
+    trim = ExtendedSequenceNumber("TRIM_HORIZON")
+    planned = ShardRange("stream-d", shard, 1000, trim, None, 1000, max_records=4,
+                         time_budget_s=5, start=trim)
+    records, report = read_shard_range(config, planned)
+    assert [r.binary_data for r in records] == [f"u{i}".encode() for i in range(4)]
+    assert report.batch_range.end.sub_sequence_number == 3 and report.next_iterator is None
+    put_records(stream, [("k", "after")])
+    again, _ = read_shard_range(config, planned, fresh=False)  # a lost block, say
+    assert again == records
+    rest, rest_report = read_shard_range(config, ShardRange(
+        "stream-d", shard, 2000, trim, None, 1000, max_records=1000, time_budget_s=5,
+        start=report.batch_range.next_start))
+    assert [r.binary_data for r in rest] == [f"u{i}".encode() for i in range(4, 10)] + [b"after"]
+    assert rest_report.next_iterator is not None and rest_report.get_shard_iterator_calls == 1
+    put_records(stream, [("k", "later")])
+    later, later_report = read_shard_range(config, ShardRange(
+        "stream-d", shard, 3000, trim, None, 1000, max_records=1000, time_budget_s=5,
+        start=rest_report.batch_range.next_start, iterator=rest_report.next_iterator))
+    assert [r.binary_data for r in later] == [b"later"]
+    assert later_report.get_shard_iterator_calls == 0

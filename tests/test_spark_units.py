@@ -274,3 +274,30 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
                                    for n in range(1, 14))]  # 26: batch 14000's stay
     coordinator._write_checkpoints(force=False)
     assert len(ranges.calls) == 1  # deleted once
+
+
+def test_an_executor_process_logs_with_time_level_and_logger() -> None:
+    """A Python worker has no logging set up; our lines must still say when, how bad and who."""
+    import re
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "from kinesis_dstream.config import ConsumerConfig\n"
+        "from kinesis_dstream.executor import shard_reader\n"
+        "config = ConsumerConfig(application_name='app', stream_name='s', region_name='us-east-1',"
+        " kinesis_endpoint='http://127.0.0.1:9', dynamodb_endpoint='http://127.0.0.1:9')\n"
+        "shard_reader.clients_for(config)\n"
+        "shard_reader.log.info('not shown')\n"
+        "shard_reader.log.warning('reading shard x failing')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env={**__import__("os").environ, "AWS_ACCESS_KEY_ID": "x",
+                                          "AWS_SECRET_ACCESS_KEY": "y"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING "
+                    r"kinesis_dstream\.executor\.shard_reader \[pid \d+\]: reading shard x failing$",
+                    lines[0]), lines[0]

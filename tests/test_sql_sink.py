@@ -155,10 +155,25 @@ def test_options_unknown_warned_by_name_defaults_and_errors(caplog):
                             "kinesis.sink.aggregationEnabled"),
                            ({"kinesis.streamName": "s", "kinesis.sink.flushWaitTimeMs": "soon"},
                             "kinesis.sink.flushWaitTimeMs"),
+                           ({"kinesis.streamName": "s", "kinesis.sink.flushWaitTimeMs": "0"},
+                            "kinesis.sink.flushWaitTimeMs"),
                            ({"kinesis.streamName": "s", "kinesis.awsAccessKeyId": "AK"},
                             "kinesis.awsSecretKey")):
         with pytest.raises(ConfigurationError, match=named.replace(".", r"\.")):
             parse_options(options)
+
+
+def test_the_sink_flush_wait_is_the_first_wait_of_the_producers_entry_retry(aws_env):
+    from kinesis_dstream.aws.producer import PUT_RECORDS_RETRY
+    from kinesis_dstream.retry import RetryPolicy
+    from kinesis_dstream.sql.sink import make_producer
+
+    options = parse_options(sink_options("s", "http://127.0.0.1:9",
+                                         **{"kinesis.sink.flushWaitTimeMs": "250"}))
+    producer = make_producer(options)
+    assert producer.retry == RetryPolicy(
+        wait_time_ms=250, max_attempts=PUT_RECORDS_RETRY.max_attempts,
+        max_wait_ms=PUT_RECORDS_RETRY.max_wait_ms, deadline_ms=PUT_RECORDS_RETRY.deadline_ms)
 
 
 def test_options_source_options_do_not_apply_and_roles_need_no_external_id(caplog):

@@ -178,6 +178,38 @@ class KeyedProducer(threading.Thread):
         return list(self.sent)
 
 
+def test_a_quiet_shard_costs_the_query_one_get_records_a_trigger(
+        spark, env, make_stream, make_fault_proxy, put_records, checkpoint):
+    """The driver's probe finds a shard quiet with the iterator its last probe kept, and the
+    reading leaves that shard out: no GetShardIterator, no task, no DynamoDB call for it."""
+    stream = make_stream(4)
+    kinesis = make_fault_proxy(share=0.0, upstream=env["kinesis"])
+    tables = make_fault_proxy(share=0.0, upstream=env["dynamodb"])
+    busy = put_records(stream, [("k", "first")])[0].shard_id
+    sink = Batches()
+    query = start_query(spark, options(stream, kinesis.endpoint, tables.endpoint, env["app"]),
+                        checkpoint, sink)
+    probes = lambda: kinesis.calls[("GetRecords", "")]  # noqa: E731
+    try:
+        wait_until(lambda: sum(sink.data().values()) == 1, 120, "the first record")
+        floor = probes()
+        wait_until(lambda: probes() >= floor + 4 * 3, 60, "three more triggers")
+        with kinesis._lock, tables._lock:
+            before = dict(kinesis.shard_calls), dict(tables.shard_calls)
+        put_records(stream, [("k", f"r{i}") for i in range(20)])
+        wait_until(lambda: sum(sink.data().values()) == 21, 60, "the new records")
+        floor = probes()
+        wait_until(lambda: probes() >= floor + 4 * 5, 60, "five more triggers")
+        with kinesis._lock, tables._lock:
+            calls = {**{k: n - before[0].get(k, 0) for k, n in kinesis.shard_calls.items()},
+                     **{k: n - before[1].get(k, 0) for k, n in tables.shard_calls.items()}}
+    finally:
+        stop(query)
+    quiet = {f"shardId-{i:012d}" for i in range(4)} - {busy}
+    assert {k: n for k, n in calls.items() if n and k[2] in quiet} == {}
+    assert any(n for k, n in calls.items() if k[2] == busy)  # the busy shard's reading
+
+
 def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make_stream,
                                                                 put_records, checkpoint):
     stream = make_stream(2)
@@ -327,7 +359,7 @@ class FaultyReader(sql_source.KinesisStreamReader):
         rows = [(s, q, u) for b in batches for s, q, u in zip(
             b.column("shardId").to_pylist(), b.column("sequenceNumber").to_pylist(),
             b.column("subSequenceNumber").to_pylist())]
-        if rows and partition.shard_range.batch_ms >= 2:
+        if rows and partition.ranges[0].batch_ms >= 2:
             try:
                 fd = os.open(os.path.join(self.fault_dir, "failed.json"),
                              os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -335,7 +367,7 @@ class FaultyReader(sql_source.KinesisStreamReader):
                 pass
             else:
                 with os.fdopen(fd, "w") as f:
-                    json.dump({"reading": partition.shard_range.batch_ms, "pid": os.getpid(),
+                    json.dump({"reading": partition.ranges[0].batch_ms, "pid": os.getpid(),
                                "rows": rows}, f)
                 raise RuntimeError("injected fault: the range is recorded, the task dies")
         yield from batches
@@ -367,9 +399,10 @@ def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
         stop(query)
     assert sink.data() == Counter(sent)
     fault = json.loads(failed.read_text())
-    shard = fault["rows"][0][0]
+    shards = {row[0] for row in fault["rows"]}  # the failed task's shards
     # Reading n is micro-batch n - 1: the retried task delivered exactly what the failed one read.
-    delivered = [(s, q, u) for s, q, u, _, _ in sink.by_batch[fault["reading"] - 1] if s == shard]
+    delivered = sorted((s, q, u) for s, q, u, _, _ in sink.by_batch[fault["reading"] - 1]
+                       if s in shards)
     assert delivered == sorted(tuple(r) for r in fault["rows"])
 
 
@@ -389,7 +422,9 @@ def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, 
         stop(query)
     assert sink.data() == Counter(sent)
     assert max(len(rows) for rows in sink.by_batch.values()) <= 60
-    assert all(o["limit"] == 30 for o in offsets_logged(checkpoint))
+    # split over the shards each reading reads (a shard the probe found quiet sits out)
+    assert all(o["limit"] == 60 // sum(sql_source.is_read(e) for e in o["shards"].values())
+               for o in offsets_logged(checkpoint))
 
 
 def test_available_now_reads_what_was_there_and_stops(spark, env, make_stream, put_records,

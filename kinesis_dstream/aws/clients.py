@@ -1,8 +1,9 @@
 """boto3 clients with bounded time, and one table from AWS error codes to our errors.
 
-botocore's own retries are switched off: every retry goes through ``RetryPolicy`` so the
-Spark retry settings mean what they say. Connect and read timeouts are short so a dead
-endpoint fails in seconds, naming its URL.
+botocore's own retries are switched off: every retry goes through ``retry.RetryPolicy`` so
+the Spark retry settings mean what they say. The tables below are the only place AWS error
+codes are read; ``retry.classify`` reads the kind of the error they become. Connect and read
+timeouts are short so a dead endpoint fails in seconds, naming its URL.
 """
 from __future__ import annotations
 
@@ -222,6 +223,23 @@ def _endpoint_of(exc: BaseException) -> str:
     return str(getattr(exc, "kwargs", {}).get("endpoint_url", "") or "")
 
 
+def error_for_code(code: str, text: str, status: int = 0) -> KinesisDStreamError:
+    """Our error for an AWS error code: of a whole call, or of one PutRecords entry."""
+    if code == "ResourceNotFoundException":
+        return StreamNotFoundError(text)
+    if code == "ExpiredIteratorException":
+        return ExpiredIteratorError(text)
+    if code in _THROTTLING:
+        return ThrottlingError(text)
+    if code in _CREDENTIALS:
+        return CredentialsError(text)
+    if code in _TRANSIENT or status >= 500:
+        return TransientServiceError(text)
+    if code in ("ValidationException", "InvalidArgumentException"):
+        return ConfigurationError(text)
+    return KinesisDStreamError(text)
+
+
 def translate_error(exc: BaseException, what: str) -> KinesisDStreamError:
     """Map a botocore/boto3 exception to ours; ``what`` says what we were doing."""
     if isinstance(exc, KinesisDStreamError):
@@ -231,20 +249,7 @@ def translate_error(exc: BaseException, what: str) -> KinesisDStreamError:
         code = error.get("Code", "")
         message = error.get("Message", "") or str(exc)
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        text = f"{what}: {code}: {message}"
-        if code == "ResourceNotFoundException":
-            return StreamNotFoundError(text)
-        if code == "ExpiredIteratorException":
-            return ExpiredIteratorError(text)
-        if code in _THROTTLING:
-            return ThrottlingError(text)
-        if code in _CREDENTIALS:
-            return CredentialsError(text)
-        if code in _TRANSIENT or status >= 500:
-            return TransientServiceError(text)
-        if code in ("ValidationException", "InvalidArgumentException"):
-            return ConfigurationError(text)
-        return KinesisDStreamError(text)
+        return error_for_code(code, f"{what}: {code}: {message}", status)
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return CredentialsError(f"{what}: no AWS credentials found")
     if isinstance(exc, (botocore.exceptions.EndpointConnectionError,

@@ -1,7 +1,11 @@
 """The KCL 2.x lease table in DynamoDB: its item format and its conditional writes.
 
 The attribute names and types are the Java KCL's (DynamoDBLeaseSerializer), so a Java
-worker and ours can share one table. Every write is guarded by ``leaseCounter``, which the
+worker and ours can share one table. KCL 3.x writes to the same table: it adds attributes
+we leave alone (``throughputKBps``), one we clear on every take and eviction as it does
+(``checkpointOwner``, its owner-in-waiting during a graceful handoff), and, from 3.5 on,
+items that are not leases at all (coordinator state, worker metrics, marked by
+``entityType``): every read here skips those, so nothing above sees them as leases. Every write is guarded by ``leaseCounter``, which the
 holder bumps on each take, renew and checkpoint: a failed guard means someone else wrote
 the lease since we last saw it, i.e. we lost it. This module only reads and writes items;
 who takes what and when is decided in ``worker.leases``.
@@ -9,7 +13,6 @@ who takes what and when is decided in ``worker.leases``.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,7 +20,7 @@ import botocore.exceptions
 
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
-from ..retry import RetryPolicy
+from ..retry import RetryPolicy, poll_until
 from ..records import ExtendedSequenceNumber
 from .clients import call, make_client
 
@@ -40,6 +43,12 @@ class Lease:
     @property
     def is_finished(self) -> bool:
         return self.checkpoint.is_shard_end
+
+
+def is_lease_item(item: dict[str, Any]) -> bool:
+    """A shard lease, not one of KCL 3.5's coordinator or worker-metrics items (which carry
+    ``entityType``) nor anything else without the ``leaseCounter`` every lease write guards on."""
+    return "entityType" not in item and "leaseCounter" in item
 
 
 def _item_to_lease(item: dict[str, Any]) -> Lease:
@@ -129,15 +138,10 @@ class LeaseTable:
                 log.info("created lease table %s", self.table_name)
             except botocore.exceptions.ClientError:
                 pass  # another worker created it first
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = self._call("describing the lease table", "describe_table",
-                                TableName=self.table_name)["Table"]["TableStatus"]
-            if status == "ACTIVE":
-                return created
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"lease table {self.table_name} not ACTIVE after {timeout_s} s")
-            time.sleep(0.1)
+        poll_until(lambda: self._call("describing the lease table", "describe_table",
+                                      TableName=self.table_name)["Table"]["TableStatus"] == "ACTIVE",
+                   f"lease table {self.table_name} not ACTIVE", timeout_s=timeout_s)
+        return created
 
     # -- reads --------------------------------------------------------------------------
     def list_leases(self) -> list[Lease]:
@@ -145,7 +149,7 @@ class LeaseTable:
         kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         while True:
             page = self._call("listing leases", "scan", **kwargs)
-            leases.extend(_item_to_lease(item) for item in page.get("Items", []))
+            leases.extend(_item_to_lease(item) for item in page.get("Items", []) if is_lease_item(item))
             if "LastEvaluatedKey" not in page:
                 return leases
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -153,7 +157,7 @@ class LeaseTable:
     def get_lease(self, lease_key: str) -> Lease | None:
         item = self._call(f"reading lease {lease_key}", "get_item", TableName=self.table_name,
                           Key={"leaseKey": {"S": lease_key}}, ConsistentRead=True).get("Item")
-        return _item_to_lease(item) if item else None
+        return _item_to_lease(item) if item and is_lease_item(item) else None
 
     # -- writes -------------------------------------------------------------------------
     def create_lease_if_not_exists(self, lease: Lease) -> bool:
@@ -190,13 +194,17 @@ class LeaseTable:
             ) from None
 
     def take_lease(self, lease: Lease, owner: str) -> Lease:
-        """Take an expired, unowned or stolen lease; a steal counts an owner switch."""
+        """Take an expired, unowned or stolen lease; a steal counts an owner switch.
+
+        ``checkpointOwner`` goes, as in KCL 3.x: left behind, a KCL 3 worker would take the
+        previous owner for the one still checkpointing and wait on a handoff that never ends."""
         switches = lease.owner_switches_since_checkpoint
         if lease.lease_owner and lease.lease_owner != owner:
             switches += 1
         self._guarded_update(
             lease, "taking",
-            "SET leaseOwner = :owner, leaseCounter = :counter, ownerSwitchesSinceCheckpoint = :switches",
+            "SET leaseOwner = :owner, leaseCounter = :counter, ownerSwitchesSinceCheckpoint = :switches"
+            " REMOVE checkpointOwner",
             {":owner": {"S": owner}, ":counter": {"N": str(lease.lease_counter + 1)},
              ":switches": {"N": str(switches)}})
         return replace(lease, lease_owner=owner, lease_counter=lease.lease_counter + 1,
@@ -235,8 +243,10 @@ class LeaseTable:
                        lease_counter=lease.lease_counter + 1)
 
     def evict_lease(self, lease: Lease) -> Lease:
-        """Give a lease up (graceful shutdown): the owner goes, the checkpoint stays."""
-        self._guarded_update(lease, "releasing", "REMOVE leaseOwner SET leaseCounter = :counter",
+        """Give a lease up (graceful shutdown): the owner goes (``checkpointOwner`` too, as in
+        KCL 3.x), the checkpoint stays."""
+        self._guarded_update(lease, "releasing",
+                             "REMOVE leaseOwner, checkpointOwner SET leaseCounter = :counter",
                              {":counter": {"N": str(lease.lease_counter + 1)}},
                              require_owner=lease.lease_owner)
         return replace(lease, lease_owner=None, lease_counter=lease.lease_counter + 1)

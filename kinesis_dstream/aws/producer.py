@@ -11,9 +11,10 @@ every KPL de-aggregator (ours, the KCL, aws-kinesis-agg) reads it.
 
 Delivery is **at-least-once**: PutRecords is not idempotent, and a retried call or a retried
 Spark task may write a record twice. Nothing is dropped silently: entries that PutRecords
-rejects are sent again with capped exponential backoff and full jitter until
-``max_attempts`` or ``deadline_ms``; after that ``PutRecordsFailedError`` names the stream and
-the number of user records not written.
+rejects are sent again under a ``retry.RetryPolicy`` (``PUT_RECORDS_RETRY``: 10 tries within
+2 minutes, waits doubling from 100 ms to 5 s, jittered) when their error code is throttling or
+transient (``aws/clients.py`` reads the codes); after that ``PutRecordsFailedError`` names the
+stream and the number of user records not written.
 
 Shard ranges come from ListShards (open shards) when the first record arrives and again after
 a PutRecords answer puts an aggregate on another shard than planned (a reshard): as with the
@@ -37,9 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..config import ConsumerConfig
-from ..errors import ConfigurationError, KinesisDStreamError, PutRecordsFailedError
-from ..retry import RetryPolicy
-from .clients import call, make_client
+from ..errors import (
+    ConfigurationError,
+    KinesisDStreamError,
+    PutRecordsFailedError,
+    RetriesExhaustedError,
+)
+from ..retry import PERMANENT, THROTTLING, RetryPolicy, classify
+from .clients import call, error_for_code, make_client
 from .kinesis import KinesisClient
 from .kpl import MAGIC, messages_pb2
 
@@ -56,8 +62,12 @@ MAX_HASH_KEY = 2**128 - 1
 DEFAULT_AGGREGATION_MAX_BYTES = 51200
 
 _DIGEST_BYTES = 16
-_RETRYABLE_ENTRY_CODES = {"ProvisionedThroughputExceededException", "InternalFailure",
-                          "KMSThrottlingException", "ServiceUnavailable"}
+
+# How failed entries are sent again: up to 10 tries within 2 minutes, waits doubling from
+# 100 ms (the sink's flushWaitTimeMs) to 5 s. Each try is one PutRecords call, itself retried
+# under the Spark retry settings when the whole call fails.
+PUT_RECORDS_RETRY = RetryPolicy(wait_time_ms=100, max_attempts=10, max_wait_ms=5000,
+                                deadline_ms=120_000)
 
 
 def hash_key_of(partition_key: str, explicit_hash_key: str | None = None) -> int:
@@ -205,39 +215,35 @@ class KinesisProducer:
     ``PutRecordsFailedError``. Use as a context manager or call ``close`` (which flushes);
     a block left by an exception sends nothing more, so the caller's retry (a Spark task
     retry) decides.
-    ``client``, ``sleep``, ``clock`` and ``rng`` exist for tests.
+    ``retry`` governs failed entries (``PUT_RECORDS_RETRY``). ``client``, ``sleep``,
+    ``clock`` and ``rand`` exist for tests.
     """
 
     def __init__(self, config: ConsumerConfig, *, aggregation: bool = True,
                  aggregation_max_bytes: int = DEFAULT_AGGREGATION_MAX_BYTES,
                  record_max_buffered_time_ms: int = 1000, max_connections: int = 1,
-                 max_attempts: int = 10, retry_base_ms: int = 100, retry_max_wait_ms: int = 5000,
-                 deadline_ms: int = 120_000, client: Any = None,
+                 retry: RetryPolicy = PUT_RECORDS_RETRY, client: Any = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rand: Callable[[], float] = random.random) -> None:
         if not 0 < aggregation_max_bytes <= MAX_RECORD_BYTES:
             raise ConfigurationError(
                 f"aggregation_max_bytes must be within 1..{MAX_RECORD_BYTES}, got "
                 f"{aggregation_max_bytes}")
-        for name, value in (("max_connections", max_connections), ("max_attempts", max_attempts)):
-            if value < 1:
-                raise ConfigurationError(f"{name} must be at least 1, got {value}")
+        if max_connections < 1:
+            raise ConfigurationError(f"max_connections must be at least 1, got {max_connections}")
         self.stream_name = config.stream_name
         self.aggregation = aggregation
         self._aggregation_max_bytes = aggregation_max_bytes
         self._max_buffered_s = record_max_buffered_time_ms / 1000.0
         self._max_connections = max_connections
-        self._max_attempts = max_attempts
-        self._retry_base_ms = retry_base_ms
-        self._retry_max_wait_ms = retry_max_wait_ms
-        self._deadline_s = deadline_ms / 1000.0
+        self.retry = retry
         self._client = client if client is not None else make_client(config, "kinesis")
-        self._kinesis = KinesisClient(config, client=self._client, sleep=sleep)
+        self._kinesis = KinesisClient(config, client=self._client, sleep=sleep, rand=rand)
         self._policy = RetryPolicy.from_config(config)
         self._sleep = sleep
         self._clock = clock
-        self._rng = rng or random.Random()
+        self._rand = rand
         self._shard_map: ShardMap | None = None
         self._open: dict[str, _Aggregate] = {}
         self._ready: list[_Entry] = []   # the request being filled
@@ -402,22 +408,20 @@ class KinesisProducer:
         reason = str(cause).split(": ", 1)[-1]
         return f"{not_written} records not written to stream {self.stream_name!r}: {reason}"
 
-    def _backoff_s(self, attempt: int) -> float:
-        """Full jitter: a random wait up to base * 2^(attempt-1), capped."""
-        cap = min(self._retry_base_ms * 2 ** (attempt - 1), self._retry_max_wait_ms)
-        return self._rng.uniform(0, cap) / 1000.0
-
     def _send_with_retries(self, entries: list[_Entry]) -> None:
-        """One request, then its failed entries again, until all are in or we give up."""
-        deadline = self._clock() + self._deadline_s
-        attempt = 0
+        """One request, then its failed entries again, until all are in or the policy gives up."""
         pending = entries
-        while True:
-            attempt += 1
+        tries = 0
+
+        def send() -> None:
+            nonlocal pending, tries
+            if tries:
+                self.stats.entries_retried += len(pending)
+            tries += 1
             try:
                 answer = call(self._policy, self._client.put_records,
                               f"putting {len(pending)} records to stream {self.stream_name!r}",
-                              sleep=self._sleep, StreamName=self.stream_name,
+                              sleep=self._sleep, rand=self._rand, StreamName=self.stream_name,
                               Records=[e.request for e in pending])
             except KinesisDStreamError as exc:
                 not_written = sum(e.user_records for e in pending)
@@ -425,39 +429,54 @@ class KinesisProducer:
                     f"{not_written} records not written to stream {self.stream_name!r}: {exc}",
                     not_written, exc) from exc
             self.stats.put_records_calls += 1
-            failed: list[_Entry] = []
-            codes: dict[str, int] = {}
-            for entry, result in zip(pending, answer["Records"]):
-                code = result.get("ErrorCode")
-                if code:
-                    failed.append(entry)
-                    codes[code] = codes.get(code, 0) + 1
-                    continue
-                self.stats.kinesis_records += 1
-                if entry.shard_id is not None and result.get("ShardId") != entry.shard_id:
-                    # A reshard (or a map loaded before one): the record is written, but the
-                    # next ones need the current ranges.
-                    log.info("stream %s: a record for %s landed on %s; reloading shard map",
-                             self.stream_name, entry.shard_id, result.get("ShardId"))
-                    self._shard_map = None
-            if not failed:
-                return
-            for code, count in codes.items():
-                self.stats.failed_codes[code] = self.stats.failed_codes.get(code, 0) + count
-            fatal = sorted(set(codes) - _RETRYABLE_ENTRY_CODES)
-            wait = self._backoff_s(attempt)
-            if fatal or attempt >= self._max_attempts or self._clock() + wait > deadline:
-                not_written = sum(e.user_records for e in failed)
-                why = (f"error codes {codes}" + (f" (not retryable: {fatal})" if fatal else
-                                                 f" after {attempt} attempts"))
-                raise PutRecordsFailedError(
-                    f"{not_written} records not written to stream {self.stream_name!r}: {why}",
-                    not_written)
-            self.stats.entries_retried += len(failed)
-            log.debug("stream %s: %d of %d entries failed (%s); retrying in %.3f s",
-                      self.stream_name, len(failed), len(pending), codes, wait)
-            self._sleep(wait)
-            pending = failed
+            pending, codes = self._failed_entries(pending, answer["Records"])
+            if pending:
+                raise self._entries_error(pending, codes)
+
+        try:
+            self.retry.call(send, "putting records", sleep=self._sleep, rand=self._rand,
+                            clock=self._clock)
+        except RetriesExhaustedError as exc:
+            not_written = sum(e.user_records for e in pending)
+            raise PutRecordsFailedError(
+                f"{not_written} records not written to stream {self.stream_name!r}: {exc}",
+                not_written, exc.last_error) from exc
+
+    def _failed_entries(self, sent: list[_Entry], results: list[dict[str, Any]]
+                        ) -> tuple[list[_Entry], dict[str, int]]:
+        """The entries of ``sent`` that PutRecords refused, and their error codes counted.
+
+        Notes a reshard that the accepted ones reveal.
+        """
+        failed: list[_Entry] = []
+        codes: dict[str, int] = {}
+        for entry, result in zip(sent, results):
+            code = result.get("ErrorCode")
+            if code:
+                failed.append(entry)
+                codes[code] = codes.get(code, 0) + 1
+                self.stats.failed_codes[code] = self.stats.failed_codes.get(code, 0) + 1
+                continue
+            self.stats.kinesis_records += 1
+            if entry.shard_id is not None and result.get("ShardId") != entry.shard_id:
+                # A reshard (or a map loaded before one): the record is written, but the
+                # next ones need the current ranges.
+                log.info("stream %s: a record for %s landed on %s; reloading shard map",
+                         self.stream_name, entry.shard_id, result.get("ShardId"))
+                self._shard_map = None
+        return failed, codes
+
+    def _entries_error(self, failed: list[_Entry], codes: dict[str, int]) -> KinesisDStreamError:
+        """What refused entries amount to: permanent if one code is, else throttling if one is."""
+        errors = {code: error_for_code(code, f"error codes {codes}") for code in codes}
+        fatal = sorted(code for code, error in errors.items() if classify(error) == PERMANENT)
+        if fatal:
+            not_written = sum(e.user_records for e in failed)
+            return PutRecordsFailedError(
+                f"{not_written} records not written to stream {self.stream_name!r}: error codes "
+                f"{codes} (not retryable: {fatal})", not_written)
+        return next((e for e in errors.values() if classify(e) == THROTTLING),
+                    next(iter(errors.values())))
 
     def close(self) -> None:
         """Flush, then release the sender threads."""

@@ -24,7 +24,7 @@ import botocore.exceptions
 
 from ..config import ConsumerConfig
 from ..records import ExtendedSequenceNumber
-from ..retry import RetryPolicy
+from ..retry import RetryPolicy, poll_until
 from .clients import call, make_client
 
 log = logging.getLogger(__name__)
@@ -126,12 +126,9 @@ class BatchRangeTable:
                 log.info("created batch-range table %s", self.table_name)
             except botocore.exceptions.ClientError:
                 pass  # another driver created it first
-        deadline = time.monotonic() + timeout_s
-        while self._call("describing the batch-range table", "describe_table",
-                         TableName=self.table_name)["Table"]["TableStatus"] != "ACTIVE":
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"table {self.table_name} not ACTIVE after {timeout_s} s")
-            time.sleep(0.1)
+        poll_until(lambda: self._call("describing the batch-range table", "describe_table",
+                                      TableName=self.table_name)["Table"]["TableStatus"] == "ACTIVE",
+                   f"table {self.table_name} not ACTIVE", timeout_s=timeout_s)
         try:  # not every DynamoDB (dynalite) has TTL: the explicit deletes are what count
             self.client.update_time_to_live(
                 TableName=self.table_name,

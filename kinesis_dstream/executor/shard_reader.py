@@ -35,15 +35,9 @@ from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable
 from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
-from ..errors import (
-    EndpointUnreachableError,
-    KinesisDStreamError,
-    RetriesExhaustedError,
-    ThrottlingError,
-    TransientServiceError,
-)
+from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
-from ..retry import FaultLog, RetryPolicy
+from ..retry import FaultLog, RetryPolicy, is_transient
 from ..worker.fetcher import KinesisDataFetcher
 
 log = logging.getLogger(__name__)
@@ -126,11 +120,30 @@ _clients: dict[ConsumerConfig, _Clients] = {}
 _clients_lock = threading.Lock()
 
 
+# An executor's Python worker has no logging set up: without a handler Python prints bare
+# messages, with no time, level or logger, into the executor's stderr log.
+EXECUTOR_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"
+
+
+def log_to_stderr_unless_configured() -> None:
+    """Give this package's executor-side lines a time, a level and a logger name, unless the
+    process (a user's own setup, or a driver that reads in local mode) configured logging."""
+    package = logging.getLogger("kinesis_dstream")
+    if logging.getLogger().handlers or package.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(EXECUTOR_LOG_FORMAT))
+    package.addHandler(handler)
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.WARNING)  # faults and give-ups; not a line per read
+
+
 def clients_for(config: ConsumerConfig) -> _Clients:
     """This process's clients for ``config`` (PySpark reuses its Python workers)."""
     with _clients_lock:
         clients = _clients.get(config)
         if clients is None:
+            log_to_stderr_unless_configured()
             clients = _clients[config] = _Clients(KinesisClient(config), BatchRangeTable(config),
                                                   LeaseTable(config))
             freeze_long_lived_objects()
@@ -162,13 +175,6 @@ class _Reading:
     iterator: str | None = None  # valid right after the last record read, if aligned
     iterator_time: float = 0.0
     shard_iterator_calls: int = 0
-
-
-def _transient(exc: BaseException) -> bool:
-    """Throttling and an endpoint that does not answer pass; nothing else is waited out."""
-    if isinstance(exc, RetriesExhaustedError) and exc.last_error is not None:
-        exc = exc.last_error
-    return isinstance(exc, (ThrottlingError, EndpointUnreachableError, TransientServiceError))
 
 
 _faults: dict[str, FaultLog] = {}  # per shard, in this Python worker process
@@ -218,25 +224,26 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
                 reading.calls += 1
                 reading.seconds += time.perf_counter() - began
         except KinesisDStreamError as exc:
-            if not _transient(exc):
+            if not is_transient(exc):
                 raise
             failures += 1
             if time.monotonic() >= deadline:
                 if exact:
                     raise
-                _fault_log(shard_id).failed(exc, 0.0)
+                _fault_log(shard_id).failed(exc)
                 break  # a new range keeps what it read; the next batch goes on from there
             if not exact and reading.records:
-                _fault_log(shard_id).failed(exc, 0.0)
+                _fault_log(shard_id).failed(exc)
                 break
-            wait = policy.jittered_backoff_ms(failures) / 1000.0
-            sleep(min(wait, max(0.0, deadline - time.monotonic())))
+            wait = min(policy.jittered_backoff_ms(failures) / 1000.0,
+                       max(0.0, deadline - time.monotonic()))
+            _fault_log(shard_id).failed(exc, wait)
+            sleep(wait)
             continue
-        if failures:
-            failures = 0
-            fault = _faults.get(shard_id)
-            if fault is not None and fault.failing:
-                fault.succeeded()
+        failures = 0
+        fault = _faults.get(shard_id)
+        if fault is not None and fault.failing:
+            fault.succeeded()
         reading.millis_behind_latest = result.millis_behind_latest
         if exact:
             assert end is not None

@@ -1,8 +1,8 @@
 """KCL MultiLangDaemon properties files -> ``ConsumerConfig`` plus the multilang settings.
 
 The same file runs under the Java MultiLangDaemon and under ours, so the keys are the
-KCL 2.x names (``MultiLangDaemonConfiguration`` bean properties, case-sensitive as in the
-Java daemon) and values are read the way it reads them. Where the Java daemon silently
+KCL 2.x and 3.x names (``MultiLangDaemonConfiguration`` bean properties, case-sensitive as
+in the Java daemon) and values are read the way it reads them. Where the Java daemon silently
 ignores a key it does not know, we warn naming it: a typo in ``failoverTimeMilis`` should
 not cost a day. Keys that the Java daemon knows but that mean nothing for our engine
 (metrics buffering, thread pools, ...) are checked for a well-formed value and then
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 # from the last checkpoint after a minute of silence loses nothing and unblocks the shard.
 DEFAULT_ACTION_TIMEOUT_S = 60.0
 RETRIEVAL_MODES = ("POLLING", "FANOUT", "DEFAULT")
+CLIENT_VERSIONS = ("CLIENT_VERSION_CONFIG_3X", "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X")
+BILLING_MODES = ("PAY_PER_REQUEST", "PROVISIONED")
 _DEFAULT_PROVIDERS = {"DefaultAWSCredentialsProviderChain", "DefaultCredentialsProvider"}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
 
@@ -145,6 +147,28 @@ def _int(minimum: int) -> Callable[[str, str], int]:
     return read
 
 
+def _any(key: str, value: str) -> str:
+    return value
+
+
+def _number(key: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigurationError(f"{key}: not a number: {value!r}") from None
+    if number < 0:
+        raise ConfigurationError(f"{key}: must not be negative, got {value!r}")
+    return number
+
+
+def _duration(key: str, value: str) -> str:
+    """An ISO-8601 duration as java.time.Duration parses it (PT15M, P2D, PT0.5S)."""
+    if not re.fullmatch(r"[-+]?P(?:[-+]?\d+D)?(?:T(?:[-+]?\d+H)?(?:[-+]?\d+M)?(?:[-+]?\d+(?:[.,]\d+)?S)?)?",
+                        value, re.IGNORECASE) or value.upper().rstrip("T").endswith("P"):
+        raise ConfigurationError(f"{key}: not an ISO-8601 duration (PT15M, P2D): {value!r}")
+    return value
+
+
 def _bool(key: str, value: str) -> bool:
     lowered = value.lower()
     if lowered in ("true", "yes", "on", "1"):
@@ -253,10 +277,13 @@ _KEYS: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "maxLeasesToStealAtOneTime": (_int(1), "config:max_leases_to_steal_at_one_time"),
     "parentShardPollIntervalMillis": (_int(0), "config:parent_shard_poll_interval_ms"),
     "timeoutInSeconds": (_int(1), "settings:action_timeout_s"),
+    # KCL 3.x: how often its leader assigns leases; here, how often this worker looks for
+    # leases to take (by default we look every renew period, failover / 3).
+    "leaseAssignmentIntervalMillis": (_int(1), "config:lease_taker_interval_ms"),
     # Known to the Java daemon, no effect here: value checked, then ignored.
     "maxActiveThreads": (_int(-2**31), "ignore"),
     "metricsMaxQueueSize": (_int(0), "ignore"),
-    "metricsEnabledDimensions": (str, "ignore"),
+    "metricsEnabledDimensions": (_any, "ignore"),
     "validateSequenceNumberBeforeCheckpointing": (_bool, "ignore"),
     "taskBackoffTimeMillis": (_int(0), "ignore"),
     "cleanupLeasesUponShardCompletion": (_bool, "ignore"),
@@ -270,10 +297,54 @@ _KEYS: dict[str, tuple[Callable[[str, str], Any], str]] = {
     "maxGetRecordsThreadPool": (_int(0), "ignore"),
     "retryGetRecordsInSeconds": (_int(0), "ignore"),
     "schedulerInitializationBackoffTimeMillis": (_int(0), "ignore"),
-    "shardPrioritization": (str, "ignore"),
+    "shardPrioritization": (_any, "ignore"),
     "skipShardSyncAtWorkerInitializationIfLeasesExist": (_bool, "ignore"),
+    "consumerArn": (_any, "ignore"),
+    "consumerName": (_any, "ignore"),
+    "maxDescribeStreamConsumerRetries": (_int(0), "ignore"),
+    "maxDescribeStreamSummaryRetries": (_int(0), "ignore"),
+    "registerStreamConsumerRetries": (_int(0), "ignore"),
+    "retryBackoffMillis": (_int(0), "ignore"),
+    # KCL 3.x (MultiLangDaemonConfiguration of 3.1.3). This engine speaks the 2.x lease
+    # protocol, has no leader, no worker metrics and no extra tables; a 3.x file is accepted
+    # as it is, these keys checked and then left to the Java daemon.
+    "clientVersionConfig": (_choice(CLIENT_VERSIONS), "ignore"),
+    "enablePriorityLeaseAssignment": (_bool, "ignore"),
+    "leaseTableDeletionProtectionEnabled": (_bool, "ignore"),
+    "leaseTablePitrEnabled": (_bool, "ignore"),
+    "millisBehindLatestThresholdForReducedTps": (_int(0), "ignore"),
+    "gracefulLeaseHandoffTimeoutMillis": (_int(0), "ignore"),
+    "isGracefulLeaseHandoffEnabled": (_bool, "ignore"),
+    **{f"{table}{name}": reader for table in ("coordinatorState", "workerMetrics")
+       for name, reader in (("TableName", (_text, "ignore")),
+                            ("BillingMode", (_choice(BILLING_MODES), "ignore")),
+                            ("ReadCapacity", (_int(0), "ignore")),
+                            ("WriteCapacity", (_int(0), "ignore")),
+                            ("PointInTimeRecoveryEnabled", (_bool, "ignore")),
+                            ("DeletionProtectionEnabled", (_bool, "ignore")),
+                            ("Tags", (_any, "ignore")))},
+    "inMemoryWorkerMetricsCaptureFrequencyMillis": (_int(0), "ignore"),
+    "workerMetricsReporterFreqInMillis": (_int(0), "ignore"),
+    "noOfPersistedMetricsPerWorkerMetrics": (_int(0), "ignore"),
+    "disableWorkerMetrics": (_bool, "ignore"),
+    "maxThroughputPerHostKBps": (_number, "ignore"),
+    "dampeningPercentage": (_int(0), "ignore"),
+    "reBalanceThresholdPercentage": (_int(0), "ignore"),
+    "allowThroughputOvershoot": (_bool, "ignore"),
+    "varianceBalancingFrequency": (_int(0), "ignore"),
+    "workerMetricsEMAAlpha": (_number, "ignore"),
+    "staleWorkerMetricsEntryCleanupDuration": (_duration, "ignore"),
 }
 KNOWN_KEYS = frozenset(_KEYS)
+_CREDENTIALS_PREFIX = "AWSCredentialsProvider"
+
+
+def canonical_key(key: str) -> str:
+    """KCL 3.x reads the credentials keys in any case (kclpy 3's sample writes
+    ``AwsCredentialsProvider``); the rest of the name stays case-sensitive, as there."""
+    if key.lower().startswith(_CREDENTIALS_PREFIX.lower()):
+        return _CREDENTIALS_PREFIX + key[len(_CREDENTIALS_PREFIX):]
+    return key
 
 
 def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -283,14 +354,15 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
     ignored: list[str] = []
     arn_stream: str | None = None
     table_name: str | None = None
-    for key, raw in props.items():
+    for written, raw in props.items():
+        key = canonical_key(written)
         if key not in _KEYS:
             near = [k for k in _KEYS if k.lower() == key.lower()]
             hint = f" (did you mean {near[0]}?)" if near else ""
-            log.warning("%s: unknown property %r ignored%s", source, key, hint)
+            log.warning("%s: unknown property %r ignored%s", source, written, hint)
             continue
         reader, target = _KEYS[key]
-        value = reader(key, raw)
+        value = reader(written, raw)
         if target.startswith("config:"):
             config[target[7:]] = value
         elif target.startswith("settings:"):

@@ -13,7 +13,8 @@ import queue
 import threading
 from typing import IO, Any, Callable, Optional, Sequence
 
-from ..errors import CheckpointError, KinesisDStreamError, LeaseLostError, ThrottlingError
+from ..errors import KinesisDStreamError
+from ..worker.checkpoint import kcl_exception_name
 from ..worker.processor import Checkpointer
 from .messages import (
     CheckpointMessage,
@@ -44,17 +45,6 @@ class ChildExitedError(ProtocolError):
 
 class ChildTimeoutError(ProtocolError):
     """The child said nothing for longer than the action timeout."""
-
-
-def checkpoint_error_name(exc: KinesisDStreamError) -> str:
-    """The KCL exception name a kclpy processor expects in a checkpoint reply."""
-    if isinstance(exc, CheckpointError):
-        return exc.value
-    if isinstance(exc, LeaseLostError):
-        return "ShutdownException"
-    if isinstance(exc, ThrottlingError):
-        return "ThrottlingException"
-    return "KinesisClientLibDependencyException"
 
 
 class LineReader:
@@ -246,7 +236,7 @@ class MultiLangProtocol:
             else:
                 checkpointer.checkpoint(seq, sub)
         except KinesisDStreamError as exc:
-            name = checkpoint_error_name(exc)
+            name = kcl_exception_name(exc)
             log.info("shard %s: checkpoint at %s/%s refused: %s", self._shard_id, seq, sub, exc)
             return CheckpointMessage(seq, sub, name)
         log.debug("shard %s: checkpointed at %s/%s for the child", self._shard_id, seq, sub)

@@ -20,6 +20,7 @@ Permanent errors (no such stream, bad credentials) found after start are kept in
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import Lease, LeaseTable
 from ..aws.range_table import BatchRangeTable
-from ..config import ConsumerConfig
+from ..config import ConsumerConfig, default_worker_id, made_by_another_process, proven_dead
 from ..errors import (
     ConfigurationError,
     CredentialsError,
@@ -37,7 +38,8 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
-from ..retry import Backoff, FaultLog
+from ..retry import Backoff
+from ..worker.lease_loop import run_lease_loop
 from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
@@ -46,7 +48,6 @@ from ..executor.shard_reader import ITERATOR_TTL_S, ReadReport, start_after
 
 log = logging.getLogger(__name__)
 
-_TICK_S = 0.2
 PERMANENT_ERRORS = (StreamNotFoundError, CredentialsError, ConfigurationError)
 
 
@@ -195,6 +196,18 @@ class ShardCoordinator:
         log.info("%s: driver %s coordinates the leases (input streams: %d)", self.name,
                  self.config.worker_id, len(self._members))
 
+    def recovered_from(self, predecessor: str) -> None:
+        """This driver recovers from the one whose worker id is ``predecessor``."""
+        if proven_dead(predecessor):
+            self.leases.taker.dead_owners.add(predecessor)
+            log.info("%s: recovering as %s from driver %s, which is dead (its process is gone "
+                     "from this host): its leases are taken at once", self.name,
+                     self.config.worker_id, predecessor)
+        else:
+            log.info("%s: recovering as %s from driver %s; its leases are taken once they "
+                     "expire (%d ms without renewal)", self.name, self.config.worker_id,
+                     predecessor, self.config.failover_time_ms)
+
     def _fail(self, exc: BaseException) -> None:
         self.fatal = exc
         log.error("%s: %s; the next batch fails the StreamingContext", self.name, exc)
@@ -330,30 +343,19 @@ class ShardCoordinator:
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
-        backoff = Backoff(base_ms=200, cap_ms=30_000)
-        fault = FaultLog(log, f"{self.name}: coordinator pass")
-        while not self._stop.is_set():
-            wait = _TICK_S
-            try:
-                if not self._up:
-                    self._start_up()
-                self.lease_manager.run_due(time.monotonic(), self._waiting_on_parents)
-                self._reconcile()
-                self._write_checkpoints(force=False)
-                backoff.reset()
-                fault.succeeded()
-            except PERMANENT_ERRORS as exc:
-                self._fail(exc)
-                return
-            except KinesisDStreamError as exc:
-                wait = backoff.next_wait_s()
-                fault.failed(exc, wait)
-                self._stop.wait(wait)
-                continue
-            except Exception:  # noqa: BLE001 - keep coordinating, loudly
-                log.exception("%s: coordinator pass failed unexpectedly", self.name)
-            self._wake.wait(wait)
-            self._wake.clear()
+        run_lease_loop(self.lease_manager, self._pass, what=f"{self.name}: coordinator pass",
+                       stop=self._stop, waiting_on_parents=self._waiting_on_parents,
+                       backoff=Backoff(base_ms=200, cap_ms=30_000), wake=self._wake,
+                       prepare=self._start_up_if_needed, permanent=PERMANENT_ERRORS,
+                       on_permanent=self._fail)
+
+    def _start_up_if_needed(self) -> None:
+        if not self._up:
+            self._start_up()
+
+    def _pass(self) -> None:
+        self._reconcile()
+        self._write_checkpoints(force=False)
 
     def _waiting_on_parents(self) -> bool:
         with self._lock:
@@ -509,14 +511,35 @@ _registry_lock = threading.Lock()
 
 
 def coordinator_for(config: ConsumerConfig) -> ShardCoordinator:
-    """The driver's coordinator for this application and stream (made on first use)."""
+    """The driver's coordinator for this application and stream (made on first use).
+
+    A recovered driver's configuration comes from Spark's checkpoint with the worker id of
+    the driver that wrote it. Two drivers started from one checkpoint directory (a zombie and
+    its replacement) must not share an identity in the lease table, so this process takes
+    an id of its own; it takes the predecessor's leases at once where that process is
+    provably dead (it ran on this host and its pid is gone), else after failover_time_ms.
+    """
+    predecessor = None
+    if made_by_another_process(config.worker_id):
+        predecessor = config.worker_id
+        config = config.replace(worker_id=_process_worker_id())
     key = (config.application_name, config.stream_name, config.region_name,
            config.kinesis_endpoint, config.dynamodb_endpoint)
     with _registry_lock:
         coordinator = _registry.get(key)
         if coordinator is None or coordinator.stopped:
             coordinator = _registry[key] = ShardCoordinator(config)
+            if predecessor is not None:
+                coordinator.recovered_from(predecessor)
         return coordinator
+
+
+_worker_ids: dict[int, str] = {}
+
+
+def _process_worker_id() -> str:
+    """One worker id per driver process, for every stream it recovers."""
+    return _worker_ids.setdefault(os.getpid(), default_worker_id())
 
 
 def coordinators() -> list[ShardCoordinator]:

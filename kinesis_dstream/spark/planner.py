@@ -131,7 +131,7 @@ class BatchPlanner:
         if not planned:
             self._report_input(sc, batch_ms, 0, {})
             return sc.emptyRDD()
-        reports = self._accumulator(sc)
+        self._accumulator(sc)  # made on first use: the tasks report through it
         limit = self.rate.batch_limit()
         per_shard = self.spec.max_records_per_shard
         if limit is not None:

@@ -238,7 +238,7 @@ CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 SINK_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec(SINK_FLUSH_WAIT_TIME_MS, _duration_ms, "sink", "flush_wait_time_ms"),
+    OptionSpec(SINK_FLUSH_WAIT_TIME_MS, _positive_duration_ms, "sink", "flush_wait_time_ms"),
     OptionSpec(SINK_RECORD_MAX_BUFFERED_TIME_MS, _duration_ms, "sink",
                "record_max_buffered_time_ms"),
     OptionSpec(SINK_MAX_CONNECTIONS, _positive_int, "sink", "max_connections"),

@@ -13,13 +13,13 @@ stream and the number of records not written, and Spark retries it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from ..aws.producer import KinesisProducer
+from ..aws.producer import PUT_RECORDS_RETRY, KinesisProducer
 from ..errors import ConfigurationError
 from .options import ENDPOINT_URL, REGION, STREAM_NAME, KinesisOptions, parse_options
 
@@ -47,7 +47,7 @@ def make_producer(options: KinesisOptions) -> KinesisProducer:
     return KinesisProducer(options.config, aggregation=sink.aggregation_enabled,
                            record_max_buffered_time_ms=sink.record_max_buffered_time_ms,
                            max_connections=sink.max_connections,
-                           retry_base_ms=sink.flush_wait_time_ms)
+                           retry=replace(PUT_RECORDS_RETRY, wait_time_ms=sink.flush_wait_time_ms))
 
 
 def _column_indexes(schema: StructType) -> tuple[int, int, int | None]:

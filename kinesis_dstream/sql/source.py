@@ -13,7 +13,8 @@ An offset is ``{"v": 1, "query": id, "batch": n, "limit": cap, "shards": {shard 
 in that key order, shards sorted. ``batch`` numbers the reading that starts at these positions;
 a position is ``{"after": "<seq>", "sub": k}``, ``{"at": "TRIM_HORIZON"}``,
 ``{"at": "AT_TIMESTAMP", "ts": epoch s}`` or ``{"ended": true}``; a child shard whose parents
-have not all ended carries ``"wait": [parent ids]`` and is not read. ``latestOffset(O_n)`` builds
+have not all ended carries ``"wait": [parent ids]`` and is not read, nor is a shard the driver's
+probe found quiet (``"quiet": true``: it sits the reading out). ``latestOffset(O_n)`` builds
 ``O_n+1`` from ``O_n`` and the ranges recorded for reading n (whose batch has completed), so
 ``O_n+1`` is a pure function of committed facts, and it is written to Spark's offset log before
 reading n+1 happens. ``partitions(O_n, O_n+1)`` plans reading n+1 at ``O_n+1``'s positions,
@@ -62,7 +63,7 @@ from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
-from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange
+from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange, start_after
 from ..executor.task import group_shards, read_shards
 from ..worker.fetcher import KinesisDataFetcher
 from .options import SourceOptions
@@ -117,18 +118,28 @@ def is_readable(entry: dict[str, Any]) -> bool:
     return not entry.get("ended") and not entry.get("wait")
 
 
+def is_read(entry: dict[str, Any]) -> bool:
+    """Read in the reading this offset starts: readable, and not found quiet by the probe."""
+    return is_readable(entry) and not entry.get("quiet")
+
+
+def _without_quiet(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "quiet"}
+
+
 def stream_key(stream_name: str, query_id: str) -> str:
     """The range table's key of one query of one stream."""
     return f"sql/{stream_name}/{query_id}"
 
 
 def advance(entry: dict[str, Any], stored: BatchRange | None) -> dict[str, Any]:
-    """A shard's position after the reading whose recorded range is ``stored``."""
+    """A shard's position after the reading whose recorded range is ``stored`` (the readers'
+    one rule, ``start_after``)."""
     if stored is None:
         return entry
     if stored.shard_end:
         return {"ended": True}
-    return position_json(stored.next_start, stored.start_timestamp)
+    return position_json(*start_after(stored, *position_of(entry)))
 
 
 def next_shards(current: dict[str, dict[str, Any]], listing: Sequence[Shard] | None,
@@ -339,24 +350,32 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         query, batch = start["query"], int(start["batch"])
         key = stream_key(self.config.stream_name, query)
         ranges = self.ranges  # created once, before the threads share it
-        read_last = [s for s, e in start["shards"].items() if is_readable(e)] if batch > 0 else []
+        read_last = [s for s, e in start["shards"].items() if is_read(e)] if batch > 0 else []
         stored = self._parallel(lambda s: ranges.get(key, s, batch), read_last)
-        shards = {s: advance(e, stored.get(s)) for s, e in start["shards"].items()}
+        shards = {s: advance(_without_quiet(e), stored.get(s))
+                  for s, e in start["shards"].items()}
         shards = next_shards(shards, self._shards(), self._child_start(),
                              self.options.fail_on_data_loss)
         readable = [s for s, e in shards.items() if is_readable(e)]
         probes = self._probe_all({s: shards[s] for s in readable})
         self._lag = {s: p.millis_behind_latest for s, p in probes.items()}
-        if not any(p.has_data for p in probes.values()):
+        busy = [s for s in readable if probes[s].has_data]
+        if not busy:
             return start
+        # A shard the probe found quiet sits this reading out: no task reads it, so it costs
+        # no range item, no lookup and no task; it is probed again at the next trigger. The
+        # mark is in the offset, so a re-run of the reading plans the same shards.
+        for shard_id in readable:
+            if not probes[shard_id].has_data:
+                shards[shard_id] = {**shards[shard_id], "quiet": True}
         cap = self.options.max_fetch_records_per_shard
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            cap = max(1, min(cap, limit.max_rows // max(1, len(readable))))
+            cap = max(1, min(cap, limit.max_rows // len(busy)))
         end = make_offset(query, batch + 1, cap, shards)
         lags = [v for v in self._lag.values() if v is not None]
-        log.info("aws-kinesis %s reading %d: %d shards readable, up to %d records each, max "
-                 "millisBehindLatest %s ms", self.config.stream_name, batch + 1, len(readable),
-                 cap, max(lags) if lags else "-")
+        log.info("aws-kinesis %s reading %d: %d of %d shards read, up to %d records each, max "
+                 "millisBehindLatest %s ms", self.config.stream_name, batch + 1, len(busy),
+                 len(readable), cap, max(lags) if lags else "-")
         self._last_end = end
         return end
 
@@ -374,7 +393,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         batch, cap = int(end["batch"]), int(end["limit"])
         ranges = []
         for shard_id, entry in end["shards"].items():
-            if not is_readable(entry):
+            if not is_read(entry):
                 continue
             position, timestamp = position_of(entry)
             # Every empty read is recorded: a task cannot tell a re-run of its batch from

@@ -12,13 +12,30 @@ import logging
 import threading
 from typing import Callable
 
-from ..errors import CheckpointError, LeaseLostError, RetriesExhaustedError, KinesisDStreamError
+from ..errors import CheckpointError, KinesisDStreamError, LeaseLostError
 from ..records import SHARD_END, ExtendedSequenceNumber, Record, is_valid_sequence_number
+from ..retry import THROTTLING, classify
 
 log = logging.getLogger(__name__)
 
 # Write function: (shard_id, position) -> None, raising LeaseLostError when not ours.
 CheckpointWriter = Callable[[str, ExtendedSequenceNumber], object]
+
+
+def kcl_exception_name(exc: KinesisDStreamError) -> str:
+    """The KCL's name for why a checkpoint failed: what kclpy processors test ``value`` for.
+
+    As the KCL's DynamoDB checkpointer: a lost lease is ShutdownException; a throttle, also
+    one the retries gave up on, is ThrottlingException (processors wait and try again); any
+    other failure of the table, an outage included, is KinesisClientLibDependencyException.
+    """
+    if isinstance(exc, CheckpointError):
+        return exc.value
+    if isinstance(exc, LeaseLostError):
+        return "ShutdownException"
+    if classify(exc) == THROTTLING:
+        return "ThrottlingException"
+    return "KinesisClientLibDependencyException"
 
 
 class ShardCheckpointer:
@@ -78,13 +95,10 @@ class ShardCheckpointer:
                 return
             try:
                 self._writer(self.shard_id, target)
-            except LeaseLostError as exc:
-                self._closed_reason = "lease lost"
-                raise CheckpointError("ShutdownException", str(exc)) from exc
-            except RetriesExhaustedError as exc:
-                raise CheckpointError("ThrottlingException", str(exc)) from exc
             except KinesisDStreamError as exc:
-                raise CheckpointError("KinesisClientLibDependencyException", str(exc)) from exc
+                if isinstance(exc, LeaseLostError):
+                    self._closed_reason = "lease lost"
+                raise CheckpointError(kcl_exception_name(exc), str(exc)) from exc
             self._last_checkpoint = target
             log.debug("checkpointed %s at %s", self.shard_id, target)
 

@@ -76,6 +76,8 @@ class ShardConsumer:
         self.checkpointer: ShardCheckpointer | None = None
         self._reason: ShutdownReason | None = None
         self._wake = threading.Event()
+        # Restarts of a processor that keeps failing wait longer each time, up to 10 s.
+        self._restart_backoff = Backoff(base_ms=config.retry_wait_time_ms)
         self._thread = threading.Thread(target=self._run, name=f"shard-{shard_id}", daemon=True)
 
     # -- control, from the scheduler ------------------------------------------------------------
@@ -159,9 +161,11 @@ class ShardConsumer:
         failed mid-batch checkpoint records it never finished.
         """
         if self._reason is None:
-            log.error("record processor for %s failed (%s); restarting it from checkpoint %s",
-                      self.shard_id, failure.__cause__, self.checkpointer.last_checkpoint)
-            self._sleep(self.config.retry_wait_time_ms / 1000.0)
+            wait = self._restart_backoff.next_wait_s()
+            log.error("record processor for %s failed (%s); restarting it from checkpoint %s "
+                      "in %.3g s", self.shard_id, failure.__cause__,
+                      self.checkpointer.last_checkpoint, wait)
+            self._sleep(wait)
         else:
             log.warning("record processor for %s failed (%s) while its lease was ending (%s)",
                         self.shard_id, failure.__cause__, self._reason.value)
@@ -172,7 +176,7 @@ class ShardConsumer:
 
     def _initialize_fetcher(self, fetcher: Any, checkpoint: ExtendedSequenceNumber) -> bool:
         """Get the first iterator, waiting out throttling and outages; False if told to stop."""
-        backoff = self._backoff()
+        backoff = Backoff.after_retries(self.config)
         fault = FaultLog(log, f"shard {self.shard_id}: getting an iterator at {checkpoint}")
         while self._reason is None:
             try:
@@ -185,14 +189,10 @@ class ShardConsumer:
                 self._sleep(wait)
         return False
 
-    def _backoff(self) -> Backoff:
-        """Waits after the retry policy gave up: they grow while the fault lasts, jittered."""
-        return Backoff(base_ms=self.config.retry_wait_time_ms * 2, cap_ms=10_000)
-
     def _process_loop(self, fetcher: Any, processor: Any) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        backoff = self._backoff()
+        backoff = Backoff.after_retries(self.config)
         fault = FaultLog(log, f"shard {self.shard_id}: GetRecords")
         while True:
             if self._reason is not None:
@@ -218,6 +218,7 @@ class ShardConsumer:
                     records=result.records, checkpointer=checkpointer,
                     millis_behind_latest=result.millis_behind_latest))
                 processing_ms = (time.monotonic() - started) * 1000
+                self._restart_backoff.reset()
                 self.records_delivered += len(result.records)
             self._metrics.processed(len(result.records),
                                     sum(len(r.binary_data) for r in result.records),
@@ -241,7 +242,7 @@ class ShardConsumer:
         assert checkpointer is not None
         self.state = ConsumerState.SHUTTING_DOWN
         checkpointer.reached_shard_end()
-        backoff = self._backoff()
+        backoff = Backoff.after_retries(self.config)
         attempt = 0
         while self._reason is None:
             self._call(processor.shard_ended, ShardEndedInput(checkpointer=checkpointer))

@@ -40,6 +40,9 @@ class LeaseTaker:
     failover_time_ms: int
     max_leases_for_worker: int = 2**31 - 1
     max_leases_to_steal_at_one_time: int = 1
+    # Workers known to be dead (a recovered driver's predecessor): their leases are expired
+    # at once instead of after failover_time_ms.
+    dead_owners: set[str] = field(default_factory=set)
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     def observe(self, leases: list[Lease], now: float) -> None:
@@ -54,7 +57,7 @@ class LeaseTaker:
                 self._seen[lease.lease_key] = _Seen(lease.lease_counter, now)
 
     def is_expired(self, lease: Lease, now: float) -> bool:
-        if lease.lease_owner is None:
+        if lease.lease_owner is None or lease.lease_owner in self.dead_owners:
             return True
         seen = self._seen.get(lease.lease_key)
         return seen is not None and (now - seen.since) * 1000 > self.failover_time_ms

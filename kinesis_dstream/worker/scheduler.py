@@ -15,10 +15,11 @@ from typing import Any
 
 from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
-from ..errors import KinesisDStreamError, LeaseLostError
+from ..errors import LeaseLostError
 from ..records import ExtendedSequenceNumber
-from ..retry import Backoff, FaultLog
+from ..retry import Backoff
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
+from .lease_loop import TICK_S, run_lease_loop
 from .leases import LeaseCoordinator, LeaseManager
 from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
@@ -26,7 +27,6 @@ from .shard_sync import ShardSyncer, parents_done
 
 log = logging.getLogger(__name__)
 
-_TICK_S = 0.2
 
 
 class Scheduler:
@@ -104,22 +104,12 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
         # Capped at the renew interval: a pass also starts consumers for leases just taken.
-        base_ms = max(self.config.retry_wait_time_ms * 2, int(_TICK_S * 1000))
-        backoff = Backoff(base_ms=base_ms, cap_ms=max(self.config.renew_interval_ms, base_ms))
-        fault = FaultLog(log, f"worker {self.config.worker_id}: scheduler pass")
-        while not self._stop.is_set():
-            wait = _TICK_S
-            try:
-                self.lease_manager.run_due(time.monotonic(), self._any_waiting_on_parents)
-                self._reconcile()
-                backoff.reset()
-                fault.succeeded()
-            except KinesisDStreamError as exc:
-                wait = backoff.next_wait_s()
-                fault.failed(exc, wait)
-            except Exception:  # noqa: BLE001 - keep the worker alive, loudly
-                log.exception("scheduler pass failed unexpectedly")
-            self._stop.wait(wait)
+        base_ms = max(self.config.retry_wait_time_ms * 2, int(TICK_S * 1000))
+        run_lease_loop(self.lease_manager, self._reconcile,
+                       what=f"worker {self.config.worker_id}: scheduler pass", stop=self._stop,
+                       waiting_on_parents=self._any_waiting_on_parents,
+                       backoff=Backoff(base_ms=base_ms,
+                                       cap_ms=max(self.config.renew_interval_ms, base_ms)))
 
     def _any_waiting_on_parents(self) -> bool:
         with self._lock:

@@ -1,0 +1,185 @@
+"""The driver's wiring without Spark: which batch event moves a checkpoint.
+
+A ShardCoordinator with two input streams (members) over four held leases; its lease table is
+a fake that records checkpoint writes (the coordinator's own logic, the lease coordinator and
+the checkpoint policy are the real ones). The listener is fed Spark-shaped batch infos.
+These guard what the end-to-end tests guard slowly: only a completed batch is checkpointed,
+a failed one never, a read-ahead report is not a completion, and the members split the shards.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from kinesis_dstream.aws.lease_table import Lease
+from kinesis_dstream.aws.range_table import BatchRange
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.executor.shard_reader import ReadReport
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.spark.coordinator import ShardCoordinator
+
+TRIM = ESN("TRIM_HORIZON")
+SHARDS = [f"shardId-{i:012d}" for i in range(4)]
+
+
+class Table:
+    """The lease table's checkpoint write, recorded (the rest is never called here)."""
+
+    def __init__(self) -> None:
+        self.checkpoints: list[tuple[str, ESN]] = []
+
+    def update_checkpoint(self, lease: Lease, position: ESN) -> Lease:
+        self.checkpoints.append((lease.lease_key, position))
+        return replace(lease, checkpoint=position, lease_counter=lease.lease_counter + 1)
+
+
+class Ranges:
+    def __init__(self) -> None:
+        self.deleted: list[tuple[str, str, int]] = []
+
+    def delete(self, ranges: Any) -> int:
+        self.deleted += list(ranges)
+        return len(self.deleted)
+
+
+@pytest.fixture
+def coordinator() -> ShardCoordinator:
+    config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
+                            aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret",
+                            checkpoint_interval_ms=0)
+    table = Table()
+    coordinator = ShardCoordinator(config, kinesis=object(), lease_table=table,
+                                   range_table=Ranges())
+    coordinator.add_member("m1")
+    coordinator.add_member("m2")
+    for shard_id in SHARDS:
+        lease = Lease(shard_id, lease_owner=config.worker_id, lease_counter=1)
+        coordinator.leases._owned[shard_id] = lease
+        coordinator._open_period(lease)
+    return coordinator
+
+
+def _reports(coordinator: ShardCoordinator, member: str, batch_ms: int,
+             end: int) -> dict[tuple[str, str, int], ReadReport]:
+    planned = coordinator.plan(member, batch_ms)
+    return {(member, p.shard_id, batch_ms): ReadReport(BatchRange(
+        member, p.shard_id, batch_ms, p.start or TRIM, end=ESN(str(end)), records=1))
+        for p in planned}
+
+
+def _written(coordinator: ShardCoordinator) -> dict[str, ESN]:
+    coordinator._write_checkpoints(force=True)
+    return dict(coordinator.table.checkpoints)
+
+
+def test_the_members_split_the_shards_and_plan_each_shard_once(coordinator) -> None:
+    one = {p.shard_id for p in coordinator.plan("m1", 1000)}
+    two = {p.shard_id for p in coordinator.plan("m2", 1000)}
+    assert one and two and not one & two and one | two == set(SHARDS)
+
+
+def test_a_read_ahead_report_is_not_a_completion(coordinator) -> None:
+    reports = _reports(coordinator, "m1", 1000, end=7)
+    coordinator.batch_read(reports)
+    assert _written(coordinator) == {}
+    coordinator.batch_completed("m1", 1000, True, reports)
+    assert _written(coordinator) == {shard: ESN("7") for (_, shard, _) in reports}
+
+
+def test_a_completed_batch_is_checkpointed_only_for_its_own_member(coordinator) -> None:
+    first = _reports(coordinator, "m1", 1000, end=7)
+    second = _reports(coordinator, "m2", 1000, end=9)
+    coordinator.batch_read({**first, **second})
+    coordinator.batch_completed("m2", 1000, True, second)
+    assert _written(coordinator) == {shard: ESN("9") for (_, shard, _) in second}
+
+
+def test_a_failed_batch_stops_its_shards_checkpoints_for_good(coordinator) -> None:
+    failed = _reports(coordinator, "m1", 1000, end=7)
+    coordinator.batch_read(failed)
+    later = _reports(coordinator, "m1", 2000, end=8)
+    coordinator.batch_read(later)
+    coordinator.batch_completed("m1", 1000, False, failed)
+    coordinator.batch_completed("m1", 2000, True, later)
+    assert _written(coordinator) == {}  # records of batch 1000 come again after a restart
+    other = _reports(coordinator, "m2", 1000, end=9)
+    coordinator.batch_completed("m2", 1000, True, other)
+    assert set(_written(coordinator)) == {shard for (_, shard, _) in other}
+
+
+def test_batches_are_checkpointed_in_order_whatever_order_they_complete_in(coordinator) -> None:
+    first = _reports(coordinator, "m1", 1000, end=7)
+    coordinator.batch_read(first)
+    second = _reports(coordinator, "m1", 2000, end=8)
+    coordinator.batch_read(second)
+    coordinator.batch_completed("m1", 2000, True, second)
+    assert _written(coordinator) == {}  # batch 1000 is still running
+    coordinator.batch_completed("m1", 1000, True, first)
+    assert _written(coordinator) == {shard: ESN("8") for (_, shard, _) in second}
+
+
+def test_the_next_batch_starts_where_the_reported_read_ended_with_its_iterator(coordinator) -> None:
+    planned = coordinator.plan("m1", 1000)
+    shard = planned[0].shard_id
+    report = ReadReport(BatchRange("m1", shard, 1000, TRIM, end=ESN("7"), records=1),
+                        next_iterator="iterator-after-7", iterator_time=__import__("time").time())
+    coordinator.batch_read({("m1", shard, 1000): report})
+    again = {p.shard_id: p for p in coordinator.plan("m1", 2000)}
+    assert (again[shard].start, again[shard].iterator) == (ESN("7"), "iterator-after-7")
+    stale = replace(report, batch_range=replace(report.batch_range, batch_ms=2000),
+                    iterator_time=0.0)
+    coordinator.batch_read({("m1", shard, 2000): stale})
+    later = {p.shard_id: p for p in coordinator.plan("m1", 3000)}
+    assert (later[shard].start, later[shard].iterator) == (ESN("7"), None)  # expired: none
+
+
+class _Op:
+    def __init__(self, failure: str | None) -> None:
+        self._failure = failure
+
+    def failureReason(self) -> str | None:  # noqa: N802 - Spark's name
+        return self._failure
+
+
+class _Info:
+    def __init__(self, time_ms: int, failures: list[str | None]) -> None:
+        self.time_ms, self.ops = time_ms, {i: _Op(f) for i, f in enumerate(failures)}
+
+    def batchTime(self) -> Any:  # noqa: N802
+        return type("T", (), {"milliseconds": lambda _: self.time_ms})()
+
+    def outputOperationInfos(self) -> Any:  # noqa: N802
+        return type("M", (), {"values": lambda _: list(self.ops.values())})()
+
+    def processingDelay(self) -> int:  # noqa: N802
+        return 5
+
+    def schedulingDelay(self) -> int:  # noqa: N802
+        return 1
+
+
+class _Completed:
+    def __init__(self, info: _Info) -> None:
+        self.info = info
+
+    def batchInfo(self) -> _Info:  # noqa: N802
+        return self.info
+
+
+def test_the_listener_reports_a_batch_with_a_failed_output_operation_as_failed() -> None:
+    from kinesis_dstream.spark.dstream import BatchListener  # needs pyspark (a test extra)
+
+    seen: list[tuple[int, bool, str | None]] = []
+
+    class Planner:
+        name = "p"
+
+        def batch_completed(self, time_ms, succeeded, processing, scheduling, failure):
+            seen.append((time_ms, succeeded, failure))
+
+    listener = BatchListener([Planner()])
+    listener.onBatchCompleted(_Completed(_Info(1000, [None, None])))
+    listener.onBatchCompleted(_Completed(_Info(2000, [None, "boom: the job failed"])))
+    assert seen == [(1000, True, None), (2000, False, "boom: the job failed")]
