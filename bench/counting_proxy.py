@@ -5,9 +5,12 @@ shard readers) and the moto server to count the DynamoDB writes a batch costs. I
 separate process so that its own CPU time never counts as the driver's. The proxy itself is
 tests/fault_proxy.py with nothing injected.
 
-``python bench/counting_proxy.py <upstream>`` prints its endpoint, then answers each
-``report`` line on stdin with one JSON line of counts; end of input stops it. Run with no
-argument (as ``make bench`` does for every bench/*.py) it does nothing.
+``python bench/counting_proxy.py <upstream> [--split-renewals]`` prints its endpoint, then
+answers each ``report`` line on stdin with one JSON line of counts; end of input stops it.
+With ``--split-renewals`` a lease renewal (an UpdateItem that sets only ``leaseCounter``, as
+``LeaseTable.renew_lease`` sends it) counts as ``UpdateItem(renewal)`` instead of ``UpdateItem``, so that
+renewals are told apart from checkpoints and takes on the same table. Run with no argument
+(as ``make bench`` does for every bench/*.py) it does nothing.
 """
 from __future__ import annotations
 
@@ -19,16 +22,21 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
+RENEWAL = "UpdateItem(renewal)"
 WRITE_OPERATIONS = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem",
-                              "TransactWriteItems", "CreateTable", "UpdateTimeToLive"})
+                              "TransactWriteItems", "CreateTable", "UpdateTimeToLive", RENEWAL})
+# LeaseTable.renew_lease's update expression, as it appears in the request's JSON body.
+_RENEWAL_UPDATE = b'"UpdateExpression": "SET leaseCounter = :counter"'
 
 
 class CountingProxy:
     """The proxy process, seen from the benchmark: ``endpoint``, ``counts()``, ``stop()``."""
 
-    def __init__(self, upstream: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), upstream],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, upstream: str, split_renewals: bool = False) -> None:
+        command = [sys.executable, str(Path(__file__).resolve()), upstream]
+        if split_renewals:
+            command.append("--split-renewals")
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()
         if not line.startswith("http://"):
             self.stop()
@@ -71,9 +79,21 @@ def writes_to(before: Counter, after: Counter, table: str) -> int:
     return sum(n for (op, t), n in (after - before).items() if t == table and op in WRITE_OPERATIONS)
 
 
-def _serve(upstream: str) -> int:
+def _serve(upstream: str, split_renewals: bool = False) -> int:
     sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
-    from fault_proxy import FaultProxy  # noqa: PLC0415 - tests/ is on the path only here
+    import fault_proxy  # noqa: PLC0415 - tests/ is on the path only here
+    from fault_proxy import FaultProxy  # noqa: PLC0415
+
+    if split_renewals:
+        operation = fault_proxy._operation
+
+        def renewal_apart(target: str, body: bytes) -> tuple[str, str]:
+            op, table = operation(target, body)
+            if op == "UpdateItem" and _RENEWAL_UPDATE in body.replace(b'":"', b'": "'):
+                return RENEWAL, table
+            return op, table
+
+        fault_proxy._operation = renewal_apart
 
     with FaultProxy(upstream, share=0.0, max_lifetime_s=6 * 3600) as proxy:
         print(proxy.endpoint, flush=True)
@@ -86,4 +106,4 @@ def _serve(upstream: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    sys.exit(_serve(sys.argv[1], "--split-renewals" in sys.argv[2:]) if len(sys.argv) > 1 else 0)

@@ -23,9 +23,10 @@ LOCAL = "local[2]"
 CLUSTER = "local-cluster[2,1,1024]"  # two executor JVMs in processes of their own
 
 
-def spark_context(master: str = LOCAL) -> Any:
+def spark_context(master: str = LOCAL, settings: dict[str, str] | None = None) -> Any:
     """The SparkContext of a benchmark (as the tests: loopback, no UI). On ``CLUSTER`` the
-    records are read in executor processes, as on a real cluster."""
+    records are read in executor processes, as on a real cluster. ``settings``: more Spark
+    conf (a benchmark's own knobs; ``BENCH_SPARK_CONF`` still comes last)."""
     from pyspark import SparkConf, SparkContext
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -34,6 +35,8 @@ def spark_context(master: str = LOCAL) -> Any:
             .set("spark.driver.bindAddress", "127.0.0.1")
             .set("spark.ui.showConsoleProgress", "false")
             .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    for key, value in (settings or {}).items():
+        conf.set(key, value)
     for item in os.environ.get("BENCH_SPARK_CONF", "").split():  # k=v ... for experiments
         conf.set(*item.split("=", 1))
     sc = SparkContext(conf=conf)
