@@ -150,7 +150,7 @@ class ConsumerConfig:
     shutdown_grace_ms: int = 20000
     # Spark tasks: how many shards one task reads, concurrently (``shardsPerTask``). An idle
     # wide stream then needs few tasks a batch; busy shards still get tasks of their own.
-    shards_per_task: int = 16
+    shards_per_task: int = 32
     metrics_level: str = "DETAILED"
     # CloudWatch publishing period (the KCL's metricsBufferTimeMillis).
     metrics_buffer_time_ms: int = 10000

@@ -260,3 +260,33 @@ def test_a_dead_workers_leases_are_taken_at_once_not_after_failover():
     first = taker(dead_owners={"dead"}).choose(leases, now=0.0)
     assert keys(first) == {"shard-000", "shard-001"}
     assert len(taker().choose(leases, now=0.0)) == 1  # without the proof: one steal a pass
+
+
+def test_leases_are_renewed_concurrently_not_one_after_another():
+    """Serial renewals of 128 leases took longer than failover (another worker would take
+    them): ten renewals must be under way at once."""
+    import threading
+
+    from kinesis_dstream.config import ConsumerConfig
+    from kinesis_dstream.worker.leases import LeaseCoordinator
+
+    together = threading.Barrier(10, timeout=10)
+
+    class Table:
+        renewed: list[str] = []
+
+        def renew_lease(self, lease: Lease) -> Lease:
+            together.wait()  # breaks (and fails the renewal) unless 10 renew at once
+            self.renewed.append(lease.lease_key)
+            return replace(lease, lease_counter=lease.lease_counter + 1)
+
+    config = ConsumerConfig(application_name="a", stream_name="s", region_name="r",
+                            worker_id="me")
+    table = Table()
+    coordinator = LeaseCoordinator(config, table)
+    for lease in leases_owned(*(["me"] * 40)):
+        coordinator._owned[lease.lease_key] = lease
+    coordinator.renew_leases()
+    coordinator.stop()
+    assert sorted(table.renewed) == sorted(f"shard-{i:03d}" for i in range(40))
+    assert all(lease.lease_counter == 2 for lease in coordinator._owned.values())

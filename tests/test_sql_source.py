@@ -217,6 +217,33 @@ def test_a_quiet_shard_costs_the_query_one_get_records_a_trigger(
     quiet = {f"shardId-{i:012d}" for i in range(4)} - {busy}
     assert {k: n for k, n in calls.items() if n and k[2] in quiet} == {}
     assert any(n for k, n in calls.items() if k[2] == busy)  # the busy shard's reading
+    # ... which went on with the iterator its last read recorded: no GetShardIterator either
+    assert calls.get(("GetShardIterator", "", busy), 0) == 0, calls
+
+
+def test_commit_deletes_each_old_range_once_and_only_of_the_shards_read():
+    class Ranges:
+        deleted: list[tuple[str, str, int]] = []
+
+        def delete(self, ranges):
+            self.deleted.extend(ranges)
+
+    reader = sql_source.KinesisStreamReader(parse_source_options(
+        {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:9",
+         "kinesis.region": "us-east-1"}))
+    reader._ranges = table = Ranges()
+    reader._read_in = {t: reader_shards(t) for t in range(1, 31)}
+    shards = {"shardId-a": {"after": "1", "sub": 0}, "shardId-b": {"after": "2", "sub": 0}}
+    for batch in range(1, 31):
+        reader.commit(sql_source.make_offset("q", batch, 10, shards))
+    reader.stop()
+    key = sql_source.stream_key("s", "q")
+    expected = [(key, s, t) for t in range(1, 20) for s in reader_shards(t)]
+    assert sorted(table.deleted) == sorted(expected)  # readings 20..30 are recent: kept
+
+
+def reader_shards(t: int) -> list[str]:
+    return ["shardId-a"] if t % 2 else ["shardId-a", "shardId-b"]
 
 
 def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make_stream,

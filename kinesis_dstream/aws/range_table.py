@@ -57,6 +57,11 @@ class BatchRange:
     records: int = 0
     shard_end: bool = False
     child_shard_ids: tuple[str, ...] = field(default_factory=tuple)
+    # Kinesis' NextShardIterator after ``end`` when the read ended at a page boundary, and
+    # when it was handed out (epoch s): a reader that learns where the next read starts from
+    # this item (the SQL source's driver) can start it without a GetShardIterator.
+    next_iterator: str | None = field(default=None, repr=False, compare=False)
+    iterator_time: float = field(default=0.0, compare=False)
 
     @property
     def next_start(self) -> ExtendedSequenceNumber:
@@ -81,6 +86,9 @@ def _item(r: BatchRange) -> dict[str, Any]:
         item["endSub"] = {"N": str(r.end.sub_sequence_number)}
     if r.child_shard_ids:
         item["childShardIds"] = {"SS": sorted(r.child_shard_ids)}
+    if r.next_iterator is not None:
+        item["nextIterator"] = {"S": r.next_iterator}
+        item["iteratorTime"] = {"N": repr(float(r.iterator_time))}
     return item
 
 
@@ -94,7 +102,9 @@ def _range(item: dict[str, Any]) -> BatchRange:
         start=ExtendedSequenceNumber(item["start"]["S"], int(item["startSub"]["N"])),
         start_timestamp=float(item["startTimestamp"]["N"]) if "startTimestamp" in item else None,
         end=end, records=int(item["records"]["N"]), shard_end=item["shardEnd"]["BOOL"],
-        child_shard_ids=tuple(item.get("childShardIds", {}).get("SS", ())))
+        child_shard_ids=tuple(item.get("childShardIds", {}).get("SS", ())),
+        next_iterator=item.get("nextIterator", {}).get("S"),
+        iterator_time=float(item.get("iteratorTime", {}).get("N", 0.0)))
 
 
 class BatchRangeTable:

@@ -88,8 +88,10 @@ SCHEMA = StructType([
 ])
 
 
-# pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at; a reader
-# knows it from initialOffset(), a batch it planned or committed, but not after a restart.
+# pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at. A reader
+# knows it from a batch it planned or committed, but not after a restart: there its next
+# offset would start the query over (another query id) and read twice or skip. Its first
+# planned batch then sees the two query ids and fails the query with this.
 _RESTART_NEEDS_4_2 = (
     "format(\"aws-kinesis\"): this pyspark does not tell a restarted streaming source where "
     "its query stands (pyspark >= 4.2 does), so a query cannot resume from its "
@@ -287,6 +289,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._listed_at = 0.0
         self._target_ms: int | None = None  # Trigger.AvailableNow: read what arrived before
         self._last_end: dict[str, Any] | None = None  # pyspark < 4.2 calls latestOffset()
+        self._initial: dict[str, Any] | None = None
+        self._read_in: dict[int, list[str]] = {}  # reading -> the shards it read (to clean up)
         self._lag: dict[str, int | None] = {}
         self._pool: ThreadPoolExecutor | None = None
         # shard -> (position entry, an iterator valid there, when Kinesis handed it out)
@@ -294,7 +298,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None, _iterators={})
+        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None, _iterators={},
+                     _read_in={})
         return state
 
     # clients, created on first use in the driver process
@@ -330,6 +335,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     # -- the DataSourceStreamReader API --------------------------------------------------------
     def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
+        if self._initial is not None:  # pyspark < 4.2 may ask after latestOffset() made it
+            return self._initial
         self.ranges  # noqa: B018 - the table exists before any executor needs it
         start = self.options.starting_position
         listing = self._shards(force=True) or []
@@ -350,7 +357,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                              next_shards(shards, None, {}, False))
         log.info("aws-kinesis query %s on stream %s starts %s: %d shards", offset["query"],
                  self.config.stream_name, start.kind, len(shards))
-        self._last_end = offset
+        self._initial = offset
         return offset
 
     def getDefaultReadLimit(self) -> Any:  # noqa: N802 - PySpark's name
@@ -364,9 +371,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
         if start is None:  # pyspark < 4.2 does not say where the next batch starts
-            if self._last_end is None:
-                raise KinesisDStreamError(_RESTART_NEEDS_4_2)
-            start = self._last_end
+            start = self._last_end if self._last_end is not None else self.initialOffset()
         query, batch = start["query"], int(start["batch"])
         key = stream_key(self.config.stream_name, query)
         ranges = self.ranges  # created once, before the threads share it
@@ -374,6 +379,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         stored = self._parallel(lambda s: ranges.get(key, s, batch), read_last)
         shards = {s: advance(_without_quiet(e), stored.get(s))
                   for s, e in start["shards"].items()}
+        for shard_id, recorded in stored.items():  # the read's iterator, at the next position
+            if recorded is not None and recorded.next_iterator is not None:
+                self._iterators[shard_id] = (dict(shards[shard_id]), recorded.next_iterator,
+                                             recorded.iterator_time)
         shards = next_shards(shards, self._shards(), self._child_start(),
                              self.options.fail_on_data_loss)
         readable = [s for s, e in shards.items() if is_readable(e)]
@@ -406,6 +415,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return {"millisBehindLatest": {k: self._lag[k] for k in sorted(self._lag)}}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if start.get("query") != end.get("query"):
+            raise KinesisDStreamError(_RESTART_NEEDS_4_2)  # end was made without knowing start
         if start == end or int(end["batch"]) <= int(start["batch"]):
             return []
         self._last_end = end
@@ -422,6 +433,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      self.options.max_fetch_time_per_shard_s, position,
                                      timestamp, iterator=self._iterator(shard_id, entry),
                                      record_empty=True))
+        self._read_in[batch] = [r.shard_id for r in ranges]
         lag = {s: (v or 0) for s, v in self._lag.items()}
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
                               lambda r: lag.get(r.shard_id, 0))
@@ -444,26 +456,31 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
-        """Reading ``end.batch`` is done and the offsets after it are logged: the ranges of the
-        readings before it are not needed any more. Deleted every CLEANUP_EVERY readings, off
-        the query's path (items also expire by TTL where the table has it)."""
+        """Reading ``end.batch`` is done and the offsets after it are logged: the ranges of
+        older readings are not needed any more. Every CLEANUP_EVERY readings, those of the
+        readings CLEANUP_EVERY to 2 x CLEANUP_EVERY back are deleted, each range once, and
+        only the shards each reading read (quiet shards wrote none), off the query's path
+        (items also expire by TTL where the table has it)."""
         self._last_end = end
         batch = int(end["batch"])
         if batch % CLEANUP_EVERY:
             return
         key = stream_key(self.config.stream_name, end["query"])
-        old = list(range(max(1, batch - 2 * CLEANUP_EVERY), batch))
-        shard_ids = list(end["shards"])
+        old = range(max(1, batch - 2 * CLEANUP_EVERY), max(1, batch - CLEANUP_EVERY))
+        everyone = list(end["shards"])  # a reading planned before a restart: not known here
+        doomed = [(key, shard_id, t) for t in old
+                  for shard_id in self._read_in.pop(t, everyone)]
 
         def delete() -> None:
             try:
-                self.ranges.delete((key, shard_id, t) for shard_id in shard_ids for t in old)
+                self.ranges.delete(doomed)
             except KinesisDStreamError as exc:
                 log.warning("could not delete old batch ranges of %s (TTL will): %s", key, exc)
 
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
-        self._pool.submit(delete)
+        if doomed:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+            self._pool.submit(delete)
 
     def stop(self) -> None:
         if self._pool is not None:
