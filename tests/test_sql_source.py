@@ -706,6 +706,11 @@ def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_strea
 
         wait_until(lambda: set(delivered()) >= {s.decode() for s in sent}
                    or driver.poll() is not None, 180, "every record put")
+        if not PYSPARK_4_2 and driver.poll() is not None:
+            # pyspark < 4.2: a query whose last batch was committed cannot resume; it fails
+            # saying so rather than start over (see _failed_naming_4_2)
+            assert "pyspark >= 4.2" in log_path.read_text(), log_path.read_text()[-3000:]
+            return
         assert driver.poll() is None, log_path.read_text()[-3000:]
     finally:
         producer.halt.set()
