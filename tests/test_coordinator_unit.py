@@ -69,6 +69,14 @@ def _reports(coordinator: ShardCoordinator, member: str, batch_ms: int,
         for p in planned}
 
 
+def _read_ahead(coordinator: ShardCoordinator, member: str, batch_ms: int,
+                end: int) -> dict[tuple[str, str, int], ReadReport]:
+    """Plan a batch and report its read-ahead: the reads are known, nothing completed."""
+    reports = _reports(coordinator, member, batch_ms, end)
+    coordinator.batch_read(reports)
+    return reports
+
+
 def _written(coordinator: ShardCoordinator) -> dict[str, ESN]:
     coordinator._write_checkpoints(force=True)
     return dict(coordinator.table.checkpoints)
@@ -81,8 +89,7 @@ def test_the_members_split_the_shards_and_plan_each_shard_once(coordinator) -> N
 
 
 def test_a_read_ahead_report_is_not_a_completion(coordinator) -> None:
-    reports = _reports(coordinator, "m1", 1000, end=7)
-    coordinator.batch_read(reports)
+    reports = _read_ahead(coordinator, "m1", 1000, end=7)
     assert _written(coordinator) == {}
     coordinator.batch_completed("m1", 1000, True, reports)
     assert _written(coordinator) == {shard: ESN("7") for (_, shard, _) in reports}
@@ -97,10 +104,8 @@ def test_a_completed_batch_is_checkpointed_only_for_its_own_member(coordinator) 
 
 
 def test_a_failed_batch_stops_its_shards_checkpoints_for_good(coordinator) -> None:
-    failed = _reports(coordinator, "m1", 1000, end=7)
-    coordinator.batch_read(failed)
-    later = _reports(coordinator, "m1", 2000, end=8)
-    coordinator.batch_read(later)
+    failed = _read_ahead(coordinator, "m1", 1000, end=7)
+    later = _read_ahead(coordinator, "m1", 2000, end=8)
     coordinator.batch_completed("m1", 1000, False, failed)
     coordinator.batch_completed("m1", 2000, True, later)
     assert _written(coordinator) == {}  # records of batch 1000 come again after a restart
@@ -110,10 +115,8 @@ def test_a_failed_batch_stops_its_shards_checkpoints_for_good(coordinator) -> No
 
 
 def test_batches_are_checkpointed_in_order_whatever_order_they_complete_in(coordinator) -> None:
-    first = _reports(coordinator, "m1", 1000, end=7)
-    coordinator.batch_read(first)
-    second = _reports(coordinator, "m1", 2000, end=8)
-    coordinator.batch_read(second)
+    first = _read_ahead(coordinator, "m1", 1000, end=7)
+    second = _read_ahead(coordinator, "m1", 2000, end=8)
     coordinator.batch_completed("m1", 2000, True, second)
     assert _written(coordinator) == {}  # batch 1000 is still running
     coordinator.batch_completed("m1", 1000, True, first)

@@ -30,6 +30,7 @@ from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import Lease, LeaseTable
 from ..aws.range_table import BatchRangeTable
 from ..config import ConsumerConfig, default_worker_id, made_by_another_process, proven_dead
+from ..executor.shard_reader import ITERATOR_TTL_S, ReadReport, start_after
 from ..errors import (
     ConfigurationError,
     CredentialsError,
@@ -44,7 +45,6 @@ from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
 from .checkpointer import SHARD_END, KinesisCheckpointer
-from ..executor.shard_reader import ITERATOR_TTL_S, ReadReport, start_after
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ class ShardCoordinator:
                 if m == member and t == batch_ms}
         if mine:
             self.batch_read({(member, s, batch_ms): r for s, r in mine.items()
-                             if not self._known(s, batch_ms, r)})
+                             if not self._known(s, batch_ms)})
         reached = {shard_id: (r.batch_range.end, r.batch_range.shard_end)
                    for shard_id, r in mine.items()}
         if succeeded and self.publisher is not None:
@@ -334,7 +334,7 @@ class ShardCoordinator:
         if touched:
             self._wake.set()
 
-    def _known(self, shard_id: str, batch_ms: int, report: ReadReport) -> bool:
+    def _known(self, shard_id: str, batch_ms: int) -> bool:
         """The read-ahead already reported this read (its counters are in)."""
         with self._lock:
             shard = self._shards.get(shard_id)

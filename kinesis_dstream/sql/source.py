@@ -478,9 +478,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                 log.warning("could not delete old batch ranges of %s (TTL will): %s", key, exc)
 
         if doomed:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
-            self._pool.submit(delete)
+            self._threads().submit(delete)
 
     def stop(self) -> None:
         if self._pool is not None:
@@ -494,17 +492,21 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         round trip, not one per shard."""
         if len(shard_ids) <= 1:
             return {s: fn(s) for s in shard_ids}
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
-        futures = {s: self._pool.submit(fn, s) for s in shard_ids}
+        futures = {s: self._threads().submit(fn, s) for s in shard_ids}
         return {s: f.result() for s, f in futures.items()}
 
     def _probe_all(self, readable: dict[str, dict[str, Any]]) -> dict[str, Probe]:
         return self._parallel(lambda s: self._probe(s, readable[s]), list(readable))
 
+    def _threads(self) -> ThreadPoolExecutor:
+        """The driver's threads for the per-shard calls and the range clean-up."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+        return self._pool
+
     def _iterator(self, shard_id: str, entry: dict[str, Any]) -> str | None:
-        """An iterator at the shard's position in ``entry``, from an earlier probe that found
-        nothing there, while it is valid."""
+        """An iterator at the shard's position in ``entry`` while it is valid: from an earlier
+        probe that found nothing there, or recorded by the read that ended there."""
         cached = self._iterators.get(shard_id)
         if cached is None or cached[0] != entry or time.time() - cached[2] > ITERATOR_TTL_S:
             return None
