@@ -288,3 +288,61 @@ def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
     assert not rows
     assert "DataLossError" in errors[0] and shard in errors[0]
     assert put[2].sequence_number in errors[0] and put[6].sequence_number in errors[0]
+
+
+# -- the SQL source ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark(sc: Any) -> Any:
+    from pyspark.sql import SparkSession
+
+    from kinesis_dstream.sql.datasource import register
+
+    session = SparkSession(sc)
+    register(session)
+    return session
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fail", [False, True])
+def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, dstream_env, make_stream,
+                                                         put_records, unique_app_name,
+                                                         tmp_path, fail):
+    from test_sql_source import Batches, options, start_query, stop
+
+    proxy, env = dstream_env
+    stream = make_stream(1)
+    put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(3)])
+    shard = put[0].shard_id
+    opts = options(stream, proxy.endpoint, env["dynamodb"], unique_app_name,
+                   **{"kinesis.failOnDataLoss": str(fail).lower()})
+    checkpoint, sink = str(tmp_path / "checkpoint"), Batches()
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: len(sink.rows()) >= 3, 120, "the first records")
+    finally:
+        stop(query)
+    put += put_records(stream, [(f"k{i}", f"r{i}") for i in range(3, 10)])
+    # Stopped for longer than the stream's retention: r3..r5 are gone, and so are the
+    # iterators the query kept.
+    proxy.trim_horizon, proxy.iterator_ttl_s = {shard: put[6].sequence_number}, 0.5
+    first_run = len(sink.rows())
+    query = start_query(spark, opts, checkpoint, sink)
+    span = f"after {ESN(put[2].sequence_number)} before {put[6].sequence_number}"
+    try:
+        if fail:
+            wait_until(lambda: not query.isActive, 120, "the query to fail")
+        else:
+            wait_until(lambda: len(sink.rows()) >= first_run + 4, 120, "the records left")
+            time.sleep(3.0)
+    finally:
+        query.stop()
+    data = [r[4].decode() for r in sorted(sink.rows(), key=lambda r: int(r[1]))]
+    if fail:
+        error = str(query.exception())
+        assert "DataLossError" in error and shard in error and span in error, error
+        assert data == ["r0", "r1", "r2"]
+        return
+    assert query.exception() is None, query.exception()
+    assert data == [f"r{i}" for i in (0, 1, 2, 6, 7, 8, 9)]
+    lines = executor_lines(sc, f"stream {stream!r} shard {shard}")
+    assert len(lines) == 1 and span in lines[0] and "WARNING" in lines[0], lines
