@@ -204,6 +204,21 @@ def executor_lines(sc: Any, needle: str) -> list[str]:
     return lines
 
 
+def collected_or_failed(kstream: Any) -> tuple[list, list[str]]:
+    """Every row of every batch, and the errors of batches whose job failed."""
+    rows: list = []
+    failed: list[str] = []
+
+    def keep(rdd: Any) -> None:
+        try:
+            rows.extend(rdd.collect())
+        except Exception as exc:  # noqa: BLE001 - the test asserts on it
+            failed.append(str(exc))
+
+    kstream.foreachRDD(keep)
+    return rows, failed
+
+
 @pytest.mark.timeout(240)
 def test_dstream_expired_iterators_lose_and_double_nothing(sc, dstream_env, make_stream,
                                                            put_records, unique_app_name):
@@ -213,7 +228,7 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, dstream_env, make
     expected = [r.data.decode() for r in put_records(stream, [(f"k{i}", f"a{i}")
                                                              for i in range(40)])]
     ssc = make_ssc(sc)
-    rows = collected(create(ssc, unique_app_name, stream, env))
+    rows, failed = collected_or_failed(create(ssc, unique_app_name, stream, env))
     ssc.start()
     try:
         wait_until(lambda: len(rows) >= 40, 90, "the first records")
@@ -227,6 +242,7 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, dstream_env, make
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert Counter(rows) == Counter(expected)
     assert proxy.expired > 0
+    assert not failed, failed[0][:2000]  # a failed batch's records would come later: no
 
 
 @pytest.mark.timeout(240)
@@ -270,16 +286,7 @@ def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
         kstream = create(ssc, unique_app_name, stream, env)
     finally:
         sc._conf._jconf.remove("spark.streaming.kinesis.failOnDataLoss")
-    errors: list[str] = []
-
-    def keep(rdd: Any) -> None:
-        try:
-            rows.extend(rdd.collect())
-        except Exception as exc:  # noqa: BLE001 - the batch's job failed: that is the point
-            errors.append(str(exc))
-
-    rows: list = []
-    kstream.foreachRDD(keep)
+    rows, errors = collected_or_failed(kstream)
     ssc.start()
     try:
         wait_until(lambda: errors, 120, "a failed batch")
