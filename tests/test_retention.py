@@ -187,7 +187,7 @@ def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothi
 
 # -- DStream on Spark --------------------------------------------------------------------------
 @pytest.fixture
-def dstream_env(aws_env, dynamodb, make_fault_proxy):
+def proxied(aws_env, dynamodb, make_fault_proxy):
     proxy = make_fault_proxy(share=0.0)
     return proxy, dict(kinesis=proxy.endpoint, dynamodb=dynamodb)
 
@@ -220,9 +220,9 @@ def collected_or_failed(kstream: Any) -> tuple[list, list[str]]:
 
 
 @pytest.mark.timeout(240)
-def test_dstream_expired_iterators_lose_and_double_nothing(sc, dstream_env, make_stream,
+def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_stream,
                                                            put_records, unique_app_name):
-    proxy, env = dstream_env
+    proxy, env = proxied
     stream = make_stream(2)
     proxy.iterator_ttl_s = 0.5  # handed across 1 s batches: most expire before they are used
     expected = [r.data.decode() for r in put_records(stream, [(f"k{i}", f"a{i}")
@@ -248,8 +248,8 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, dstream_env, make
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
-        sc, dstream_env, make_config, make_stream, put_records, unique_app_name, shape):
-    proxy, env = dstream_env
+        sc, proxied, make_config, make_stream, put_records, unique_app_name, shape):
+    proxy, env = proxied
     stream = make_stream(1)
     put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(10)])
     shard = put[0].shard_id
@@ -272,8 +272,8 @@ def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
 
 @pytest.mark.timeout(240)
 def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
-        sc, dstream_env, make_config, make_stream, put_records, unique_app_name):
-    proxy, env = dstream_env
+        sc, proxied, make_config, make_stream, put_records, unique_app_name):
+    proxy, env = proxied
     stream = make_stream(1)
     put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(10)])
     shard = put[0].shard_id
@@ -311,12 +311,12 @@ def spark(sc: Any) -> Any:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fail", [False, True])
-def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, dstream_env, make_stream,
+def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make_stream,
                                                          put_records, unique_app_name,
                                                          tmp_path, fail):
     from test_sql_source import Batches, options, start_query, stop
 
-    proxy, env = dstream_env
+    proxy, env = proxied
     stream = make_stream(1)
     put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(3)])
     shard = put[0].shard_id
