@@ -9,6 +9,15 @@ does: those entries are taken out of the request before it is forwarded (so they
 written) and come back in the answer, at their place, with ErrorCode ``put_failure_code``
 (ProvisionedThroughputExceededException unless told); ``put_entries_failed`` counts them.
 
+Two modes stand in for what no emulator does with time:
+- ``iterator_ttl_s`` / ``expire_next``: a GetRecords whose iterator was handed out (by
+  GetShardIterator or as a NextShardIterator) longer ago than ``iterator_ttl_s``, or the next
+  ``expire_next`` GetRecords, are answered ``ExpiredIteratorException`` (``expired`` counts them).
+- ``trim_horizon`` {shard id: sequence number}: records before it are gone, as after the
+  stream's retention. TRIM_HORIZON starts there; AT/AFTER_SEQUENCE_NUMBER before it start there
+  too (``trim_shape`` "silent") or are refused with InvalidArgumentException ("refuse");
+  GetRecords never returns a record before it. ``refused`` counts the refusals.
+
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
 ``{"__type": "ProvisionedThroughputExceededException", ...}``. Speaks HTTP/1.1 JSON (boto3),
@@ -28,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 GET_RECORDS_TARGET = "Kinesis_20131202.GetRecords"
+GET_SHARD_ITERATOR_TARGET = "Kinesis_20131202.GetShardIterator"
 PUT_RECORDS_TARGET = "Kinesis_20131202.PutRecords"
 THROTTLE_BODY = json.dumps({
     "__type": "ProvisionedThroughputExceededException",
@@ -73,6 +83,13 @@ class FaultProxy:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
+        self.iterator_ttl_s: float | None = None
+        self.expire_next = 0
+        self.expired = 0
+        self.trim_horizon: dict[str, str] = {}
+        self.trim_shape = "silent"
+        self.refused = 0
+        self._iterators: dict[str, tuple[float, str]] = {}  # iterator -> (handed out, shard)
 
     @property
     def share(self) -> float:
@@ -104,6 +121,73 @@ class FaultProxy:
             else:
                 self.get_records_forwarded += 1
             return inject
+
+    # -- expired iterators and trimmed records ----------------------------------------------
+    def refuse_or_rewrite(self, target: str, body: bytes) -> tuple[bytes, bytes | None]:
+        """The body to forward, or the error answer (HTTP 400) to give instead."""
+        if target == GET_RECORDS_TARGET and (self.iterator_ttl_s is not None or self.expire_next):
+            iterator = json.loads(body).get("ShardIterator", "")
+            with self._lock:
+                born = self._iterators.get(iterator, (time.monotonic(), ""))[0]
+                old = (self.iterator_ttl_s is not None
+                       and time.monotonic() - born > self.iterator_ttl_s)
+                if not old and self.expire_next > 0:
+                    self.expire_next -= 1
+                    old = True
+                if old:
+                    self.expired += 1
+                    return body, _error("ExpiredIteratorException",
+                                        "Iterator expired. The iterator was created at time "
+                                        f"{time.time() - 300:.0f} while right now it is "
+                                        f"{time.time():.0f} which is further in the future than "
+                                        "the tolerated delay of 300000 milliseconds.")
+        if target != GET_SHARD_ITERATOR_TARGET or not self.trim_horizon:
+            return body, None
+        request = json.loads(body)
+        horizon = self.trim_horizon.get(request.get("ShardId", ""))
+        kind = request.get("ShardIteratorType")
+        if horizon is None or kind in ("LATEST", "AT_TIMESTAMP"):
+            return body, None
+        if kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+            if int(request["StartingSequenceNumber"]) >= int(horizon):
+                return body, None
+            if self.trim_shape == "refuse":
+                with self._lock:
+                    self.refused += 1
+                return body, _error(
+                    "InvalidArgumentException",
+                    f"StartingSequenceNumber {request['StartingSequenceNumber']} used in "
+                    f"GetShardIterator on shard {request['ShardId']} in stream "
+                    f"{request.get('StreamName')} under account 000000000000 is invalid "
+                    "because it is no longer available (trimmed by the retention period).")
+        request.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=horizon)
+        return json.dumps(request).encode(), None
+
+    def note_answer(self, target: str, request: bytes, data: bytes) -> bytes:
+        """Remember when and for which shard iterators were handed out; drop trimmed records."""
+        if target not in (GET_RECORDS_TARGET, GET_SHARD_ITERATOR_TARGET):
+            return data
+        answer = json.loads(data)
+        asked = json.loads(request)
+        with self._lock:
+            if target == GET_SHARD_ITERATOR_TARGET:
+                shard = asked.get("ShardId", "")
+                handed = answer.get("ShardIterator")
+            else:
+                shard = self._iterators.get(asked.get("ShardIterator", ""), (0.0, ""))[1]
+                handed = answer.get("NextShardIterator")
+            if handed:
+                if len(self._iterators) > 100_000:  # a long benchmark: forget the oldest half
+                    for old in list(self._iterators)[:50_000]:
+                        del self._iterators[old]
+                self._iterators[handed] = (time.monotonic(), shard)
+        horizon = self.trim_horizon.get(shard)
+        if target == GET_RECORDS_TARGET and horizon is not None and answer.get("Records"):
+            kept = [r for r in answer["Records"] if int(r["SequenceNumber"]) >= int(horizon)]
+            if len(kept) != len(answer["Records"]):
+                answer["Records"] = kept
+                return json.dumps(answer).encode()
+        return data
 
     def fail_put_entries(self, target: str, body: bytes) -> tuple[bytes, list[int]]:
         """The PutRecords body to forward and the indexes of the entries failed instead."""
@@ -199,6 +283,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                              ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
                        THROTTLE_BODY)
             return
+        body, refusal = self.owner.refuse_or_rewrite(self.headers.get("X-Amz-Target", ""), body)
+        if refusal is not None:
+            self._send(400, [("Content-Type", "application/x-amz-json-1.1")], refusal)
+            return
         body, failed = self.owner.fail_put_entries(self.headers.get("X-Amz-Target", ""), body)
         if failed and not json.loads(body)["Records"]:  # all failed: Kinesis refuses an empty call
             self._send(200, [("Content-Type", "application/x-amz-json-1.1")],
@@ -226,6 +314,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             shard = _shard_named(body)
             if shard:
                 self.owner.shard_calls[(*operation, shard)] += 1
+        if reply.status == 200:
+            data = self.owner.note_answer(self.headers.get("X-Amz-Target", ""), body, data)
         if failed and reply.status == 200:
             data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed),
                                      self.owner.put_failure_code)
@@ -255,6 +345,10 @@ def _shard_named(body: bytes) -> str:
     batch range's rangeKey), or "" for none or several."""
     found = set(_SHARD_ID.findall(body))
     return found.pop().decode() if len(found) == 1 else ""
+
+
+def _error(code: str, message: str) -> bytes:
+    return json.dumps({"__type": code, "message": message}).encode()
 
 
 def _merge_put_answer(data: bytes, failed: list[int], total: int, code: str) -> bytes:
