@@ -250,6 +250,7 @@ class ShardCoordinator:
         policy), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
+        self.leases.drop_lapsed()  # a lease not renewed for failover time is read no more
         planned = []
         now = time.time()
         with self._lock:

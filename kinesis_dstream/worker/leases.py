@@ -228,6 +228,26 @@ class LeaseCoordinator:
         while not self._stop.wait(interval):
             self.renew_leases()
 
+    def drop_lapsed(self) -> list[str]:
+        """Let go of every held lease not renewed for failover time; returns their shard ids.
+
+        Another worker may have taken such a lease: the KCL's renewer hands out only leases
+        renewed within failover time, and a shard consumer whose lease is not among them
+        stops. A renewal that cannot reach DynamoDB may hang for seconds before it fails, so
+        this is judged on the clock alone, before any call: by the renewer at each pass, and
+        by whoever is about to read a shard.
+        """
+        now = self._clock()
+        with self._lock:
+            lapsed = [(shard_id, (now - last) * 1000)
+                      for shard_id, last in self._last_renewed.items()
+                      if shard_id in self._owned
+                      and (now - last) * 1000 >= self.config.failover_time_ms]
+        for shard_id, age_ms in lapsed:
+            self._lose(shard_id, f"not renewed for {age_ms:.0f} ms (failover time "
+                                 f"{self.config.failover_time_ms} ms); its reads stop")
+        return [shard_id for shard_id, _ in lapsed]
+
     def renew_leases(self) -> None:
         """Renew every held lease, up to RENEW_THREADS at a time.
 
@@ -235,6 +255,7 @@ class LeaseCoordinator:
         and 128 took longer than failover: another worker would have taken them while we
         still read them. The KCL renews on a pool of 20 threads for the same reason.
         """
+        self.drop_lapsed()
         shard_ids = self.owned_shard_ids()
         if len(shard_ids) <= 1:
             for shard_id in shard_ids:
