@@ -23,8 +23,8 @@ from test_sql_source import Batches, options, start_query
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 OUTAGE_S = 20
-# Longer than the outage: leases outlive it, so nothing is read twice (an outage longer than
-# failover costs the leases, as in the KCL: tests/test_lease_renewal.py).
+# Longer than the outage: the leases outlive it. With a shorter one they lapse, the reads
+# stop (as the KCL's do), and they are taken back untouched (tests/test_lease_renewal.py).
 PATIENT_FAILOVER_MS = 60_000
 
 
@@ -77,14 +77,18 @@ def outage(proxy: Any, seconds: float = OUTAGE_S) -> None:
     proxy.dropping = False
 
 
+@pytest.mark.parametrize("failover_ms", [PATIENT_FAILOVER_MS, 3000], ids=["leases-outlive-it",
+                                                                       "leases-lapse"])
 def test_a_dynamodb_outage_of_20_s_during_a_dstream_run_is_waited_out_exactly(
-        sc, env, make_stream, put_records, unique_app_name, make_fault_proxy, caplog):
+        sc, env, make_stream, put_records, unique_app_name, make_fault_proxy, caplog, failover_ms):
+    """With failover shorter than the outage the leases lapse and the reads stop; nobody else
+    takes them, so they are taken back where they stood: nothing doubled either way."""
     stream = make_stream(2)
     proxy = make_fault_proxy(share=0.0, upstream=env["dynamodb"])
     put_records(stream, [(f"k{i}", f"a{i}") for i in range(100)])
     ssc = make_ssc(sc)
     kstream = create(ssc, unique_app_name, stream, dict(env, dynamodb=proxy.endpoint),
-                     configOverrides=dict(failover_time_ms=PATIENT_FAILOVER_MS))
+                     configOverrides=dict(failover_time_ms=failover_ms))
     rows = collected(kstream)
     caplog.set_level(logging.WARNING, logger="kinesis_dstream")
     ssc.start()
@@ -100,8 +104,11 @@ def test_a_dynamodb_outage_of_20_s_during_a_dstream_run_is_waited_out_exactly(
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert Counter(rows) == Counter(expected)
     messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    # Waited out, not failed: no read-ahead failed, no lease was lost.
-    assert not [m for m in messages if "ahead failed" in m or "lost" in m], messages
+    # Waited out, not failed: no read-ahead failed, no lease was lost to another worker.
+    assert not [m for m in messages if "ahead failed" in m or "lost the lease" in m], messages
+    if failover_ms < OUTAGE_S * 1000:
+        assert [m for m in messages if "lapsed" in m]
+        assert [m for m in messages if "took the lease of shard" in m and "back" in m]
 
 
 def test_a_dynamodb_outage_of_20_s_during_a_sql_query_is_waited_out_exactly(
