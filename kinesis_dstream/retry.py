@@ -11,6 +11,8 @@ random source, the clock and the sleep are parameters everywhere, so tests contr
 - ``Backoff``: waits without an attempt limit, after a policy gave up (shard consumers,
   scheduler loops): they grow while the fault lasts and start again after a success.
 - ``poll_until``: "wait until the table is ACTIVE" loops: a deadline and a bounded interval.
+- ``wait_out``: one call that must happen (a range written before its records leave a
+  task), with an outage waited out for up to a patience, logged by a ``FaultLog``.
 - ``FaultLog``: a lasting fault logged at most once a minute, counting every failure.
 - ``RetryCounts``: retries made in this process, by kind: a throttle that clears inside the
   retries logs nothing, and this is where it is counted.
@@ -46,7 +48,7 @@ Kind = Literal["throttling", "transient", "permanent"]
 
 __all__ = ["THROTTLING", "TRANSIENT", "PERMANENT", "Kind", "MAX_WAIT_MS", "classify",
            "is_transient", "RetryCounts", "RETRIES", "Deadline", "RetryPolicy", "Backoff",
-           "poll_until", "FaultLog"]
+           "poll_until", "wait_out", "FaultLog"]
 
 # The cap of a wait between tries, unless a caller names its own (kinesis-asl has none; a
 # throttled shard clears within seconds, and a longer wait only delays the recovery).
@@ -252,6 +254,32 @@ def poll_until(check: Callable[[], T], what: str, *, timeout_s: float,
         if remaining <= 0:
             raise TimeoutError(f"{what} after {timeout_s:g} s")
         sleep(min(backoff.next_wait_s(), remaining))
+
+
+def wait_out(fn: Callable[[], T], *, patience_s: float, fault: "FaultLog", backoff: Backoff,
+             sleep: Callable[[float], None] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> T:
+    """``fn()``, with throttling and outages (also ones a retry policy already gave up on)
+    waited out for up to ``patience_s``, then the last one raised.
+
+    For a call that must happen before the caller can go on, and may happen late: a batch's
+    range is written before any of its records leaves the task, however long DynamoDB is
+    away (within patience). Permanent errors propagate at once; the fault is logged at most
+    once a minute while it lasts, and its recovery once.
+    """
+    deadline = Deadline(patience_s, clock)
+    while True:
+        try:
+            result = fn()
+        except KinesisDStreamError as exc:
+            if not is_transient(exc) or deadline.expired:
+                raise
+            wait = min(backoff.next_wait_s(), deadline.remaining_s())
+            fault.failed(exc, wait)
+            sleep(wait)
+            continue
+        fault.succeeded()
+        return result
 
 
 def _failures(n: int) -> str:

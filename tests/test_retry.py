@@ -34,6 +34,7 @@ from kinesis_dstream.retry import (
     classify,
     is_transient,
     poll_until,
+    wait_out,
 )
 
 
@@ -340,3 +341,43 @@ def test_a_recovery_held_back_by_the_limit_is_logged_by_a_later_success(caplog):
         "scheduler pass works again after 1 failure in 1 s (1 since the last line); "
         "working for 59 s",
     ]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_wait_out_waits_an_outage_out_even_past_a_policys_give_up_and_logs_it_once(caplog):
+    clock = Clock()
+    gave_up = UnreachableAfterRetriesError("unreachable", EndpointUnreachableError("gone"))
+    call = Flaky(*[gave_up] * 30)
+    fault = FaultLog(logging.getLogger("test.outage"), "DynamoDB", clock=clock)
+    with caplog.at_level(logging.WARNING, logger="test.outage"):
+        assert wait_out(call, patience_s=600, fault=fault, backoff=Backoff(200, 2000),
+                        sleep=clock.sleep, clock=clock) == "ok"
+    assert call.calls == 31 and 30 < clock.now < 60
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines  # once when it began, once when it cleared: within a minute
+    assert lines[0].startswith("DynamoDB failing") and "works again after 30 failures" in lines[1]
+
+
+def test_wait_out_raises_a_permanent_error_at_once_and_an_outage_after_its_patience():
+    clock = Clock()
+    fault = FaultLog(logging.getLogger("test.outage"), "DynamoDB", clock=clock)
+    missing = Flaky(StreamNotFoundError("no table"))
+    with pytest.raises(StreamNotFoundError):
+        wait_out(missing, patience_s=600, fault=fault, backoff=Backoff(200, 2000),
+                 sleep=clock.sleep, clock=clock)
+    assert missing.calls == 1 and clock.now == 0
+    endless = Flaky(*[TransientServiceError("down")] * 1000)
+    with pytest.raises(TransientServiceError):
+        wait_out(endless, patience_s=20, fault=fault, backoff=Backoff(200, 2000),
+                 sleep=clock.sleep, clock=clock)
+    assert clock.now == pytest.approx(20)

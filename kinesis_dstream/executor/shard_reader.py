@@ -19,7 +19,9 @@ its iterator for the life of its lease.
 
 Throttling and an endpoint that does not answer never fail a new range: the task keeps what
 it read, or reads nothing, and the next batch goes on from there. A recorded range must be
-read in full; its reads wait those faults out.
+read in full; its reads wait those faults out. So do the DynamoDB calls (the range written,
+looked up, the lease read): a DynamoDB outage holds the task's records back until their range
+is recorded, and batches go on from what was recorded.
 """
 from __future__ import annotations
 
@@ -29,18 +31,19 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, TypeVar
 
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable
-from ..aws.range_table import BatchRange, BatchRangeTable
+from ..aws.range_table import BatchRange, BatchRangeTable, range_table_name
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
-from ..retry import FaultLog, RetryPolicy, is_transient
+from ..retry import Backoff, FaultLog, RetryPolicy, is_transient, wait_out
 from ..worker.fetcher import KinesisDataFetcher
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # How long one read of one shard may last. Only a backlog reaches it: a shard that is caught
 # up stops at its tip. A batch that reads a backlog is late anyway, and bigger reads spread
@@ -188,6 +191,20 @@ def _fault_log(shard_id: str) -> FaultLog:
     return fault
 
 
+def waiting_out_dynamodb(config: ConsumerConfig, fn: Callable[[], T],
+                         sleep: Callable[[float], None] = time.sleep) -> T:
+    """``fn()`` (a call to the lease or batch-range table), a DynamoDB outage waited out as
+    patiently as a Kinesis outage in a recorded range's read, logged once a minute per
+    table pair and process."""
+    key = range_table_name(config.application_name)
+    fault = _faults.get(key)
+    if fault is None:
+        fault = _faults.setdefault(key, FaultLog(
+            log, f"DynamoDB (tables {config.application_name} and {key})"))
+    return wait_out(fn, patience_s=EXACT_READ_PATIENCE_S, fault=fault,
+                    backoff=Backoff.after_retries(config), sleep=sleep)
+
+
 def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
           start: ExtendedSequenceNumber, timestamp: float | None, *,
           end: ExtendedSequenceNumber | None = None, iterator: str | None = None,
@@ -286,7 +303,8 @@ def _lease_moved(clients: _Clients, planned: ShardRange) -> bool:
     """
     if planned.owner is None:
         return False
-    lease = clients.leases.get_lease(planned.shard_id)
+    lease = waiting_out_dynamodb(clients.leases.config,
+                                 lambda: clients.leases.get_lease(planned.shard_id))
     if lease is None or lease.lease_owner == planned.owner:
         return False
     log.info("shard %s: its lease moved to %s before batch %d read it; the batch reads none "
@@ -333,7 +351,7 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
         reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time)
     if not records and not reading.shard_end and not planned.record_empty:
         return _report(candidate, reading, recorded=False, fresh=True)
-    stored = clients.ranges.put_if_absent(candidate)
+    stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(candidate), sleep)
     if stored != candidate:
         log.info("shard %s batch %d: its range was recorded by an earlier computation; "
                  "reading that one", planned.shard_id, planned.batch_ms)
@@ -359,18 +377,20 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool
     if fresh and planned.start is not None:
         return _read_new(clients, config, planned, planned.start, planned.start_timestamp,
                          planned.iterator, sleep)
-    stored = clients.ranges.get(planned.stream_key, planned.shard_id, planned.batch_ms)
+    stored = waiting_out_dynamodb(config, lambda: clients.ranges.get(
+        planned.stream_key, planned.shard_id, planned.batch_ms), sleep)
     if stored is not None:
         return _read_recorded(clients, config, stored, sleep, fresh)
     if not fresh:
         start, timestamp = planned.start or planned.floor, planned.start_timestamp
         empty = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp)
         return _report(empty, _Reading(), recorded=False, fresh=False)
-    previous = clients.ranges.latest_before(planned.stream_key, planned.shard_id,
-                                            planned.batch_ms, planned.since_ms)
+    previous = waiting_out_dynamodb(config, lambda: clients.ranges.latest_before(
+        planned.stream_key, planned.shard_id, planned.batch_ms, planned.since_ms), sleep)
     start, timestamp = start_after(previous, planned.floor, planned.floor_timestamp)
     if previous is not None and previous.shard_end:
         ended = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start,
                            timestamp, None, 0, True, previous.child_shard_ids)
-        return _read_recorded(clients, config, clients.ranges.put_if_absent(ended), sleep, fresh)
+        stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(ended), sleep)
+        return _read_recorded(clients, config, stored, sleep, fresh)
     return _read_new(clients, config, planned, start, timestamp, None, sleep)

@@ -73,6 +73,9 @@ class ShardState:
     # planned meanwhile could only guess its start and read the same records again.
     unsettled_ms: int | None = None
     ended: bool = False  # a batch read its last record: plan no more
+    # The lease was not renewed for failover time: plan no more, but keep the period (and
+    # the batches under way) in case it is taken back untouched.
+    lapsed: bool = False
     child_shard_ids: tuple[str, ...] = ()
     last_read: ReadReport | None = None  # the report of the period's newest batch read
     # (member, batch) planned and not yet completed; completed ones whose range is recorded
@@ -92,11 +95,13 @@ class ShardState:
 
     def open(self, member: str, floor: ExtendedSequenceNumber, timestamp: float | None) -> None:
         self.member, self.floor, self.floor_timestamp = member, floor, timestamp
+        self.lapsed = False
         self.since_ms = self.last_planned_ms = self.unsettled_ms = None
         self.ended, self.child_shard_ids, self.last_read = False, (), None
 
     def close(self, state: str) -> None:
         self.member = None
+        self.lapsed = False
         self.state = state
 
     def next_read(self, now: float) -> tuple[ExtendedSequenceNumber | None, float | None, str | None]:
@@ -250,12 +255,13 @@ class ShardCoordinator:
         policy), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
+        self.leases.drop_lapsed()  # a lease not renewed for failover time is read no more
         planned = []
         now = time.time()
         with self._lock:
             leases = self.leases.known_leases()
             for shard_id, shard in sorted(self._shards.items()):
-                if shard.member != member or shard.ended:
+                if shard.member != member or shard.ended or shard.lapsed:
                     continue
                 lease = leases.get(shard_id)
                 if lease is not None and not parents_done(lease, leases):
@@ -369,12 +375,20 @@ class ShardCoordinator:
                  for shard_id in self.leases.owned_shard_ids()}
         with self._lock:
             for shard in self._shards.values():
-                if shard.held and shard.shard_id not in owned:
+                if shard.held and shard.shard_id not in owned and \
+                        not (shard.lapsed and self.leases.is_lapsed(shard.shard_id)):
                     self._close_period(shard, "lost")
             for shard_id, lease in sorted(owned.items()):
                 shard = self._shards.get(shard_id)
-                if lease is None or (shard is not None and shard.held):
+                if lease is None:
                     continue
+                if shard is not None and shard.held:
+                    if not shard.lapsed:
+                        continue
+                    if self.leases.resumed(shard_id):
+                        self._resume_period(shard)
+                        continue
+                    self._close_period(shard, "lost")  # written by another in between
                 if lease.is_finished:
                     self.leases.release(shard_id)
                     continue
@@ -398,6 +412,14 @@ class ShardCoordinator:
         log.info("%s: leased shard %s from %s for input stream %d", self.name, lease.lease_key,
                  lease.checkpoint, self._members.index(member))
 
+    def _resume_period(self, shard: ShardState) -> None:
+        """A lapsed lease taken back untouched: nobody read the shard meanwhile, so its
+        period goes on where it stood, its batches under way included (not from the
+        checkpoint, which would hand their records out twice)."""
+        shard.lapsed, shard.state = False, "processing"
+        log.warning("%s: took the lease of shard %s back untouched after it lapsed; reading "
+                    "on where it stood", self.name, shard.shard_id)
+
     def _close_period(self, shard: ShardState, state: str) -> None:
         shard.close(state)
         self.checkpointer.shard_closed(shard.shard_id)
@@ -405,6 +427,12 @@ class ShardCoordinator:
     def _lease_lost(self, shard_id: str) -> None:
         with self._lock:
             shard = self._shards.get(shard_id)
+            if shard is not None and shard.held and self.leases.is_lapsed(shard_id):
+                shard.lapsed, shard.state = True, "lapsed"
+                log.warning("%s: the lease of shard %s lapsed (not renewed for failover "
+                            "time): no further reads of it until it is taken back",
+                            self.name, shard_id)
+                return
             if shard is not None and shard.held:
                 self._close_period(shard, "lost")
         log.warning("%s: lost the lease of shard %s; no further checkpoint of it here",
@@ -496,7 +524,7 @@ class ShardCoordinator:
                 view[shard_id] = dict(
                     records=shard.records, data_bytes=shard.data_bytes,
                     millis_behind_latest=shard.millis_behind_latest,
-                    owner=self.config.worker_id if shard.held else None,
+                    owner=self.config.worker_id if shard.held and not shard.lapsed else None,
                     last_checkpoint=shard.last_checkpoint,
                     processed=str(completed) if completed is not None else None,
                     state=shard.state, read_by_pids=sorted(shard.read_by_pids))

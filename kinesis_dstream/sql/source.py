@@ -63,7 +63,7 @@ from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
 from ..errors import DataLossError, KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
-from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange, start_after
+from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange, start_after, waiting_out_dynamodb
 from ..executor.task import group_shards, read_shards
 from ..worker.fetcher import KinesisDataFetcher
 from .options import SourceOptions
@@ -372,7 +372,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         key = stream_key(self.config.stream_name, query)
         ranges = self.ranges  # created once, before the threads share it
         read_last = [s for s, e in start["shards"].items() if is_read(e)] if batch > 0 else []
-        stored = self._parallel(lambda s: ranges.get(key, s, batch), read_last)
+        # A DynamoDB outage holds the trigger back (the tasks wait it out too), not the query.
+        stored = self._parallel(lambda s: waiting_out_dynamodb(
+            self.config, lambda: ranges.get(key, s, batch)), read_last)
         shards = {s: advance(_without_quiet(e), stored.get(s))
                   for s, e in start["shards"].items()}
         for shard_id, recorded in stored.items():  # the read's iterator, at the next position

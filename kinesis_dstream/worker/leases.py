@@ -158,6 +158,10 @@ class LeaseCoordinator:
         self._last_renewed: dict[str, float] = {}
         self._lease_locks: dict[str, threading.Lock] = {}
         self._all: dict[str, Lease] = {}
+        # Leases let go for want of renewal, as we last held them; and those taken back
+        # untouched (nobody wrote them in between: the counter is still ours).
+        self._lapsed: dict[str, Lease] = {}
+        self._resumed: set[str] = set()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._renew_pool: ThreadPoolExecutor | None = None
@@ -171,6 +175,26 @@ class LeaseCoordinator:
     def owned_lease(self, shard_id: str) -> Lease | None:
         with self._lock:
             return self._owned.get(shard_id)
+
+    def is_lapsed(self, shard_id: str) -> bool:
+        """Let go for want of renewal, and nobody else is known to have written it since: a
+        reader of the shard may take it back where it stood (see ``take_leases``)."""
+        with self._lock:
+            held = self._lapsed.get(shard_id)
+            if held is None:
+                return False
+            # A scan may predate our last renewal; any other worker's write moves the
+            # counter past the one we last wrote.
+            seen = self._all.get(shard_id, held)
+            return seen.lease_counter <= held.lease_counter
+
+    def resumed(self, shard_id: str) -> bool:
+        """Taken back untouched after a lapse (asked once: the answer is consumed)."""
+        with self._lock:
+            if shard_id in self._resumed:
+                self._resumed.discard(shard_id)
+                return True
+            return False
 
     def known_leases(self) -> dict[str, Lease]:
         """Every lease as of the last table scan, ours as we hold them."""
@@ -215,6 +239,12 @@ class LeaseCoordinator:
             with self._lock:
                 self._owned[new.lease_key] = new
                 self._last_renewed[new.lease_key] = self._clock()
+                held = self._lapsed.pop(new.lease_key, None)
+                # The take's condition held on the counter we last wrote: nobody took it
+                # (a take moves the counter), so nobody read it since.
+                if held is not None and (lease.lease_owner, lease.lease_counter) == \
+                        (held.lease_owner, held.lease_counter):
+                    self._resumed.add(new.lease_key)
             taken.append(new.lease_key)
         return taken
 
@@ -228,6 +258,27 @@ class LeaseCoordinator:
         while not self._stop.wait(interval):
             self.renew_leases()
 
+    def drop_lapsed(self) -> list[str]:
+        """Let go of every held lease not renewed for failover time; returns their shard ids.
+
+        Another worker may have taken such a lease: the KCL's renewer hands out only leases
+        renewed within failover time, and a shard consumer whose lease is not among them
+        stops. A renewal that cannot reach DynamoDB may hang for seconds before it fails, so
+        this is judged on the clock alone, before any call: by the renewer at each pass, and
+        by whoever is about to read a shard.
+        """
+        now = self._clock()
+        with self._lock:
+            lapsed = [(shard_id, (now - last) * 1000)
+                      for shard_id, last in self._last_renewed.items()
+                      if shard_id in self._owned
+                      and (now - last) * 1000 >= self.config.failover_time_ms]
+        for shard_id, age_ms in lapsed:
+            self._lose(shard_id, f"not renewed for {age_ms:.0f} ms (failover time "
+                                 f"{self.config.failover_time_ms} ms); its reads stop",
+                       lapsed=True)
+        return [shard_id for shard_id, _ in lapsed]
+
     def renew_leases(self) -> None:
         """Renew every held lease, up to RENEW_THREADS at a time.
 
@@ -235,6 +286,7 @@ class LeaseCoordinator:
         and 128 took longer than failover: another worker would have taken them while we
         still read them. The KCL renews on a pool of 20 threads for the same reason.
         """
+        self.drop_lapsed()
         shard_ids = self.owned_shard_ids()
         if len(shard_ids) <= 1:
             for shard_id in shard_ids:
@@ -264,7 +316,7 @@ class LeaseCoordinator:
             if age_ms < self.config.failover_time_ms:
                 log.warning("renewing lease %s failed, will retry: %s", shard_id, exc)
                 return
-            self._lose(shard_id, f"no renew for {age_ms:.0f} ms ({exc})")
+            self._lose(shard_id, f"no renew for {age_ms:.0f} ms ({exc})", lapsed=True)
 
     def _lease_lock(self, shard_id: str) -> threading.Lock:
         with self._lock:
@@ -295,11 +347,14 @@ class LeaseCoordinator:
         self._lose(shard_id, str(lost))
         raise lost
 
-    def _lose(self, shard_id: str, reason: str) -> None:
+    def _lose(self, shard_id: str, reason: str, lapsed: bool = False) -> None:
         with self._lock:
-            if self._owned.pop(shard_id, None) is None:
+            lease = self._owned.pop(shard_id, None)
+            if lease is None:
                 return
             self._last_renewed.pop(shard_id, None)
+            if lapsed:
+                self._lapsed[shard_id] = lease
         log.warning("lost lease %s: %s", shard_id, reason)
         self._on_lease_lost(shard_id)
 
