@@ -11,6 +11,10 @@ from botocore.exceptions import ClientError
 from emulators import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
 from fault_proxy import MiB, ShardLimits
 
+from kinesis_dstream.aws.range_table import BatchRangeTable
+from kinesis_dstream.executor.shard_reader import ShardRange, read_shard_range
+from kinesis_dstream.records import ExtendedSequenceNumber
+
 SHARD = "shardId-000000000000"
 
 
@@ -100,3 +104,42 @@ def test_the_proxy_refuses_as_kinesis_does_and_follows_iterators_to_their_shard(
     clock.now += 1.0
     assert len(kinesis.get_records(ShardIterator=page["NextShardIterator"], Limit=10)["Records"]) == 10
     assert proxy.shard_calls[("GetRecords", "", SHARD)] == 2
+
+
+def test_reads_at_the_limits_wait_throttling_out_and_lose_nothing(
+        make_config, make_stream, put_records, make_fault_proxy):
+    """read_shard_range without Spark, through the limits proxy with a small byte budget
+    (25 kB/s: a 50-record page of 1,000-byte records costs 2 s). A new range hands out what
+    it read when throttled; the recorded range, read again (a lost block, storageLevel NONE),
+    waits the throttles out and gives exactly its records; a new range refused before its
+    first record gives up after one pause (two refusals at most) instead of holding its
+    core; batch after batch, every record comes once, in order."""
+    stream = make_stream(1)
+    limits = ShardLimits(bytes_per_s=25_000, burst_bytes=25_000)
+    proxy = make_fault_proxy(share=0.0, limits=limits)
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint, max_records=50)
+    BatchRangeTable(config).create_table_if_not_exists()
+    sent = [f"{i:04d}".ljust(1000, "x") for i in range(150)]
+    shard = put_records(stream, [("k", v) for v in sent])[0].shard_id
+
+    def planned(batch_ms: int) -> ShardRange:
+        return ShardRange("stream-l", shard, batch_ms, ExtendedSequenceNumber("TRIM_HORIZON"),
+                          None, 1000, max_records=1000, time_budget_s=5)
+
+    first, report = read_shard_range(config, planned(1000))
+    assert len(first) == 50 and report.throttled == 1  # the second page was refused
+    again, again_report = read_shard_range(config, planned(1000), fresh=False)
+    assert again == first and again_report.recorded
+    assert again_report.throttled >= 1  # the 2 s debt of the first page, waited out
+    got, empty_throttled, batch_ms = list(first), [], 1000
+    while len(got) < len(sent):
+        batch_ms += 1000
+        assert batch_ms < 60_000, f"only {len(got)} records read"
+        records, report = read_shard_range(config, planned(batch_ms))
+        got.extend(records)
+        if not records:
+            assert not report.recorded
+            empty_throttled.append(report.throttled)
+    assert [r.binary_data.decode() for r in got] == sent
+    assert empty_throttled and max(empty_throttled) <= 2, empty_throttled
+    assert sum(limits.refused.values()) >= 3
