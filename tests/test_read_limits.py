@@ -196,3 +196,20 @@ def test_a_dstream_drains_a_backlog_at_the_limits_exactly(
     cloudwatch = client("cloudwatch", dynamodb)
     assert {"Operation": "ProcessTask"} in listed(cloudwatch, unique_app_name)[
         m.READ_THROUGHPUT_EXCEEDED]
+
+
+def test_a_partition_computed_twice_reports_the_refusals_of_both_computations():
+    """The reports accumulator keeps one report per (stream, shard, batch), the last
+    computation's, but adds up what every computation was refused: a re-read of a recorded
+    range at the limits (storageLevel NONE) is throttled too, and is counted."""
+    from kinesis_dstream.aws.range_table import BatchRange
+    from kinesis_dstream.executor.shard_reader import ReadReport
+    from kinesis_dstream.spark.planner import RangeReports
+
+    key = ("stream-r", SHARD, 1000)
+    batch_range = BatchRange("stream-r", SHARD, 1000, ExtendedSequenceNumber("TRIM_HORIZON"))
+    merged = RangeReports().addInPlace({key: ReadReport(batch_range, throttled=2, faults=1)},
+                                       {key: ReadReport(batch_range, throttled=3)})
+    assert (merged[key].throttled, merged[key].faults) == (5, 1)
+    fresh = RangeReports().addInPlace({}, {key: ReadReport(batch_range, throttled=3)})
+    assert fresh[key].throttled == 3
