@@ -322,7 +322,7 @@ def main() -> int:
     parser.add_argument("--mb", type=float, default=240.0, help="backlog size, MB (default 240)")
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--live-s", type=float, default=60.0, help="live part length; 0 skips it")
-    parser.add_argument("--live-kib", type=float, default=64.0,
+    parser.add_argument("--live-kib", type=float, default=256.0,
                         help="live traffic, KiB/s per shard (three applications read it)")
     parser.add_argument("--sql", action="store_true", help="the SQL source (not measured yet)")
     parser.add_argument("--only", choices=["kcl_boto3", "dstream_default", "dstream_none", "live"],
