@@ -131,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     with common.running_emulators("kinesis-local", "moto") as emulators:
         kinesis, dynamodb = emulators["kinesis-local"].endpoint, emulators["moto"].endpoint
         for n in range(args.rounds):
-            with tempfile.TemporaryDirectory(prefix="bench-recovery-") as workdir:
-                result = one_round(kinesis, dynamodb, Path(workdir), args.failover_ms)
+            workdir = tempfile.mkdtemp(prefix="bench-recovery-")  # kept: the drivers' logs
+            result = one_round(kinesis, dynamodb, Path(workdir), args.failover_ms)
+            result["logs"] = workdir
             common.progress(f"round {n + 1}: {result}")
             rounds.append(result)
     firsts = [r["restart_to_first_new_record_s"] for r in rounds

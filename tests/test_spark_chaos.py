@@ -170,19 +170,24 @@ def _reshard(kinesis: Any, stream: str, **split_or_merge: str) -> None:
 
 
 def test_a_split_and_a_merge_at_1000_records_a_second_lose_nothing_and_keep_order_per_key(
-        sc, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name):
+        sc, aws_env, kinesalite, dynamodb, make_stream, unique_app_name):
     """About 20 s of traffic; the lower shard is split, then its two children merged. Every
     record comes once, and each key's records come in the order they were put: a child's
-    records only in batches after every record of its parents."""
-    env = dict(kinesis=kinesis_local, dynamodb=dynamodb)
-    stream = make_stream(2)
-    kinesis = client("kinesis", kinesis_local)
+    records only in batches after every record of its parents.
+
+    On kinesalite: kinesis-local takes 150 to 850 records/s here, kinesalite 1,000 at ease.
+    It ends a parent as Kinesis does (NextShardIterator null) but names no ChildShards, so
+    the children are found by the shard sync (kinesis-local's ChildShards path is
+    test_spark_more's split test)."""
+    env = dict(kinesis=kinesalite, dynamodb=dynamodb)
+    stream = make_stream(2, endpoint=kinesalite)
+    kinesis = client("kinesis", kinesalite)
     ssc = make_ssc(sc)
     batches = rows_by_batch(create(
         ssc, unique_app_name, stream, env,
         messageHandler=lambda r: (r.shard_id, int(r.sequence_number), r.data.decode())))
     shards_seen = lambda: {s for rows in list(batches.values()) for s, _, _ in rows}  # noqa: E731
-    producer = KeyedProducer(kinesis_local, stream)
+    producer = KeyedProducer(kinesalite, stream)
     ssc.start()
     try:
         producer.start()
