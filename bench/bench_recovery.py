@@ -70,6 +70,10 @@ def one_round(kinesis: str, dynamodb: str, workdir: Path, failover_ms: int) -> d
 
         if not sh_wait(checkpointed, 60):
             raise RuntimeError("the shards were never checkpointed")
+        # ... and Spark's own checkpoint written (on a loaded machine it can lag the batches:
+        # without it getOrCreate starts afresh, not as a recovery)
+        if not sh_wait(lambda: any((workdir / "checkpoint").glob("checkpoint-*")), 120):
+            raise RuntimeError("Spark wrote no checkpoint")
         first.send_signal(signal.SIGKILL)
         first.wait()
         killed_at = time.monotonic()
@@ -91,6 +95,9 @@ def one_round(kinesis: str, dynamodb: str, workdir: Path, failover_ms: int) -> d
         stop2.touch()
         second.wait(90)
         return {"restart_to_first_new_record_s": first_new_s, "restart_to_started_s": started_s,
+                "started_to_first_new_record_s": None if first_new_s is None or started_s is None
+                else round(first_new_s - started_s, 3),
+                "recovered_from_checkpoint": "Kinesis DStream on" not in text,
                 "kill_to_restart_s": round(restarted - killed_at, 3),
                 "took_dead_leases_at_once": "which is dead" in text,
                 "within_target": first_new_s is not None
@@ -145,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         "restart_to_first_new_record_s": common.summary(firsts),
         "restart_to_started_s": common.summary(
             [r["restart_to_started_s"] for r in rounds if r["restart_to_started_s"] is not None]),
+        "started_to_first_new_record_s": common.summary(
+            [r["started_to_first_new_record_s"] for r in rounds
+             if r["started_to_first_new_record_s"] is not None]),
         "took_dead_leases_at_once": [r["took_dead_leases_at_once"] for r in rounds],
+        "recovered_from_checkpoint": [r["recovered_from_checkpoint"] for r in rounds],
         "median_within_target": median is not None
         and median <= args.failover_ms / 1000 + TARGET_MARGIN_S,
         "rounds": rounds, "machine": common.machine(load),

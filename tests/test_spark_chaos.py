@@ -175,7 +175,8 @@ def test_a_split_and_a_merge_at_1000_records_a_second_lose_nothing_and_keep_orde
     record comes once, and each key's records come in the order they were put: a child's
     records only in batches after every record of its parents.
 
-    On kinesalite: kinesis-local takes 150 to 850 records/s here, kinesalite 1,000 at ease.
+    On kinesalite: kinesis-local took 144 to 235 records/s here (855 at best, emulators.md),
+    kinesalite 1,000 at ease.
     It ends a parent as Kinesis does (NextShardIterator null) but names no ChildShards, so
     the children are found by the shard sync (kinesis-local's ChildShards path is
     test_spark_more's split test)."""
