@@ -1,227 +1,291 @@
-"""Benchmark: a soak (issue 16). Does a long-running DStream job stay flat?
+"""Benchmark: a soak of a DStream word count (issue 16), to show nothing grows with time.
 
-``bench_soak.py [--minutes 60] [--rate 500] [--shards 4]`` runs a word-count-like DStream job
-(two output operations: ``count()`` summed on the driver, and a ``reduceByKey`` word count)
-on ``local-cluster[2,1,1024]`` with 1 s batches, reading a kinesalite stream that a producer
-(a process of its own) feeds at ``--rate`` records/s, leases and ranges on moto server.
+``bench_soak.py [--minutes 60] [--rate 500] [--shards 2]`` on local-cluster[2,1,1024], 1 s
+batches, kinesalite (flat put speed for an hour, unlike kinesis-local) and moto's DynamoDB.
+A producer thread puts ``--rate`` records/s, each "<index> <words>"; the job counts words
+(flatMap, reduceByKey) and collects each record's index, so that a record counted twice or
+never is told apart from the count (a preallocated byte per index: the check itself does
+not grow the driver).
 
-Every minute it prints one JSON line: resident memory (MB), threads and open file descriptors
-of the driver's Python, the driver's JVM, the executors' JVMs and their Python workers (from
-/proc), the minute's median batch processing time and scheduling delay (StreamingListener),
-the lag of the newest completed batch behind the clock, the items in the batch-range table,
-and records counted against records put so far. At the end: growth of each figure from the
-10th minute's sample to the last (target: under 10 %), and whether every record was counted
-exactly once.
-
-Not a test: it prints figures.
+Every minute a line (stderr) and a row (in the final JSON, stdout) with, from /proc:
+RSS (MB), threads and open file descriptors of the driver's Python process, the driver's
+JVM, the executor JVMs and their Python workers (summed over each group); the minute's
+median batch processing time and its largest scheduling delay (Spark's lag); the items of
+the batch-range table; records counted, distinct and sent. At the end: growth of each
+figure from the end of minute ``--warmup-minutes`` (10) to the last minute (target under
+10%), and whether every record sent was counted exactly once.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import statistics
 import sys
 import threading
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
-import bench_wide
 import common
 import spark_common as sc_common
 
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 GROWTH_TARGET = 0.10
-SETTLED_MINUTE = 10
 
 
-def _status(pid: int) -> dict[str, float]:
-    """RSS (MB) and threads from /proc/<pid>/status, open fds from /proc/<pid>/fd."""
-    found = {"rss_mb": 0.0, "threads": 0.0, "fds": 0.0}
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    found["rss_mb"] = int(line.split()[1]) / 1024.0
-                elif line.startswith("Threads:"):
-                    found["threads"] = float(line.split()[1])
-        found["fds"] = float(len(os.listdir(f"/proc/{pid}/fd")))
-    except OSError:
-        pass
-    return found
+def line(index: int) -> str:
+    """Record ``index``: its index, then 1 to 4 words (what the word count must add up to)."""
+    return f"{index:010d} " + " ".join(WORDS[(index + j) % 5] for j in range(1 + index % 4))
 
 
-def _roles(jvm: int | None) -> dict[str, list[int]]:
-    """The soak's processes by role: the driver's Python and JVM, the executors' JVMs and the
-    Python processes under them (PySpark's daemon and workers)."""
-    table = bench_wide._processes()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    roles: dict[str, list[int]] = {"driver_python": [os.getpid()],
-                                   "driver_jvm": [jvm] if jvm else [],
-                                   "executor_jvm": [], "executor_python": []}
-    for pid in children.get(jvm, []) if jvm else []:
-        if "CoarseGrainedExecutorBackend" in bench_wide._cmdline(pid):
-            roles["executor_jvm"].append(pid)
-            todo = list(children.get(pid, []))
-            while todo:
-                child = todo.pop()
-                roles["executor_python"].append(child)
-                todo.extend(children.get(child, []))
-    return roles
+def expected_words(sent: int) -> Counter:
+    return Counter(w for i in range(sent) for w in line(i).split()[1:])
 
 
-def sample_processes(jvm: int | None) -> dict[str, dict[str, float]]:
-    """Each role's RSS, threads and fds, summed over its processes."""
-    out = {}
-    for role, pids in _roles(jvm).items():
-        totals = {"rss_mb": 0.0, "threads": 0.0, "fds": 0.0, "processes": float(len(pids))}
-        for pid in pids:
-            for key, value in _status(pid).items():
-                totals[key] += value
-        out[role] = {k: round(v, 1) for k, v in totals.items()}
+class Producer(threading.Thread):
+    """``rate`` records/s in PutRecords every 0.1 s, until ``halt``; partition keys spread."""
+
+    def __init__(self, kinesis: str, stream: str, rate: int) -> None:
+        super().__init__(name="soak-producer", daemon=True)
+        self.client = common.helpers().client("kinesis", kinesis)
+        self.stream, self.rate = stream, rate
+        self.sent = 0
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            started = time.monotonic()
+            tick = 0
+            while not self.halt.is_set():
+                tick += 1
+                delay = started + tick * 0.1 - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                want = int(tick * 0.1 * self.rate) - self.sent
+                for at in range(0, want, 500):  # PutRecords takes 500 at most
+                    entries = [{"PartitionKey": f"pk{i}", "Data": line(i).encode()}
+                               for i in range(self.sent, self.sent + min(500, want - at))]
+                    reply = self.client.put_records(StreamName=self.stream, Records=entries)
+                    if reply.get("FailedRecordCount"):
+                        raise RuntimeError(f"{reply['FailedRecordCount']} puts failed")
+                    self.sent += len(entries)
+        except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
+            self.error = exc
+
+
+class Tally:
+    """What the job counted: words, and each record's index once (a byte per index)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.lock = threading.Lock()
+        self.words: Counter = Counter()
+        self.seen = bytearray(capacity)
+        self.records = 0
+        self.distinct = 0
+        self.twice = 0
+        self.out_of_range = 0
+
+    def add_words(self, pairs: list[tuple[str, int]]) -> None:
+        with self.lock:
+            self.words.update(dict(pairs))
+
+    def add_indexes(self, indexes: list[int]) -> None:
+        with self.lock:
+            for i in indexes:
+                self.records += 1
+                if i >= len(self.seen):
+                    self.out_of_range += 1
+                elif self.seen[i]:
+                    self.twice += 1
+                else:
+                    self.seen[i] = 1
+                    self.distinct += 1
+
+
+def batch_listener(sink: list[tuple[float, int, int]]) -> Any:
+    """A StreamingListener appending (completion time, processing ms, scheduling ms)."""
+    from pyspark.streaming.listener import StreamingListener
+
+    class Batches(StreamingListener):
+        def onBatchCompleted(self, batchCompleted: Any) -> None:  # noqa: N802 - Spark's name
+            info = batchCompleted.batchInfo()
+            processing, scheduling = info.processingDelay(), info.schedulingDelay()
+            sink.append((time.monotonic(), int(processing) if processing is not None else -1,
+                         int(scheduling) if scheduling is not None else -1))
+
+    return Batches()
+
+
+# -- processes, from /proc -----------------------------------------------------------------------
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            tree.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    return tree
+
+
+def process_groups(driver_jvm: int, app_id: str) -> dict[str, list[int]]:
+    """The driver's Python and JVM, this application's executor JVMs (children of the driver
+    JVM on local-cluster) and the Python processes under them (daemon and workers)."""
+    tree = _children()
+    executors = [p for p in sc_common.descendants(driver_jvm, tree)
+                 if "CoarseGrainedExecutorBackend" in sc_common.cmdline(p)
+                 and app_id in sc_common.cmdline(p)]
+    workers = [c for e in executors for c in sc_common.descendants(e, tree)
+               if "python" in sc_common.cmdline(c)]
+    return {"driver_python": [os.getpid()], "driver_jvm": [driver_jvm],
+            "executor_jvm": executors, "executor_python": workers}
+
+
+def usage(pids: list[int]) -> dict[str, float]:
+    """RSS (MB), threads and open descriptors, summed over live ``pids``."""
+    rss_kb = threads = fds = 0
+    for pid in pids:
+        try:
+            for text in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if text.startswith("VmRSS:"):
+                    rss_kb += int(text.split()[1])
+                elif text.startswith("Threads:"):
+                    threads += int(text.split()[1])
+            fds += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return {"rss_mb": round(rss_kb / 1024, 1), "threads": threads, "fds": fds,
+            "processes": len(pids)}
+
+
+def range_items(dynamodb: str, table: str) -> int:
+    ddb = common.helpers().client("dynamodb", dynamodb)
+    pages = ddb.get_paginator("scan").paginate(TableName=table, Select="COUNT",
+                                               ConsistentRead=True)
+    return sum(page["Count"] for page in pages)
+
+
+def growth(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Each process figure's change from the row of minute ``warmup`` to the last row."""
+    base, last = rows[warmup - 1], rows[-1]
+    out: dict[str, Any] = {}
+    for group in ("driver_python", "driver_jvm", "executor_jvm", "executor_python"):
+        for key in ("rss_mb", "threads", "fds"):
+            before, after = base[group][key], last[group][key]
+            out[f"{group}.{key}"] = {"at_warmup": before, "last": after,
+                                     "growth": round((after - before) / before, 3) if before else None}
+    out["range_items"] = {"at_warmup": base["range_items"], "last": last["range_items"],
+                          "max": max(r["range_items"] for r in rows)}
+    out["within_target"] = all(v["growth"] is None or v["growth"] < GROWTH_TARGET
+                               for k, v in out.items() if "." in k)
     return out
 
 
-def count_items(dynamodb: str, table: str) -> int:
-    client = common.helpers().client("dynamodb", dynamodb)
-    total, start = 0, None
-    while True:
-        kwargs: dict[str, Any] = {"TableName": table, "Select": "COUNT"}
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        page = client.scan(**kwargs)
-        total += page["Count"]
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return total
-
-
-def _growth(first: float, last: float) -> float | None:
-    return round((last - first) / first, 3) if first else None
-
-
 def soak(args: argparse.Namespace) -> dict[str, Any]:
-    from kinesis_dstream import KinesisUtils
-
     h = common.helpers()
-    sc = sc_common.spark_context(sc_common.CLUSTER)
-    load = os.getloadavg()
-    samples: list[dict[str, Any]] = []
-    try:
-        with common.running_emulators("kinesalite", "moto") as emu:
-            kinesis, dynamodb = emu["kinesalite"].endpoint, emu["moto"].endpoint
-            stream, app = h.unique_name("bench-soak"), h.unique_name("bench-soak")
-            h.create_stream(kinesis, stream, args.shards)
-            _, keys = bench_wide.busy_hash_keys(kinesis, stream, args.shards)
+    sc_common.use_dummy_aws_env()
+    with common.running_emulators("kinesalite", "moto") as emulators:
+        kinesis, dynamodb = emulators["kinesalite"].endpoint, emulators["moto"].endpoint
+        stream = h.unique_name("soak")
+        app = h.unique_name("app-soak")
+        h.create_stream(kinesis, stream, args.shards)
+        sc = sc_common.spark_context(sc_common.CLUSTER)
+        producer = Producer(kinesis, stream, args.rate)
+        try:
+            sc_common.warm_up(sc)
+            tally = Tally(int(args.rate * 60 * (args.minutes + 2)))
+            batches: list[tuple[float, int, int]] = []
             ssc = sc_common.streaming_context(sc)
-            counter = sc_common.BatchCounter()
-            listener = bench_wide.BatchListener()
-            ssc.addStreamingListener(listener.listener)
             lines = sc_common.create_stream(ssc, app, stream, kinesis, dynamodb)
-            lines.foreachRDD(counter.function())
-            words: dict[str, int] = {}
-            words_lock = threading.Lock()
-
-            def word_count(rdd: Any) -> None:
-                pairs = rdd.flatMap(lambda line: line[:10].split()).map(lambda w: (w[-1], 1)) \
-                    .reduceByKey(lambda a, b: a + b).collect()
-                with words_lock:
-                    for word, n in pairs:
-                        words[word] = words.get(word, 0) + n
-
-            lines.foreachRDD(word_count)
+            lines.flatMap(lambda text: text.split(" ")[1:]).map(lambda w: (w, 1)) \
+                .reduceByKey(lambda a, b: a + b).foreachRDD(lambda rdd: tally.add_words(rdd.collect()))
+            lines.map(lambda text: int(text[:10])) \
+                .foreachRDD(lambda rdd: tally.add_indexes(rdd.collect()))
+            ssc.addStreamingListener(batch_listener(batches))
             ssc.start()
-            jvm = sc_common.driver_jvm_pid(sc)
-            producer = bench_wide.Producer(kinesis, stream, keys, args.rate, args.minutes * 60.0)
-            started = time.time()
-            try:
-                for minute in range(1, int(args.minutes) + 1):
-                    time.sleep(max(0.0, started + minute * 60.0 - time.time()))
-                    now = time.time()
-                    recent = [b for b in listener.since(now - 60.0)]
-                    done = [b for b in listener.batches if b["end_ms"]]
-                    newest = max((b["batch_ms"] for b in done), default=None)
-                    row = {
-                        "minute": minute,
-                        "processes": sample_processes(jvm),
-                        "batch_processing_median_s": round(statistics.median(
-                            [b["processing_ms"] / 1000.0 for b in recent
-                             if b["processing_ms"] is not None] or [0.0]), 3),
-                        "scheduling_delay_median_s": round(statistics.median(
-                            [b["scheduling_ms"] / 1000.0 for b in recent
-                             if b["scheduling_ms"] is not None] or [0.0]), 3),
-                        "lag_s": round(now - newest / 1000.0, 2) if newest else None,
-                        "range_items": count_items(dynamodb, f"{app}-kinesis-dstream-ranges"),
-                        "records_counted": counter.total,
-                        "leases_held": len([m for m in KinesisUtils.metrics(stream).values()
-                                            if m["owner"]]),
-                    }
-                    samples.append(row)
-                    common.progress(json.dumps(row))
-                sent = producer.result(120.0)["sent"]
-            finally:
-                producer.kill()
-            def words_counted() -> int:
-                with words_lock:
-                    return sum(words.values())
-
-            sc_common.wait_for(lambda: counter.total >= sent and words_counted() >= sent,
-                               120.0, 0.2)
-            counted, word_total = counter.total, words_counted()
-            sc_common.stop_streaming(ssc)
+            producer.start()
+            driver_jvm = sc_common.driver_jvm_pid(sc)
+            started = time.monotonic()
+            rows: list[dict[str, Any]] = []
+            for minute in range(1, args.minutes + 1):
+                time.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+                if producer.error is not None:
+                    raise producer.error
+                rows.append(sample(minute, started, batches, tally, producer, driver_jvm,
+                                   sc.applicationId, dynamodb, f"{app}-kinesis-dstream-ranges"))
+            producer.halt.set()
+            producer.join(30)
+            sent = producer.sent
+            caught_up = sc_common.wait_for(lambda: tally.distinct >= sent, 120, 0.2)
+            time.sleep(3)  # a few more batches: a record counted twice would show by then
+            sc_common.stop_streaming(ssc, graceful=True)
+        finally:
+            producer.halt.set()
+            sc.stop()
             common.delete_table(dynamodb, app)
-            common.delete_table(dynamodb, f"{app}-kinesis-dstream-ranges")
-    finally:
-        sc.stop()
-    return summarise(samples, sent, counted, word_total, args, load)
-
-
-def summarise(samples: list[dict[str, Any]], sent: int, counted: int, word_total: int,
-              args: argparse.Namespace, load: tuple[float, float, float]) -> dict[str, Any]:
-    settled = next((s for s in samples if s["minute"] == SETTLED_MINUTE), samples[0])
-    last = samples[-1]
-    growth: dict[str, Any] = {}
-    for role, figures in last["processes"].items():
-        growth[role] = {key: _growth(settled["processes"][role][key], value)
-                        for key, value in figures.items() if key != "processes"}
-    flat = all(g is None or g < GROWTH_TARGET for figures in growth.values()
-               for g in figures.values())
-    times = [s["batch_processing_median_s"] for s in samples]
+    words_exact = tally.words == expected_words(sent)
+    warmup = max(1, min(args.warmup_minutes, len(rows) - 1))
     return {
-        "benchmark": "soak: a DStream job for --minutes at --rate records/s",
-        "setup": {"minutes": args.minutes, "rate_rec_s": args.rate, "shards": args.shards,
-                  "spark": f"{sc_common.CLUSTER}, 1 s batches, two output operations "
-                           "(count, reduceByKey word count)",
-                  "emulators": "kinesalite, moto server"},
-        "growth_from_minute": settled["minute"],
-        "growth_to_minute": last["minute"],
-        "growth": growth,
-        "flat": flat,
-        "target": f"growth under {GROWTH_TARGET:.0%} after minute {SETTLED_MINUTE}",
-        "batch_processing_median_s_by_minute": {"min": min(times), "median":
-                                                statistics.median(times), "max": max(times)},
-        "lag_s_last": last["lag_s"],
-        "range_items": {"max": max(s["range_items"] for s in samples),
-                        "last": last["range_items"]},
-        "first": samples[0], "settled": settled, "last": last,
-        "records_put": sent, "records_counted": counted, "words_counted": word_total,
-        "exactly_once": counted == sent and word_total == sent,
-        "machine": common.machine(load),
+        "benchmark": "soak", "minutes": args.minutes, "rate": args.rate, "shards": args.shards,
+        "spark_master": sc_common.CLUSTER, "batch_interval_s": sc_common.BATCH_INTERVAL_S,
+        "minutes_rows": rows,
+        "growth_after_minute": warmup, "growth": growth(rows, warmup),
+        "growth_target": GROWTH_TARGET,
+        "exact": {"sent": sent, "counted": tally.records, "distinct": tally.distinct,
+                  "counted_twice": tally.twice, "unknown": tally.out_of_range,
+                  "caught_up": caught_up, "words_exact": words_exact,
+                  "every_record_once": caught_up and tally.twice == 0 and words_exact
+                  and tally.records == sent},
     }
+
+
+def sample(minute: int, started: float, batches: list[tuple[float, int, int]], tally: Tally,
+           producer: Producer, driver_jvm: int, app_id: str, dynamodb: str,
+           ranges_table: str) -> dict[str, Any]:
+    since = started + (minute - 1) * 60
+    recent = [(p, s) for at, p, s in list(batches) if at >= since]
+    row: dict[str, Any] = {"minute": minute}
+    for group, pids in process_groups(driver_jvm, app_id).items():
+        row[group] = usage(pids)
+    row["batches"] = len(recent)
+    row["processing_ms_median"] = statistics.median(p for p, _ in recent) if recent else None
+    row["scheduling_ms_max"] = max(s for _, s in recent) if recent else None
+    row["scheduling_ms_median"] = statistics.median(s for _, s in recent) if recent else None
+    row["range_items"] = range_items(dynamodb, ranges_table)
+    with tally.lock:
+        row.update(counted=tally.records, distinct=tally.distinct, sent=producer.sent)
+    common.progress(
+        f"min {minute:3d} | " + " | ".join(
+            f"{g} {row[g]['rss_mb']} MB {row[g]['threads']} thr {row[g]['fds']} fd"
+            f" ({row[g]['processes']} p)"
+            for g in ("driver_python", "driver_jvm", "executor_jvm", "executor_python"))
+        + f" | batch {row['processing_ms_median']} ms median, lag {row['scheduling_ms_median']}"
+          f"/{row['scheduling_ms_max']} ms median/max ({row['batches']} batches)"
+        + f" | ranges {row['range_items']} | counted {row['counted']} / sent {row['sent']}")
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--minutes", type=float, default=60.0)
-    parser.add_argument("--rate", type=int, default=500, help="records/s in all")
-    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--rate", type=int, default=500, help="records/s")
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--warmup-minutes", type=int, default=10,
+                        help="growth is measured from the end of this minute (shorter runs: "
+                             "from the middle)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    sc_common.use_dummy_aws_env()
-    common.emit(soak(args))
-    return 0
+    if args.minutes < 2:
+        parser.error("--minutes: at least 2")
+    if args.warmup_minutes >= args.minutes:
+        args.warmup_minutes = args.minutes // 2
+    load = os.getloadavg()
+    result = soak(args)
+    result["machine"] = common.machine(load)
+    common.emit(result)
+    return 0 if result["exact"]["every_record_once"] else 1
 
 
 if __name__ == "__main__":

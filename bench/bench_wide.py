@@ -144,14 +144,6 @@ def _processes() -> dict[int, tuple[int, float, float]]:
     return table
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 class ClusterCpu:
     """CPU seconds by role: driver Python (getrusage), driver JVM, the driver JVM's Python
     children (not under an executor), executor JVMs, executors' Python (daemons, workers)."""
@@ -166,18 +158,13 @@ class ClusterCpu:
             children.setdefault(parent, []).append(pid)
 
         def below(pid: int) -> list[int]:
-            found, todo = [], list(children.get(pid, []))
-            while todo:
-                p = todo.pop()
-                found.append(p)
-                todo.extend(children.get(p, []))
-            return found
+            return sc_common.descendants(pid, children)
 
         roles: dict[str, dict[int, float]] = {"driver_jvm_python": {}, "executor_jvm": {},
                                               "executor_python": {}}
         executor_side: set[int] = set()
         for pid in children.get(self.jvm, []):
-            if "CoarseGrainedExecutorBackend" in _cmdline(pid):
+            if "CoarseGrainedExecutorBackend" in sc_common.cmdline(pid):
                 roles["executor_jvm"][pid] = table[pid][1]
                 for p in below(pid):
                     roles["executor_python"][p] = table[p][2]

@@ -109,6 +109,25 @@ def live_worker_pids() -> list[int]:
     return sorted(pid for pid in pids if os.path.exists(f"/proc/{pid}"))
 
 
+def cmdline(pid: int) -> str:
+    """A process's command line ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+    """Every process below ``pid`` in ``children`` (parent -> child pids)."""
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
+
+
 def peak_rss_mb(pids: list[int]) -> dict[str, Any]:
     """VmHWM of each process (MB) and their sum; read while they live."""
     per = {str(pid): common.process_peak_rss_mb(pid) for pid in pids}

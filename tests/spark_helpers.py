@@ -18,6 +18,28 @@ from kinesis_dstream import InitialPositionInStream, KinesisUtils, MetricsLevel
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
 
 
+def ancestry(pid: int) -> list[str]:
+    """The command lines of a process and its ancestors."""
+    lines = []
+    while pid > 1:
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return lines
+
+
+def executor_jvm_of(pid: int) -> int:
+    """The executor JVM (CoarseGrainedExecutorBackend) a Python worker process runs under."""
+    while pid > 1:
+        if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise AssertionError("not a process under an executor JVM")
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from pathlib import Path
 
 import pytest
 from pyspark import StorageLevel, TaskContext
 
-from spark_helpers import collected, create, make_ssc, wait_until
+from spark_helpers import ancestry, collected, create, make_ssc, wait_until
 
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.range_table import BatchRangeTable
@@ -28,19 +27,6 @@ NO_CACHE = StorageLevel(False, False, False, False, 1)
 @pytest.fixture
 def env(aws_env, kinesis_local, dynamodb):
     return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
-def ancestry(pid: int) -> list[str]:
-    """The command lines of a process and its ancestors."""
-    lines = []
-    while pid > 1:
-        try:
-            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    return lines
 
 
 def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_stream, put_records,
@@ -330,3 +316,25 @@ def test_a_range_that_ends_inside_a_kpl_aggregate_is_read_again_exactly(
         start=rest_report.batch_range.next_start, iterator=rest_report.next_iterator))
     assert [r.binary_data for r in later] == [b"later"]
     assert later_report.get_shard_iterator_calls == 0
+
+
+def test_two_streams_derived_from_one_read_each_batch_once(sc, env, make_stream, put_records,
+                                                           unique_app_name):
+    """PySpark pipelines a derived DStream's functions into our batch function, so two
+    output operations on two derived streams (a word count and a record count) call it
+    twice per batch. The second call gets the batch already read: one read-ahead, one
+    range per shard and batch, and the shard's records counted once."""
+    stream = make_stream(2)
+    put_records(stream, [(f"pk{i}", f"w{i % 3} x") for i in range(200)])
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, env)
+    words = collected(kstream.flatMap(lambda line: line.split(" ")))
+    lines = collected(kstream.map(lambda line: line.upper()))
+    ssc.start()
+    try:
+        wait_until(lambda: len(lines) >= 200 and len(words) >= 400, 90, "every record")
+        metrics = kstream.metrics()
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert len(lines) == 200 and len(words) == 400
+    assert sum(m["records"] for m in metrics.values()) == 200

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # A batch reads at most this many records per shard unless maxRate says fewer (the awslabs
 # connector's maxFetchRecordsPerShard).
 MAX_RECORDS_PER_SHARD = 100_000
+# Built batch RDDs kept for another output operation's call (a batch's stay until it completes).
+MAX_BUILT_BATCHES = 64
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class BatchPlanner:
         self.stopping = False
         self._counts: dict[int, int] = {}
         self._record_empty = False
+        self._built: dict[int, Any] = {}  # batch time -> its RDD, until the batch completes
 
     def _accumulator(self, sc: Any) -> Any:
         if self._reports is None:
@@ -131,9 +134,22 @@ class BatchPlanner:
         return reports
 
     def batch_rdd(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
-        """The RDD of batch ``batch_ms``: its records' ``values``, read and cached on executors."""
+        """The RDD of batch ``batch_ms``: its records' ``values``, read and cached on executors.
+
+        PySpark pipelines the functions of DStreams derived from ours into one transform per
+        output operation, so a job with two (a word count and a record count, say) calls the
+        batch function twice per batch: the second call gets the batch's RDD already built.
+        """
         if not self.attached:
             return sc.emptyRDD()
+        built = self._built.get(batch_ms)
+        if built is None:
+            built = self._built[batch_ms] = self._build(sc, batch_ms, values)
+            while len(self._built) > MAX_BUILT_BATCHES:  # batches that never completed
+                self._built.pop(min(self._built))
+        return built
+
+    def _build(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
         planned = self.coordinator.plan(self.spec.key, batch_ms)
         if not planned:
             self._report_input(sc, batch_ms, 0, {})
@@ -219,6 +235,7 @@ class BatchPlanner:
 
     def batch_completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
                         scheduling_delay_ms: int | None, failure: str | None) -> None:
+        self._built.pop(batch_ms, None)
         reports = self._take_reports(batch_ms)
         count = self._counts.pop(batch_ms, None)
         if count is None and not reports:
