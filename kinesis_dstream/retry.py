@@ -10,6 +10,8 @@ random source, the clock and the sleep are parameters everywhere, so tests contr
   deadline (Spark's kinesis-asl: ``retry_wait_time_ms`` doubling, ``retry_max_attempts``).
 - ``Backoff``: waits without an attempt limit, after a policy gave up (shard consumers,
   scheduler loops): they grow while the fault lasts and start again after a success.
+- ``throttle_wait_s``: the wait after Kinesis refused a read for throughput (about 1 s, as
+  AWS advises), not an exponential that hammers a shard in debt or overshoots its recovery.
 - ``poll_until``: "wait until the table is ACTIVE" loops: a deadline and a bounded interval.
 - ``FaultLog``: a lasting fault logged at most once a minute, counting every failure.
 - ``RetryCounts``: retries made in this process, by kind: a throttle that clears inside the
@@ -45,7 +47,7 @@ T = TypeVar("T")
 Kind = Literal["throttling", "transient", "permanent"]
 
 __all__ = ["THROTTLING", "TRANSIENT", "PERMANENT", "Kind", "MAX_WAIT_MS", "classify",
-           "is_transient", "RetryCounts", "RETRIES", "Deadline", "RetryPolicy", "Backoff",
+           "is_transient", "is_throttling", "THROTTLE_WAIT_MS", "throttle_wait_s", "RetryCounts", "RETRIES", "Deadline", "RetryPolicy", "Backoff",
            "poll_until", "FaultLog"]
 
 # The cap of a wait between tries, unless a caller names its own (kinesis-asl has none; a
@@ -68,6 +70,10 @@ def classify(exc: BaseException) -> Kind:
 def is_transient(exc: BaseException) -> bool:
     """Worth waiting out (throttling or transient), even after a policy gave up on it."""
     return classify(exc) != PERMANENT
+
+
+def is_throttling(exc: BaseException) -> bool:
+    return classify(exc) == THROTTLING
 
 
 def _worth_retrying(exc: BaseException) -> bool:
@@ -118,6 +124,22 @@ def _equal_jitter(ceiling: float, rand: Callable[[], float]) -> float:
     return ceiling / 2 + rand() * ceiling / 2
 
 
+# A Kinesis shard refuses reads while its 2 MiB/s budget is in debt (about 4 s after a 10 MiB
+# page) or past 5 calls a second, for all its readers together; AWS advises waiting 1 s.
+THROTTLE_WAIT_MS = 1000
+
+
+def throttle_wait_s(rand: Callable[[], float] = random.random) -> float:
+    """The wait after a read refused for throughput: between half a second and one.
+
+    Not exponential: a refusal lasts as long as the shard's debt, which trying again does
+    not lengthen, and a refilling budget is lost only once it is full (about a second's
+    worth), so waits of at most 1 s forgo no throughput, while two tries a second leave
+    most of a shard's 5 calls/s to the other applications reading it.
+    """
+    return _equal_jitter(THROTTLE_WAIT_MS, rand) / 1000.0
+
+
 class Deadline:
     """A moment on an injectable clock; loops that must end in time carry one."""
 
@@ -142,6 +164,9 @@ class RetryPolicy:
     max_attempts: int = 3
     max_wait_ms: int = MAX_WAIT_MS
     deadline_ms: int | None = None
+    # False: a throttle is raised at once, for a caller that paces its own tries
+    # (``throttle_wait_s``) and counts them.
+    retry_throttling: bool = True
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -183,7 +208,8 @@ class RetryPolicy:
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - classified just below
-                if not _worth_retrying(exc):
+                if not _worth_retrying(exc) or (not self.retry_throttling
+                                                 and is_throttling(exc)):
                     raise
                 wait_ms = (None if attempt >= self.max_attempts
                            else self.jittered_backoff_ms(attempt, rand))

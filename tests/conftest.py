@@ -14,7 +14,7 @@ Quick reference:
     put_aggregated(stream, records, per_aggregate=100, endpoint=None) -> [AggregatedPut]
     unique_app_name  -> a fresh application (= lease table) name; table deleted at teardown
     make_config(stream, **overrides) -> ConsumerConfig with short timings on these endpoints
-    make_fault_proxy(share=0.5, upstream=None) -> FaultProxy in front of kinesis_local
+    make_fault_proxy(share=0.5, upstream=None, limits=None) -> FaultProxy in front of kinesis_local
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import emulators  # noqa: E402
 from emulators import AggregatedPut, PutResult, RecordSpec  # noqa: E402
-from fault_proxy import FaultProxy  # noqa: E402
+from fault_proxy import FaultProxy, ShardLimits  # noqa: E402
 
 from kinesis_dstream.config import ConsumerConfig  # noqa: E402
 from kinesis_dstream.local import (  # noqa: E402
@@ -236,16 +236,18 @@ def make_config(kinesis_local: str, dynamodb: str,
 
 @pytest.fixture
 def make_fault_proxy(request: pytest.FixtureRequest) -> Iterator[Callable[..., FaultProxy]]:
-    """make_fault_proxy(share=0.5, upstream=None, seed=None) -> a started FaultProxy.
+    """make_fault_proxy(share=0.5, upstream=None, seed=None, limits=None) -> a started FaultProxy.
 
     It answers ``share`` of GetRecords calls with ProvisionedThroughputExceededException and
-    forwards the rest to ``upstream`` (kinesis-local by default); stopped at teardown.
+    forwards the rest to ``upstream`` (kinesis-local by default); stopped at teardown. With
+    ``limits`` (a ShardLimits) it also enforces Kinesis' per-shard read limits.
     """
     proxies: list[FaultProxy] = []
 
-    def make(share: float = 0.5, upstream: str | None = None, seed: int | None = None) -> FaultProxy:
+    def make(share: float = 0.5, upstream: str | None = None, seed: int | None = None,
+             limits: ShardLimits | None = None) -> FaultProxy:
         upstream = upstream or request.getfixturevalue("kinesis_local")
-        proxy = FaultProxy(upstream, share=share, seed=seed).start()
+        proxy = FaultProxy(upstream, share=share, seed=seed, limits=limits).start()
         proxies.append(proxy)
         return proxy
 

@@ -9,6 +9,11 @@ does: those entries are taken out of the request before it is forwarded (so they
 written) and come back in the answer, at their place, with ErrorCode ``put_failure_code``
 (ProvisionedThroughputExceededException unless told); ``put_entries_failed`` counts them.
 
+With ``limits`` (a ``ShardLimits``) it enforces Kinesis' per-shard read limits instead:
+GetRecords at 5 calls/s and 2 MiB/s per shard, GetShardIterator at 5 calls/s per shard for
+every client of the proxy together (the limit is per account); ``ShardLimits.refused`` counts
+the refusals by (operation, shard).
+
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
 ``{"__type": "ProvisionedThroughputExceededException", ...}``. Speaks HTTP/1.1 JSON (boto3),
@@ -23,11 +28,12 @@ import re
 import threading
 import time
 import urllib.parse
-from collections import Counter
+from collections import Counter, OrderedDict, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 GET_RECORDS_TARGET = "Kinesis_20131202.GetRecords"
+GET_SHARD_ITERATOR_TARGET = "Kinesis_20131202.GetShardIterator"
 PUT_RECORDS_TARGET = "Kinesis_20131202.PutRecords"
 THROTTLE_BODY = json.dumps({
     "__type": "ProvisionedThroughputExceededException",
@@ -36,19 +42,119 @@ THROTTLE_BODY = json.dumps({
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade",
                "te", "trailer", "content-length"}
 
+MiB = 1024 * 1024
+
+
+class ShardLimits:
+    """Kinesis' per-shard read limits, as a token bucket per shard (the proxy's limits mode).
+
+    GetRecords: at most ``calls_per_s`` served calls in any second per shard, and a byte
+    budget that refills at ``bytes_per_s`` up to ``burst_bytes``: a call is served while the
+    shard's budget is positive and is then charged the data it returned, so a 10 MiB page
+    puts the shard about 4 s into debt, and the calls of those seconds are refused, as
+    Kinesis refuses them. GetShardIterator: ``calls_per_s`` per shard. Refused calls cost
+    nothing. The 10,000 records / 10 MiB per call are the emulator's business.
+
+    GetRecords names no shard; the shard of its iterator is known from the answer that
+    handed the iterator out (GetShardIterator's ShardIterator, GetRecords' NextShardIterator).
+    A call with an iterator the proxy never saw is served unlimited (``unattributed``).
+    ``clock`` is injectable so the limiter is tested without waiting.
+    """
+
+    MAX_ITERATORS = 200_000  # iterators remembered (oldest forgotten first)
+
+    def __init__(self, *, calls_per_s: int = 5, bytes_per_s: float = 2 * MiB,
+                 burst_bytes: float | None = None, clock: Callable[[], float] = time.monotonic):
+        self.calls_per_s = calls_per_s
+        self.bytes_per_s = bytes_per_s
+        self.burst_bytes = bytes_per_s if burst_bytes is None else burst_bytes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._budget: dict[str, tuple[float, float]] = {}  # shard -> (bytes, as of when)
+        self._calls: dict[tuple[str, str], deque[float]] = {}  # (operation, shard) -> served at
+        self._iterators: OrderedDict[str, str] = OrderedDict()  # iterator -> shard
+        self.refused: Counter[tuple[str, str]] = Counter()  # (operation, shard)
+        self.served_bytes: Counter[str] = Counter()  # data bytes GetRecords returned, by shard
+        self.unattributed = 0
+
+    def shard_of(self, iterator: str) -> str:
+        with self._lock:
+            return self._iterators.get(iterator, "")
+
+    def learned(self, iterator: str | None, shard: str) -> None:
+        """``iterator`` (handed out by an answer) reads ``shard``."""
+        if not iterator or not shard:
+            return
+        with self._lock:
+            self._iterators[iterator] = shard
+            while len(self._iterators) > self.MAX_ITERATORS:
+                self._iterators.popitem(last=False)
+
+    def _refill(self, shard: str, now: float) -> float:
+        budget, when = self._budget.get(shard, (self.burst_bytes, now))
+        budget = min(self.burst_bytes, budget + (now - when) * self.bytes_per_s)
+        self._budget[shard] = (budget, now)
+        return budget
+
+    def admit(self, operation: str, shard: str) -> bool:
+        """May this call be served now? A refusal is counted; a served call uses a call slot."""
+        if operation not in ("GetRecords", "GetShardIterator"):
+            return True
+        if not shard:
+            with self._lock:
+                self.unattributed += 1
+            return True
+        with self._lock:
+            now = self._clock()
+            served = self._calls.setdefault((operation, shard), deque())
+            while served and now - served[0] >= 1.0:
+                served.popleft()
+            ok = len(served) < self.calls_per_s
+            if ok and operation == "GetRecords":
+                ok = self._refill(shard, now) > 0
+            if ok:
+                served.append(now)
+            else:
+                self.refused[(operation, shard)] += 1
+            return ok
+
+    def charge(self, shard: str, data_bytes: int) -> None:
+        """A served GetRecords returned ``data_bytes`` of record data."""
+        if not shard:
+            return
+        with self._lock:
+            budget = self._refill(shard, self._clock())
+            self._budget[shard] = (budget - data_bytes, self._budget[shard][1])
+            self.served_bytes[shard] += data_bytes
+
+
+_ITERATOR_IN = re.compile(rb'"ShardIterator"\s*:\s*"([^"]+)"')
+_NEXT_ITERATOR = re.compile(rb'"(?:Next)?ShardIterator"\s*:\s*"([^"]+)"')
+_DATA = re.compile(rb'"Data"\s*:\s*"([^"]*)"')
+
+
+def _data_bytes(answer: bytes) -> int:
+    """Record data in a GetRecords answer (base64 in the JSON), without parsing it all."""
+    total = 0
+    for match in _DATA.finditer(answer):
+        encoded = match.group(1)
+        total += len(encoded) * 3 // 4 - encoded[-2:].count(b"=")
+    return total
+
 
 class FaultProxy:
     """Forwards everything to ``upstream`` except ``share`` (0..1) of GetRecords calls.
 
     Counters: ``injected`` (throttled GetRecords), ``get_records_forwarded``, ``forwarded``
-    (all calls). ``max_injections`` caps the throttles; ``max_lifetime_s`` stops the proxy by
+    (all calls); in limits mode, ``limits.refused`` and ``limits.served_bytes``. ``max_injections`` caps the throttles; ``max_lifetime_s`` stops the proxy by
     itself so a forgotten one cannot outlive its test run by long.
     """
 
     def __init__(self, upstream: str, *, share: float = 0.5, seed: int | None = None,
                  max_injections: int | None = None, max_lifetime_s: float = 900.0,
                  put_failure_share: float = 0.0, max_put_failures: int | None = None,
-                 put_failure_code: str = "ProvisionedThroughputExceededException") -> None:
+                 put_failure_code: str = "ProvisionedThroughputExceededException",
+                 limits: ShardLimits | None = None) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
@@ -65,6 +171,7 @@ class FaultProxy:
         self.max_put_failures = max_put_failures
         self.put_failure_code = put_failure_code
         self.put_entries_failed = 0
+        self.limits = limits
         self.get_records_forwarded = 0
         self.forwarded = 0
         self.calls: Counter[tuple[str, str]] = Counter()  # (operation, TableName or "")
@@ -194,7 +301,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)  # no answer at all, as from a dead endpoint
             return
-        if self.owner.should_throttle(self.headers.get("X-Amz-Target", "")):
+        target = self.headers.get("X-Amz-Target", "")
+        limits, limited = self.owner.limits, ""
+        if limits is not None:
+            operation = target.rpartition(".")[2]
+            limited = _limited_shard(operation, body, limits)
+            if not limits.admit(operation, limited):
+                self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
+                                 ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
+                           _limit_body(operation, limited))
+                return
+        if self.owner.should_throttle(target):
             self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
                              ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
                        THROTTLE_BODY)
@@ -223,9 +340,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.owner.forwarded += 1
             operation = _operation(self.headers.get("X-Amz-Target", ""), body)
             self.owner.calls[operation] += 1
-            shard = _shard_named(body)
+            shard = _shard_named(body) or limited
             if shard:
                 self.owner.shard_calls[(*operation, shard)] += 1
+        if limited and reply.status == 200:
+            found = _NEXT_ITERATOR.search(data)
+            limits.learned(found.group(1).decode() if found else None, limited)
+            if target == GET_RECORDS_TARGET:
+                limits.charge(limited, _data_bytes(data))
         if failed and reply.status == 200:
             data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed),
                                      self.owner.put_failure_code)
@@ -255,6 +377,25 @@ def _shard_named(body: bytes) -> str:
     batch range's rangeKey), or "" for none or several."""
     found = set(_SHARD_ID.findall(body))
     return found.pop().decode() if len(found) == 1 else ""
+
+
+def _limited_shard(operation: str, body: bytes, limits: ShardLimits) -> str:
+    """The shard a limited call reads: named in GetShardIterator, by iterator in GetRecords."""
+    if operation == "GetShardIterator":
+        return _shard_named(body)
+    if operation == "GetRecords":
+        found = _ITERATOR_IN.search(body)
+        return limits.shard_of(found.group(1).decode()) if found else ""
+    return ""
+
+
+def _limit_body(operation: str, shard: str) -> bytes:
+    what = "read" if operation == "GetRecords" else "GetShardIterator"
+    return json.dumps({
+        "__type": "ProvisionedThroughputExceededException",
+        "message": f"Rate exceeded for shard {shard} in stream (fault proxy) under account "
+                   f"000000000000 ({what}).",
+    }).encode()
 
 
 def _merge_put_answer(data: bytes, failed: list[int], total: int, code: str) -> bytes:

@@ -65,15 +65,17 @@ class KinesisClient:
     """Kinesis calls for one stream, retried and translated.
 
     ``client``, ``sleep`` and ``rand`` exist so unit tests can pass a stubbed boto3 client,
-    a fake clock and a fixed jitter; production code passes only the config.
+    a fake clock and a fixed jitter; ``policy`` replaces the config's retry policy (the
+    executors' reads pace throttles themselves).
     """
 
     def __init__(self, config: ConsumerConfig, client: Any = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 rand: Callable[[], float] = random.random) -> None:
+                 rand: Callable[[], float] = random.random,
+                 policy: RetryPolicy | None = None) -> None:
         self._config = config
         self._client = client if client is not None else make_client(config, "kinesis")
-        self._policy = RetryPolicy.from_config(config)
+        self._policy = policy if policy is not None else RetryPolicy.from_config(config)
         self._sleep = sleep
         self._rand = rand
         self.stream_name = config.stream_name

@@ -19,7 +19,15 @@ its iterator for the life of its lease.
 
 Throttling and an endpoint that does not answer never fail a new range: the task keeps what
 it read, or reads nothing, and the next batch goes on from there. A recorded range must be
-read in full; its reads wait those faults out.
+read in full; its reads (GetShardIterator included) wait those faults out.
+
+At Kinesis' read limits (5 calls/s and 2 MiB/s per shard, for every application together) a
+refused read is tried again after ``throttle_wait_s`` (about a second, as AWS advises), not
+after a fast exponential: a shard in debt after a full page refuses for seconds whatever
+the reader does. A new range that meets a throttle before any record waits one such pause
+at most, then hands out nothing, so a task does not hold its executor core for seconds
+while the next batch could read the shard as well. Every refusal is counted in the read's
+report (``throttled``), for ``KinesisUtils.metrics()`` and the KCL's CloudWatch metrics.
 """
 from __future__ import annotations
 
@@ -37,7 +45,7 @@ from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
-from ..retry import FaultLog, RetryPolicy, is_transient
+from ..retry import FaultLog, RetryPolicy, is_throttling, is_transient, throttle_wait_s
 from ..worker.fetcher import KinesisDataFetcher
 
 log = logging.getLogger(__name__)
@@ -52,6 +60,9 @@ ITERATOR_TTL_S = 240.0
 # A recorded range must be read whole: its reads wait a throttled or unreachable Kinesis out
 # for up to this long before the task fails (and Spark retries it).
 EXACT_READ_PATIENCE_S = 600.0
+# A new range refused before its first record waits for at most this long in all (one
+# ``throttle_wait_s`` pause), then hands out nothing: the next batch tries again.
+NEW_READ_THROTTLE_PATIENCE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,8 @@ class ReadReport:
     iterator_time: float = 0.0  # epoch seconds when Kinesis handed ``next_iterator`` out
     get_shard_iterator_calls: int = 0
     fresh: bool = True  # the computation was allowed to decide a new range
+    throttled: int = 0  # reads (GetRecords, GetShardIterator) Kinesis refused for throughput
+    faults: int = 0  # other transient failures the read waited out
 
 
 def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
@@ -144,10 +157,18 @@ def clients_for(config: ConsumerConfig) -> _Clients:
         clients = _clients.get(config)
         if clients is None:
             log_to_stderr_unless_configured()
-            clients = _clients[config] = _Clients(KinesisClient(config), BatchRangeTable(config),
+            kinesis = KinesisClient(config, policy=reader_policy(config))
+            clients = _clients[config] = _Clients(kinesis, BatchRangeTable(config),
                                                   LeaseTable(config))
             freeze_long_lived_objects()
         return clients
+
+
+def reader_policy(config: ConsumerConfig) -> RetryPolicy:
+    """The executors' Kinesis retry policy: the configured one, except that a throttle comes
+    back at once, for ``_read`` to count and to pace (a retry 50 ms later would only be
+    refused again, and spend the shard's calls)."""
+    return replace(RetryPolicy.from_config(config), retry_throttling=False)
 
 
 def freeze_long_lived_objects() -> None:
@@ -175,6 +196,8 @@ class _Reading:
     iterator: str | None = None  # valid right after the last record read, if aligned
     iterator_time: float = 0.0
     shard_iterator_calls: int = 0
+    throttled: int = 0
+    faults: int = 0
 
 
 _faults: dict[str, FaultLog] = {}  # per shard, in this Python worker process
@@ -205,6 +228,7 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
     policy = RetryPolicy.from_config(config)
     deadline = time.monotonic() + (EXACT_READ_PATIENCE_S if exact else time_budget_s)
     failures = 0
+    throttle_waited = 0.0
     fetcher: KinesisDataFetcher | None = None
     aligned = True
     while True:
@@ -226,7 +250,12 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
         except KinesisDStreamError as exc:
             if not is_transient(exc):
                 raise
-            failures += 1
+            throttled = is_throttling(exc)
+            if throttled:
+                reading.throttled += 1
+            else:
+                reading.faults += 1
+                failures += 1
             if time.monotonic() >= deadline:
                 if exact:
                     raise
@@ -235,8 +264,14 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
             if not exact and reading.records:
                 _fault_log(shard_id).failed(exc)
                 break
-            wait = min(policy.jittered_backoff_ms(failures) / 1000.0,
-                       max(0.0, deadline - time.monotonic()))
+            wait = (throttle_wait_s() if throttled
+                    else policy.jittered_backoff_ms(failures) / 1000.0)
+            if not exact and throttled:
+                if throttle_waited + wait > NEW_READ_THROTTLE_PATIENCE_S:
+                    _fault_log(shard_id).failed(exc)
+                    break  # nothing read: the next batch tries the shard again
+                throttle_waited += wait
+            wait = min(wait, max(0.0, deadline - time.monotonic()))
             _fault_log(shard_id).failed(exc, wait)
             sleep(wait)
             continue
@@ -298,7 +333,8 @@ def _report(batch_range: BatchRange, reading: _Reading, *, recorded: bool,
     report = ReadReport(batch_range, reading.millis_behind_latest,
                         sum(len(r.binary_data) for r in reading.records), reading.calls,
                         reading.seconds * 1000.0, os.getpid(), recorded, reading.iterator,
-                        reading.iterator_time, reading.shard_iterator_calls, fresh)
+                        reading.iterator_time, reading.shard_iterator_calls, fresh,
+                        reading.throttled, reading.faults)
     return reading.records, report
 
 
@@ -324,7 +360,8 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
                     max_records=planned.max_records, time_budget_s=planned.time_budget_s,
                     sleep=sleep)
     if reading.records and _lease_moved(clients, planned):
-        reading = _Reading(calls=reading.calls, seconds=reading.seconds)
+        reading = _Reading(calls=reading.calls, seconds=reading.seconds,
+                           throttled=reading.throttled, faults=reading.faults)
     records = reading.records
     candidate = BatchRange(
         planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,

@@ -1,0 +1,145 @@
+"""Kinesis' per-shard read limits: the fault proxy's limits mode (tests/fault_proxy.py) and
+how the executors' reads behave at those limits.
+
+The limiter is tested on a fake clock; the proxy and the reads on kinesis-local."""
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from emulators import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+from fault_proxy import MiB, ShardLimits
+
+from kinesis_dstream.aws.range_table import BatchRangeTable
+from kinesis_dstream.executor.shard_reader import ShardRange, read_shard_range
+from kinesis_dstream.records import ExtendedSequenceNumber
+
+SHARD = "shardId-000000000000"
+
+
+def unretried_kinesis(endpoint: str):
+    """A boto3 client that shows every refusal (botocore retries throttles by itself)."""
+    return boto3.client("kinesis", endpoint_url=endpoint, region_name=DUMMY_REGION,
+                        aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+                        aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+                        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_get_records_is_served_while_the_shards_byte_budget_is_positive():
+    clock = FakeClock()
+    limits = ShardLimits(clock=clock)
+    assert limits.admit("GetRecords", SHARD)
+    limits.charge(SHARD, 10 * MiB)  # a full page: about 4 s of debt (2 MiB/s, 2 MiB burst)
+    refused_for = 0.0
+    while not limits.admit("GetRecords", SHARD):
+        clock.now += 0.5
+        refused_for += 0.5
+    assert refused_for == 4.5  # the budget is positive again after 8 MiB / 2 MiB/s
+    assert limits.refused[("GetRecords", SHARD)] == 9
+    # another shard has a budget of its own
+    assert limits.admit("GetRecords", "shardId-000000000001")
+
+
+def test_five_calls_a_second_per_shard_and_operation():
+    clock = FakeClock()
+    limits = ShardLimits(clock=clock)
+    assert all(limits.admit("GetShardIterator", SHARD) for _ in range(5))
+    assert not limits.admit("GetShardIterator", SHARD)
+    assert all(limits.admit("GetRecords", SHARD) for _ in range(5))  # small pages: no debt
+    assert not limits.admit("GetRecords", SHARD)
+    clock.now += 1.0
+    assert limits.admit("GetShardIterator", SHARD) and limits.admit("GetRecords", SHARD)
+    assert limits.refused == {("GetShardIterator", SHARD): 1, ("GetRecords", SHARD): 1}
+    # calls the proxy cannot attribute to a shard are not limited
+    assert limits.admit("GetRecords", "") and limits.unattributed == 1
+    assert limits.admit("ListShards", "")
+
+
+def test_an_idle_shard_saves_no_more_than_its_burst():
+    clock = FakeClock()
+    limits = ShardLimits(clock=clock, bytes_per_s=1000, burst_bytes=1000)
+    clock.now += 60
+    assert limits.admit("GetRecords", SHARD)
+    limits.charge(SHARD, 2500)
+    clock.now += 1.0
+    assert not limits.admit("GetRecords", SHARD)  # 1000 - 2500 + 1000 = -500
+    clock.now += 0.6
+    assert limits.admit("GetRecords", SHARD)
+
+
+def test_the_proxy_refuses_as_kinesis_does_and_follows_iterators_to_their_shard(
+        make_stream, put_records, make_fault_proxy):
+    stream = make_stream(2)
+    put_records(stream, [(f"k{i}", "x" * 1000) for i in range(200)])
+    clock = FakeClock()  # the limiter's time stands still unless the test moves it
+    limits = ShardLimits(bytes_per_s=10_000, clock=clock)  # 1,000 bytes: a tenth of a second
+    proxy = make_fault_proxy(share=0.0, limits=limits)
+    kinesis = unretried_kinesis(proxy.endpoint)
+    iterators = [kinesis.get_shard_iterator(StreamName=stream, ShardId=SHARD,
+                                            ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+                 for _ in range(5)]
+    with pytest.raises(ClientError) as refused:
+        kinesis.get_shard_iterator(StreamName=stream, ShardId=SHARD,
+                                   ShardIteratorType="TRIM_HORIZON")
+    error = refused.value.response
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert error["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    page = kinesis.get_records(ShardIterator=iterators[0], Limit=10)
+    assert len(page["Records"]) == 10
+    with pytest.raises(ClientError) as refused:  # 10,000 bytes charged: about 1 s of debt
+        kinesis.get_records(ShardIterator=page["NextShardIterator"], Limit=10)
+    assert refused.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    assert limits.served_bytes[SHARD] == 10_000
+    assert limits.refused == {("GetShardIterator", SHARD): 1, ("GetRecords", SHARD): 1}
+    assert limits.shard_of(page["NextShardIterator"]) == SHARD
+    clock.now += 1.0
+    assert len(kinesis.get_records(ShardIterator=page["NextShardIterator"], Limit=10)["Records"]) == 10
+    assert proxy.shard_calls[("GetRecords", "", SHARD)] == 2
+
+
+def test_reads_at_the_limits_wait_throttling_out_and_lose_nothing(
+        make_config, make_stream, put_records, make_fault_proxy):
+    """read_shard_range without Spark, through the limits proxy with a small byte budget
+    (25 kB/s: a 50-record page of 1,000-byte records costs 2 s). A new range hands out what
+    it read when throttled; the recorded range, read again (a lost block, storageLevel NONE),
+    waits the throttles out and gives exactly its records; a new range refused before its
+    first record gives up after one pause (two refusals at most) instead of holding its
+    core; batch after batch, every record comes once, in order."""
+    stream = make_stream(1)
+    limits = ShardLimits(bytes_per_s=25_000, burst_bytes=25_000)
+    proxy = make_fault_proxy(share=0.0, limits=limits)
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint, max_records=50)
+    BatchRangeTable(config).create_table_if_not_exists()
+    sent = [f"{i:04d}".ljust(1000, "x") for i in range(150)]
+    shard = put_records(stream, [("k", v) for v in sent])[0].shard_id
+
+    def planned(batch_ms: int) -> ShardRange:
+        return ShardRange("stream-l", shard, batch_ms, ExtendedSequenceNumber("TRIM_HORIZON"),
+                          None, 1000, max_records=1000, time_budget_s=5)
+
+    first, report = read_shard_range(config, planned(1000))
+    assert len(first) == 50 and report.throttled == 1  # the second page was refused
+    again, again_report = read_shard_range(config, planned(1000), fresh=False)
+    assert again == first and again_report.recorded
+    assert again_report.throttled >= 1  # the 2 s debt of the first page, waited out
+    got, empty_throttled, batch_ms = list(first), [], 1000
+    while len(got) < len(sent):
+        batch_ms += 1000
+        assert batch_ms < 60_000, f"only {len(got)} records read"
+        records, report = read_shard_range(config, planned(batch_ms))
+        got.extend(records)
+        if not records:
+            assert not report.recorded
+            empty_throttled.append(report.throttled)
+    assert [r.binary_data.decode() for r in got] == sent
+    assert empty_throttled and max(empty_throttled) <= 2, empty_throttled
+    assert sum(limits.refused.values()) >= 3
