@@ -437,7 +437,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             if recorded is not None and recorded.next_iterator is not None:
                 self._watched(shard_id, shards[shard_id], recorded.next_iterator,
                               recorded.iterator_time, recorded.records == 0
-                              and not recorded.millis_behind_latest)
+                              and recorded.millis_behind_latest == 0)
         shards = next_shards(shards, self._shards(), self._child_start(),
                              self.options.fail_on_data_loss)
         readable = [s for s, e in shards.items() if is_readable(e)]
@@ -582,7 +582,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def _watched(self, shard_id: str, entry: dict[str, Any], iterator: str | None = None,
                  iterator_time: float = 0.0, read_empty: bool = False) -> ShardWatch:
         """The shard's watch at ``entry``: a new one when the shard moved, with ``iterator``.
-        ``read_empty``: a read that found nothing at the shard's tip ended there when Kinesis
+        ``read_empty``: a read that found nothing at the shard's tip (millisBehindLatest 0;
+        not a read refused by throttling, which knows nothing) ended there when Kinesis
         handed ``iterator`` out, which tells what a probe would: no probe is due before
         PROBE_INTERVAL_S from then."""
         with self._watch_lock:
