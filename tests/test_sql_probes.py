@@ -133,3 +133,34 @@ def test_a_throttled_probe_is_tried_once_and_plans_its_shard(
     end = reader.latestOffset(start)
     assert throttling.injected == 3  # one GetRecords a shard, not retried
     assert read_shards(end) == set(start["shards"])  # the tasks find out, waiting it out
+
+
+def test_at_the_read_limits_every_record_comes_once_and_a_probe_is_one_call(
+        make_stream, put_records, make_reader, make_fault_proxy, kinesis_local, slow_prober):
+    """Through the limits proxy with a small byte budget (25 kB/s: a 50-record page of
+    1,000-byte records costs 2 s), readings after readings: the tasks' reads are refused
+    often, some hand out nothing and record that; the driver asks Kinesis at most once per
+    trigger (one shard, one try), and every record comes once, in order."""
+    from fault_proxy import ShardLimits
+
+    stream = make_stream(1)
+    limits = ShardLimits(bytes_per_s=25_000, burst_bytes=25_000)
+    proxy = make_fault_proxy(share=0.0, upstream=kinesis_local, limits=limits)
+    sent = [f"{i:04d}".ljust(1000, "x").encode() for i in range(150)]
+    put_records(stream, [("k", v.decode()) for v in sent])
+    reader = make_reader(stream, proxy, **{"kinesis.getRecords.numberOfRecordsPerFetch": "50"})
+    asked = lambda: (calls(proxy, "GetRecords")  # noqa: E731
+                     + sum(n for (op, _), n in limits.refused.items() if op == "GetRecords"))
+    got: list[bytes] = []
+    start, triggers = reader.initialOffset(), 0
+    while len(got) < len(sent):
+        triggers += 1
+        assert triggers < 200, f"only {len(got)} records read"
+        before = asked()
+        end = reader.latestOffset(start)
+        assert asked() - before <= 1
+        if end != start:
+            got.extend(run_reading(reader, start, end))
+            start = end
+    assert got == sent
+    assert sum(limits.refused.values()) >= 3
