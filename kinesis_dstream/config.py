@@ -24,6 +24,8 @@ SPARK_RECEIVER_MAX_RATE = "spark.streaming.receiver.maxRate"
 SPARK_BACKPRESSURE_ENABLED = "spark.streaming.backpressure.enabled"
 # Ours: how many shards a Spark task reads (the Databricks connector's shardsPerTask).
 SPARK_SHARDS_PER_TASK = "spark.streaming.kinesis.shardsPerTask"
+# Ours, named after the SQL source's option: fail a batch whose start was trimmed by retention.
+SPARK_FAIL_ON_DATA_LOSS = "spark.streaming.kinesis.failOnDataLoss"
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
@@ -34,6 +36,13 @@ def _whole_number(conf: Mapping[str, str], key: str) -> int:
         return int(conf[key])
     except ValueError:
         raise ConfigurationError(f"{key}: not a whole number: {conf[key]!r}") from None
+
+
+def _boolean(conf: Mapping[str, str], key: str) -> bool:
+    value = str(conf[key]).strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigurationError(f"{key}: not true or false: {conf[key]!r}")
+    return value == "true"
 
 
 def default_worker_id() -> str:
@@ -154,6 +163,10 @@ class ConsumerConfig:
     metrics_level: str = "DETAILED"
     # CloudWatch publishing period (the KCL's metricsBufferTimeMillis).
     metrics_buffer_time_ms: int = 10000
+    # A start position older than the stream's retention: False goes on from the oldest record
+    # Kinesis still holds, as the KCL does (it reads on from whatever iterator Kinesis hands
+    # it); True fails the read, naming the shard and the lost range. Logged once either way.
+    fail_on_data_loss: bool = False
 
     def __post_init__(self) -> None:
         for name in ("application_name", "stream_name", "region_name"):
@@ -235,6 +248,8 @@ class ConsumerConfig:
         changes: dict[str, Any] = {}
         if SPARK_SHARDS_PER_TASK in conf:
             changes["shards_per_task"] = _whole_number(conf, SPARK_SHARDS_PER_TASK)
+        if SPARK_FAIL_ON_DATA_LOSS in conf:
+            changes["fail_on_data_loss"] = _boolean(conf, SPARK_FAIL_ON_DATA_LOSS)
         if SPARK_RETRY_WAIT_TIME in conf:
             changes["retry_wait_time_ms"] = parse_duration_ms(conf[SPARK_RETRY_WAIT_TIME],
                                                               SPARK_RETRY_WAIT_TIME)

@@ -51,6 +51,11 @@ class ExpiredIteratorError(KinesisDStreamError):
     """A shard iterator aged out; the fetcher re-creates it from the last position."""
 
 
+class DataLossError(KinesisDStreamError):
+    """Records a reader had not read are gone (trimmed by the stream's retention, or a shard
+    no longer listed) and the user chose to fail rather than go on (``failOnDataLoss``)."""
+
+
 class RetriesExhaustedError(KinesisDStreamError):
     """Gave up after the configured attempts; ``last_error`` says why."""
 

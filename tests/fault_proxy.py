@@ -14,6 +14,15 @@ GetRecords at 5 calls/s and 2 MiB/s per shard, GetShardIterator at 5 calls/s per
 every client of the proxy together (the limit is per account); ``ShardLimits.refused`` counts
 the refusals by (operation, shard).
 
+Two modes stand in for what no emulator does with time:
+- ``iterator_ttl_s`` / ``expire_next``: a GetRecords whose iterator was handed out (by
+  GetShardIterator or as a NextShardIterator) longer ago than ``iterator_ttl_s``, or the next
+  ``expire_next`` GetRecords, are answered ``ExpiredIteratorException`` (``expired`` counts them).
+- ``trim_horizon`` {shard id: sequence number}: records before it are gone, as after the
+  stream's retention. TRIM_HORIZON starts there; AT/AFTER_SEQUENCE_NUMBER before it start there
+  too (``trim_shape`` "silent") or are refused with InvalidArgumentException ("refuse");
+  GetRecords never returns a record before it. ``refused`` counts the refusals.
+
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
 ``{"__type": "ProvisionedThroughputExceededException", ...}``. Speaks HTTP/1.1 JSON (boto3),
@@ -28,7 +37,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
@@ -55,13 +64,11 @@ class ShardLimits:
     Kinesis refuses them. GetShardIterator: ``calls_per_s`` per shard. Refused calls cost
     nothing. The 10,000 records / 10 MiB per call are the emulator's business.
 
-    GetRecords names no shard; the shard of its iterator is known from the answer that
-    handed the iterator out (GetShardIterator's ShardIterator, GetRecords' NextShardIterator).
-    A call with an iterator the proxy never saw is served unlimited (``unattributed``).
-    ``clock`` is injectable so the limiter is tested without waiting.
+    GetRecords names no shard: the proxy knows its iterator's shard from the answer that
+    handed the iterator out (``FaultProxy.shard_read``). A call the proxy cannot attribute
+    is served unlimited (``unattributed``). ``clock`` is injectable so the limiter is tested
+    without waiting.
     """
-
-    MAX_ITERATORS = 200_000  # iterators remembered (oldest forgotten first)
 
     def __init__(self, *, calls_per_s: int = 5, bytes_per_s: float = 2 * MiB,
                  burst_bytes: float | None = None, clock: Callable[[], float] = time.monotonic):
@@ -72,23 +79,9 @@ class ShardLimits:
         self._lock = threading.Lock()
         self._budget: dict[str, tuple[float, float]] = {}  # shard -> (bytes, as of when)
         self._calls: dict[tuple[str, str], deque[float]] = {}  # (operation, shard) -> served at
-        self._iterators: OrderedDict[str, str] = OrderedDict()  # iterator -> shard
         self.refused: Counter[tuple[str, str]] = Counter()  # (operation, shard)
         self.served_bytes: Counter[str] = Counter()  # data bytes GetRecords returned, by shard
         self.unattributed = 0
-
-    def shard_of(self, iterator: str) -> str:
-        with self._lock:
-            return self._iterators.get(iterator, "")
-
-    def learned(self, iterator: str | None, shard: str) -> None:
-        """``iterator`` (handed out by an answer) reads ``shard``."""
-        if not iterator or not shard:
-            return
-        with self._lock:
-            self._iterators[iterator] = shard
-            while len(self._iterators) > self.MAX_ITERATORS:
-                self._iterators.popitem(last=False)
 
     def _refill(self, shard: str, now: float) -> float:
         budget, when = self._budget.get(shard, (self.burst_bytes, now))
@@ -129,7 +122,6 @@ class ShardLimits:
 
 
 _ITERATOR_IN = re.compile(rb'"ShardIterator"\s*:\s*"([^"]+)"')
-_NEXT_ITERATOR = re.compile(rb'"(?:Next)?ShardIterator"\s*:\s*"([^"]+)"')
 _DATA = re.compile(rb'"Data"\s*:\s*"([^"]*)"')
 
 
@@ -180,6 +172,13 @@ class FaultProxy:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
+        self.iterator_ttl_s: float | None = None
+        self.expire_next = 0
+        self.expired = 0
+        self.trim_horizon: dict[str, str] = {}
+        self.trim_shape = "silent"
+        self.refused = 0
+        self._iterators: dict[str, tuple[float, str]] = {}  # iterator -> (handed out, shard)
 
     @property
     def share(self) -> float:
@@ -211,6 +210,85 @@ class FaultProxy:
             else:
                 self.get_records_forwarded += 1
             return inject
+
+    # -- expired iterators and trimmed records ----------------------------------------------
+    def refuse_or_rewrite(self, target: str, body: bytes) -> tuple[bytes, bytes | None]:
+        """The body to forward, or the error answer (HTTP 400) to give instead."""
+        if target == GET_RECORDS_TARGET and (self.iterator_ttl_s is not None or self.expire_next):
+            iterator = json.loads(body).get("ShardIterator", "")
+            with self._lock:
+                born = self._iterators.get(iterator, (time.monotonic(), ""))[0]
+                old = (self.iterator_ttl_s is not None
+                       and time.monotonic() - born > self.iterator_ttl_s)
+                if not old and self.expire_next > 0:
+                    self.expire_next -= 1
+                    old = True
+                if old:
+                    self.expired += 1
+                    return body, _error("ExpiredIteratorException",
+                                        "Iterator expired. The iterator was created at time "
+                                        f"{time.time() - 300:.0f} while right now it is "
+                                        f"{time.time():.0f} which is further in the future than "
+                                        "the tolerated delay of 300000 milliseconds.")
+        if target != GET_SHARD_ITERATOR_TARGET or not self.trim_horizon:
+            return body, None
+        request = json.loads(body)
+        horizon = self.trim_horizon.get(request.get("ShardId", ""))
+        kind = request.get("ShardIteratorType")
+        if horizon is None or kind in ("LATEST", "AT_TIMESTAMP"):
+            return body, None
+        if kind in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
+            if int(request["StartingSequenceNumber"]) >= int(horizon):
+                return body, None
+            if self.trim_shape == "refuse":
+                with self._lock:
+                    self.refused += 1
+                return body, _error(
+                    "InvalidArgumentException",
+                    f"StartingSequenceNumber {request['StartingSequenceNumber']} used in "
+                    f"GetShardIterator on shard {request['ShardId']} in stream "
+                    f"{request.get('StreamName')} under account 000000000000 is invalid "
+                    "because it is no longer available (trimmed by the retention period).")
+        request.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=horizon)
+        return json.dumps(request).encode(), None
+
+    def shard_read(self, operation: str, body: bytes) -> str:
+        """The shard a read names: GetShardIterator's ShardId, or the shard of a GetRecords
+        iterator (``note_answer`` remembers which shard each iterator handed out reads)."""
+        if operation == "GetShardIterator":
+            return _shard_named(body)
+        if operation == "GetRecords":
+            found = _ITERATOR_IN.search(body)
+            if found:
+                with self._lock:
+                    return self._iterators.get(found.group(1).decode(), (0.0, ""))[1]
+        return ""
+
+    def note_answer(self, target: str, request: bytes, data: bytes) -> bytes:
+        """Remember when and for which shard iterators were handed out; drop trimmed records."""
+        if target not in (GET_RECORDS_TARGET, GET_SHARD_ITERATOR_TARGET):
+            return data
+        answer = json.loads(data)
+        asked = json.loads(request)
+        with self._lock:
+            if target == GET_SHARD_ITERATOR_TARGET:
+                shard = asked.get("ShardId", "")
+                handed = answer.get("ShardIterator")
+            else:
+                shard = self._iterators.get(asked.get("ShardIterator", ""), (0.0, ""))[1]
+                handed = answer.get("NextShardIterator")
+            if handed:
+                if len(self._iterators) > 100_000:  # a long benchmark: forget the oldest half
+                    for old in list(self._iterators)[:50_000]:
+                        del self._iterators[old]
+                self._iterators[handed] = (time.monotonic(), shard)
+        horizon = self.trim_horizon.get(shard)
+        if target == GET_RECORDS_TARGET and horizon is not None and answer.get("Records"):
+            kept = [r for r in answer["Records"] if int(r["SequenceNumber"]) >= int(horizon)]
+            if len(kept) != len(answer["Records"]):
+                answer["Records"] = kept
+                return json.dumps(answer).encode()
+        return data
 
     def fail_put_entries(self, target: str, body: bytes) -> tuple[bytes, list[int]]:
         """The PutRecords body to forward and the indexes of the entries failed instead."""
@@ -305,7 +383,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         limits, limited = self.owner.limits, ""
         if limits is not None:
             operation = target.rpartition(".")[2]
-            limited = _limited_shard(operation, body, limits)
+            limited = self.owner.shard_read(operation, body)
             if not limits.admit(operation, limited):
                 self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
                                  ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
@@ -315,6 +393,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
                              ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
                        THROTTLE_BODY)
+            return
+        body, refusal = self.owner.refuse_or_rewrite(self.headers.get("X-Amz-Target", ""), body)
+        if refusal is not None:
+            self._send(400, [("Content-Type", "application/x-amz-json-1.1")], refusal)
             return
         body, failed = self.owner.fail_put_entries(self.headers.get("X-Amz-Target", ""), body)
         if failed and not json.loads(body)["Records"]:  # all failed: Kinesis refuses an empty call
@@ -343,10 +425,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             shard = _shard_named(body) or limited
             if shard:
                 self.owner.shard_calls[(*operation, shard)] += 1
-        if limited and reply.status == 200:
-            found = _NEXT_ITERATOR.search(data)
-            limits.learned(found.group(1).decode() if found else None, limited)
-            if target == GET_RECORDS_TARGET:
+        if reply.status == 200:
+            data = self.owner.note_answer(self.headers.get("X-Amz-Target", ""), body, data)
+            if limited and target == GET_RECORDS_TARGET:
                 limits.charge(limited, _data_bytes(data))
         if failed and reply.status == 200:
             data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed),
@@ -379,23 +460,15 @@ def _shard_named(body: bytes) -> str:
     return found.pop().decode() if len(found) == 1 else ""
 
 
-def _limited_shard(operation: str, body: bytes, limits: ShardLimits) -> str:
-    """The shard a limited call reads: named in GetShardIterator, by iterator in GetRecords."""
-    if operation == "GetShardIterator":
-        return _shard_named(body)
-    if operation == "GetRecords":
-        found = _ITERATOR_IN.search(body)
-        return limits.shard_of(found.group(1).decode()) if found else ""
-    return ""
+def _error(code: str, message: str) -> bytes:
+    return json.dumps({"__type": code, "message": message}).encode()
 
 
 def _limit_body(operation: str, shard: str) -> bytes:
     what = "read" if operation == "GetRecords" else "GetShardIterator"
-    return json.dumps({
-        "__type": "ProvisionedThroughputExceededException",
-        "message": f"Rate exceeded for shard {shard} in stream (fault proxy) under account "
-                   f"000000000000 ({what}).",
-    }).encode()
+    return _error("ProvisionedThroughputExceededException",
+                  f"Rate exceeded for shard {shard} in stream (fault proxy) under account "
+                  f"000000000000 ({what}).")
 
 
 def _merge_put_answer(data: bytes, failed: list[int], total: int, code: str) -> bytes:

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from kinesis_dstream.config import (
+    SPARK_FAIL_ON_DATA_LOSS,
     SPARK_RETRY_MAX_ATTEMPTS,
     SPARK_RETRY_WAIT_TIME,
     ConsumerConfig,
@@ -187,11 +188,18 @@ def test_with_spark_conf_ignores_other_keys_and_returns_self_when_nothing_applie
     ({SPARK_RETRY_WAIT_TIME: "soon"}, SPARK_RETRY_WAIT_TIME),
     ({SPARK_RETRY_MAX_ATTEMPTS: "three"}, SPARK_RETRY_MAX_ATTEMPTS),
     ({SPARK_RETRY_MAX_ATTEMPTS: "2.5"}, SPARK_RETRY_MAX_ATTEMPTS),
+    ({SPARK_FAIL_ON_DATA_LOSS: "yes"}, SPARK_FAIL_ON_DATA_LOSS),
 ])
 def test_with_spark_conf_bad_values_name_the_key(conf, key):
     with pytest.raises(ConfigurationError) as info:
         make().with_spark_conf(conf)
     assert key in str(info.value)
+
+
+def test_fail_on_data_loss_defaults_to_going_on_as_the_kcl_does():
+    assert make().fail_on_data_loss is False
+    assert make().with_spark_conf({SPARK_FAIL_ON_DATA_LOSS: "True"}).fail_on_data_loss is True
+    assert make().with_spark_conf({SPARK_FAIL_ON_DATA_LOSS: "false"}).fail_on_data_loss is False
 
 
 def test_with_spark_conf_values_are_validated():

@@ -100,7 +100,6 @@ def test_the_proxy_refuses_as_kinesis_does_and_follows_iterators_to_their_shard(
     assert refused.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
     assert limits.served_bytes[SHARD] == 10_000
     assert limits.refused == {("GetShardIterator", SHARD): 1, ("GetRecords", SHARD): 1}
-    assert limits.shard_of(page["NextShardIterator"]) == SHARD
     clock.now += 1.0
     assert len(kinesis.get_records(ShardIterator=page["NextShardIterator"], Limit=10)["Records"]) == 10
     assert proxy.shard_calls[("GetRecords", "", SHARD)] == 2
@@ -143,3 +142,73 @@ def test_reads_at_the_limits_wait_throttling_out_and_lose_nothing(
     assert [r.binary_data.decode() for r in got] == sent
     assert empty_throttled and max(empty_throttled) <= 2, empty_throttled
     assert sum(limits.refused.values()) >= 3
+
+
+@pytest.mark.parametrize("storage", ["default", "NONE"])
+def test_a_dstream_drains_a_backlog_at_the_limits_exactly(
+        sc, aws_env, dynamodb, make_stream, make_fault_proxy, put_records, unique_app_name,
+        storage, caplog):
+    """Real Spark on local-cluster: a 4-shard backlog of 1,000-byte records read through the
+    limits proxy (128 KiB/s per shard, so a couple of MB meet the limits for seconds). With
+    storageLevel NONE a second output operation makes every batch read its recorded ranges
+    again, throttled as well. Every record comes once in each output, no batch fails, and
+    the refusals the reads waited out are counted in metrics() and in CloudWatch."""
+    from pyspark import StorageLevel
+
+    from emulators import client
+    from kinesis_dstream import MetricsLevel
+    from kinesis_dstream.worker import metrics as m
+    from spark_helpers import collected, create, make_ssc, wait_until
+    from test_metrics import listed
+
+    stream = make_stream(4)
+    sent = [f"{i:05d}".ljust(1000, "x") for i in range(2000)]
+    put_records(stream, [(f"pk{i}", v) for i, v in enumerate(sent)])
+    limits = ShardLimits(bytes_per_s=128 * 1024)
+    proxy = make_fault_proxy(share=0.0, limits=limits)
+    extra = {} if storage == "default" else {"storageLevel": StorageLevel.NONE}
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream,
+                     dict(kinesis=proxy.endpoint, dynamodb=dynamodb),
+                     metricsLevel=MetricsLevel.DETAILED, cloudWatchEndpoint=dynamodb,
+                     configOverrides={"max_records": 250, "metrics_buffer_time_ms": 200},
+                     **extra)
+    rows = collected(kstream)
+    # a second output operation on the same DStream (not on a derived one: PySpark would
+    # pipeline that one's functions into a batch function of its own)
+    again = collected(kstream) if storage == "NONE" else None
+    caplog.set_level("ERROR", logger="kinesis_dstream")
+    ssc.start()
+    try:
+        wait_until(lambda: len(rows) >= len(sent) and (again is None or len(again) >= len(sent)),
+                   240, "every record")
+        throttled = lambda: sum(s["throttled"] for s in kstream.metrics().values())  # noqa: E731
+        wait_until(lambda: throttled() > 0, 60, "throttles counted in metrics()")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)  # flushes the metrics
+    assert sorted(rows) == sent
+    if again is not None:
+        assert sorted(again) == sent
+    assert sum(limits.refused.values()) > 0, "the limits never bit"
+    failures = [r.getMessage() for r in caplog.records if "fail" in r.getMessage().lower()]
+    assert failures == []
+    cloudwatch = client("cloudwatch", dynamodb)
+    assert {"Operation": "ProcessTask"} in listed(cloudwatch, unique_app_name)[
+        m.READ_THROUGHPUT_EXCEEDED]
+
+
+def test_a_partition_computed_twice_reports_the_refusals_of_both_computations():
+    """The reports accumulator keeps one report per (stream, shard, batch), the last
+    computation's, but adds up what every computation was refused: a re-read of a recorded
+    range at the limits (storageLevel NONE) is throttled too, and is counted."""
+    from kinesis_dstream.aws.range_table import BatchRange
+    from kinesis_dstream.executor.shard_reader import ReadReport
+    from kinesis_dstream.spark.planner import RangeReports
+
+    key = ("stream-r", SHARD, 1000)
+    batch_range = BatchRange("stream-r", SHARD, 1000, ExtendedSequenceNumber("TRIM_HORIZON"))
+    merged = RangeReports().addInPlace({key: ReadReport(batch_range, throttled=2, faults=1)},
+                                       {key: ReadReport(batch_range, throttled=3)})
+    assert (merged[key].throttled, merged[key].faults) == (5, 1)
+    fresh = RangeReports().addInPlace({}, {key: ReadReport(batch_range, throttled=3)})
+    assert fresh[key].throttled == 3

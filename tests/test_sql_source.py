@@ -537,6 +537,8 @@ def test_options_map_onto_the_reader_config():
     assert parsed.range_table_name == "tbl-kinesis-dstream-ranges"
     assert parsed.starting_position.timestamp == 1714557600.0
     assert parsed.max_fetch_records_per_shard == 7 and parsed.fail_on_data_loss
+    assert parsed.config.fail_on_data_loss  # the executors' readers decide on a trimmed start
+    assert not parse_source_options(BASE).config.fail_on_data_loss  # the awslabs default
 
 
 def test_sink_options_are_warned_about_as_not_applying_to_a_read(caplog):

@@ -236,7 +236,8 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
             if fetcher is None:  # GetShardIterator meets an outage as a page would
                 if start.sequence_number == AT_TIMESTAMP:
                     config = replace(config, initial_position_timestamp=timestamp)
-                fetcher = KinesisDataFetcher(clients.kinesis, config, shard_id)
+                fetcher = KinesisDataFetcher(clients.kinesis, config, shard_id,
+                                             reports_data_loss=not exact)
                 if iterator is not None:
                     fetcher.resume(start, iterator)
                 else:

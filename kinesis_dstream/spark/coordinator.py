@@ -81,6 +81,8 @@ class ShardState:
     # counters
     records: int = 0
     data_bytes: int = 0
+    throttled: int = 0  # reads Kinesis refused for throughput, in completed batches
+    faults: int = 0  # other transient read failures waited out, in completed batches
     millis_behind_latest: int | None = None
     last_checkpoint: str | None = None
     state: str = "processing"
@@ -316,11 +318,17 @@ class ShardCoordinator:
         if succeeded and self.publisher is not None:
             for shard_id, r in mine.items():
                 recorder = ShardMetricsRecorder(self.publisher, shard_id)
-                for _ in range(r.get_records_calls):
+                served = max(0, r.get_records_calls - r.throttled - r.faults)
+                for _ in range(served):
                     recorder.get_records(True, r.get_records_ms / r.get_records_calls)
+                recorder.throttled(r.throttled)
                 recorder.processed(r.batch_range.records, r.data_bytes,
                                    r.millis_behind_latest, None)
         with self._lock:
+            for shard_id, r in mine.items():  # every computation's refusals (RangeReports)
+                shard = self._shards.setdefault(shard_id, ShardState(shard_id))
+                shard.throttled += r.throttled
+                shard.faults += r.faults
             shard_ids = []
             for shard in self._shards.values():
                 if (member, batch_ms) in shard.planned:
@@ -499,7 +507,8 @@ class ShardCoordinator:
                     owner=self.config.worker_id if shard.held else None,
                     last_checkpoint=shard.last_checkpoint,
                     processed=str(completed) if completed is not None else None,
-                    state=shard.state, read_by_pids=sorted(shard.read_by_pids))
+                    state=shard.state, read_by_pids=sorted(shard.read_by_pids),
+                    throttled=shard.throttled, faults=shard.faults)
             return view
 
     def owned_shard_ids(self) -> list[str]:

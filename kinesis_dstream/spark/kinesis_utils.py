@@ -210,7 +210,9 @@ class KinesisUtils:
         shard id -> records (read by executors), data_bytes, millis_behind_latest, owner
         (this driver's worker id while it holds the lease), last_checkpoint (as written to
         the lease table), processed (highest position of a completed batch), state,
-        read_by_pids (the executor processes that read it).
+        read_by_pids (the executor processes that read it), throttled (reads Kinesis refused
+        for throughput, waited out, in completed batches), faults (other transient read
+        failures waited out).
         """
         view: dict[str, dict[str, Any]] = {}
         for coordinator in coordinators():

@@ -62,14 +62,21 @@ READ_AHEAD = "kinesis_dstream.readAhead"
 class RangeReports:
     """Accumulator parameter: {(stream key, shard id, batch ms): ReadReport}, merged by key.
 
-    A partition computed twice reports the same range twice; merging by key keeps one.
+    A partition computed twice reports the same range twice; merging by key keeps one, with
+    the refusals and faults of every computation added up (a re-read at the limits is
+    throttled too, and counted).
     """
 
     def zero(self, value: dict) -> dict:
         return {}
 
     def addInPlace(self, value1: dict, value2: dict) -> dict:  # noqa: N802 - PySpark's name
-        value1.update(value2)
+        for key, report in value2.items():
+            earlier = value1.get(key)
+            if earlier is not None and (earlier.throttled or earlier.faults):
+                report = replace(report, throttled=report.throttled + earlier.throttled,
+                                 faults=report.faults + earlier.faults)
+            value1[key] = report
         return value1
 
 

@@ -442,6 +442,8 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     if kinesis_region and "region_name" not in config_values:
         config_values["region_name"] = kinesis_region
     _check_connection(config_values)
+    if "fail_on_data_loss" in source_values:  # the executors' readers decide on a trimmed start
+        config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
     if "kinesis_endpoint" not in config_values:
         raise ConfigurationError(f"{ENDPOINT_URL} is required: the Kinesis endpoint to read from")
     # Read on the driver so that executors, which may lack the variable, use the same table.

@@ -77,7 +77,7 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
-from ..errors import KinesisDStreamError
+from ..errors import DataLossError, KinesisDStreamError
 from ..retry import FaultLog, is_transient
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
 from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange, start_after
@@ -118,10 +118,6 @@ _RESTART_NEEDS_4_2 = (
     "its query stands (pyspark >= 4.2 does), so a query cannot resume from its "
     "checkpointLocation here. Upgrade to pyspark >= 4.2, or start the query with a new "
     "checkpointLocation (it then reads from kinesis.startingPosition)")
-
-
-class DataLossError(KinesisDStreamError):
-    """A shard the query had not finished reading is gone (retention) and failOnDataLoss is set."""
 
 
 # -- positions in offsets ----------------------------------------------------------------------

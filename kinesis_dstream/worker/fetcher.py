@@ -9,14 +9,24 @@ repeating a user record of a half-delivered aggregate.
 The fetcher never sleeps and never swallows an error: throttling that outlasts the retry
 policy propagates, with the iterator kept, so the caller can wait and call again and nothing
 is skipped.
+
+A start older than the stream's retention (a checkpoint of a consumer that stopped for longer
+than that) meets one of two answers, both reported by peers: GetShardIterator refuses the
+sequence number (InvalidArgumentException naming StartingSequenceNumber; harlow/kinesis-consumer
+falls back to TRIM_HORIZON), or Kinesis silently hands out an iterator at the oldest record it
+holds (as telegraf's consumer met it). The fetcher reads AT the start's sequence number, so the
+first record of the first page must be that record: a later one means the records between were
+trimmed, in either shape. A fetcher made with ``reports_data_loss`` hands that range to
+``report_data_loss`` (fail, or log it once and go on); the KCL just goes on.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from ..aws.kinesis import KinesisClient
 from ..config import ConsumerConfig
-from ..errors import ConfigurationError, ExpiredIteratorError
+from ..errors import ConfigurationError, DataLossError, ExpiredIteratorError
 from ..records import (
     AT_TIMESTAMP,
     LATEST,
@@ -30,11 +40,53 @@ from .aggregation import deaggregate
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class TrimmedRange:
+    """Records lost to retention: those after ``after`` (where the read was to start) and
+    before ``first`` (the oldest record Kinesis still held; None when it held none)."""
+
+    shard_id: str
+    after: ExtendedSequenceNumber
+    first: str | None
+
+
+_reported: set[tuple[str, str, ExtendedSequenceNumber]] = set()  # (stream, shard, after)
+
+
+def report_data_loss(config: ConsumerConfig, lost: TrimmedRange) -> None:
+    """``failOnDataLoss`` decides: raise ``DataLossError``, or log the lost range once per
+    process (a task retry reads the same start again) and go on."""
+    upto = f"before {lost.first}" if lost.first is not None else "(the shard holds none now)"
+    message = (f"stream {config.stream_name!r} shard {lost.shard_id}: the records after "
+               f"{lost.after} {upto} were trimmed by the stream's retention before they were "
+               "read")
+    if config.fail_on_data_loss:
+        raise DataLossError(f"{message} (failOnDataLoss is true)")
+    key = (config.stream_name, lost.shard_id, lost.after)
+    if key not in _reported:
+        _reported.add(key)
+        log.warning("%s; going on from the oldest record left (failOnDataLoss is false)", message)
+
+
+def _refused_as_trimmed(exc: ConfigurationError) -> bool:
+    """GetShardIterator's InvalidArgumentException for a StartingSequenceNumber Kinesis no
+    longer holds; not the one for a sequence number of another shard ("It encodes ...")."""
+    text = str(exc).lower()
+    return ("invalidargumentexception" in text and "startingsequencenumber" in text
+            and "encodes" not in text)
+
+
 class KinesisDataFetcher:
     """Reads one shard from a start position; call ``initialize`` once, then ``get_records``."""
 
-    def __init__(self, kinesis: KinesisClient, config: ConsumerConfig, shard_id: str) -> None:
+    def __init__(self, kinesis: KinesisClient, config: ConsumerConfig, shard_id: str, *,
+                 reports_data_loss: bool = False) -> None:
         self._kinesis = kinesis
+        self._reports_data_loss = reports_data_loss
+        # A start older than the trim horizon: the sequence number an AT iterator was asked
+        # for (the first record must be it), or a start refused and replaced by TRIM_HORIZON.
+        self._expected_first: ExtendedSequenceNumber | None = None
+        self._refused_start: ExtendedSequenceNumber | None = None
         self._config = config
         self.shard_id = shard_id
         self._start: ExtendedSequenceNumber | None = None
@@ -97,9 +149,11 @@ class KinesisDataFetcher:
         self._child_shard_ids = []
         self._iterator = iterator
         self._skip_through = None
+        self._expected_first = self._refused_start = None
 
     def _iterator_at(self, position: ExtendedSequenceNumber) -> str:
         self.shard_iterator_calls += 1
+        self._expected_first = self._refused_start = None
         if position.sequence_number in (TRIM_HORIZON, LATEST):
             return self._kinesis.get_shard_iterator(self.shard_id, position.sequence_number)
         if position.sequence_number == AT_TIMESTAMP:
@@ -109,8 +163,38 @@ class KinesisDataFetcher:
                     "is not set")
             return self._kinesis.get_shard_iterator(
                 self.shard_id, AT_TIMESTAMP, timestamp=self._config.initial_position_timestamp)
-        return self._kinesis.get_shard_iterator(self.shard_id, "AT_SEQUENCE_NUMBER",
-                                                sequence_number=position.sequence_number)
+        try:
+            iterator = self._kinesis.get_shard_iterator(
+                self.shard_id, "AT_SEQUENCE_NUMBER", sequence_number=position.sequence_number)
+        except ConfigurationError as exc:
+            if not _refused_as_trimmed(exc):
+                raise
+            log.info("shard %s: Kinesis no longer holds %s (%s); reading from TRIM_HORIZON",
+                     self.shard_id, position, exc)
+            self.shard_iterator_calls += 1
+            iterator = self._kinesis.get_shard_iterator(self.shard_id, TRIM_HORIZON)
+            self._refused_start = position
+            return iterator
+        self._expected_first = position
+        return iterator
+
+    def _check_trimmed(self, kinesis_records: list, at_tip: bool) -> None:
+        """After a fresh iterator at a sequence number: were records trimmed before it?"""
+        start = self._expected_first or self._refused_start
+        if start is None:
+            return
+        if kinesis_records:
+            first = str(kinesis_records[0]["SequenceNumber"])
+            trimmed = (self._refused_start is not None
+                       or int(first) > int(start.sequence_number))
+        elif at_tip and self._refused_start is not None:
+            first, trimmed = None, True
+        else:
+            return  # an empty page on the way: the next one tells
+        if trimmed and self._reports_data_loss:
+            # Before the fetcher moves on: if it raises, a call again raises again.
+            report_data_loss(self._config, TrimmedRange(self.shard_id, start, first))
+        self._expected_first = self._refused_start = None
 
     def _restart_iterator(self) -> None:
         """A fresh iterator right after what was delivered, or at the start if nothing was."""
@@ -146,6 +230,8 @@ class KinesisDataFetcher:
             answer = self._kinesis.get_records(self._iterator, self._config.max_records,
                                                shard_id=self.shard_id)
         kinesis_records = answer.get("Records", ())
+        self._check_trimmed(kinesis_records, answer.get("NextShardIterator") is None
+                            or not answer.get("MillisBehindLatest"))
         records = deaggregate(kinesis_records, self.shard_id)
         if self._skip_through is not None and records:
             records = self._drop_delivered(records)

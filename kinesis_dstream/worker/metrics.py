@@ -38,6 +38,9 @@ MILLIS_BEHIND_LATEST = "MillisBehindLatest"
 PROCESS_RECORDS_TIME = "RecordProcessor.processRecords.Time"
 GET_RECORDS_SUCCESS = "KinesisDataFetcher.getRecords.Success"
 GET_RECORDS_TIME = "KinesisDataFetcher.getRecords.Time"
+# Reads Kinesis refused for throughput, per shard: the service's own stream metric's name
+# (the KCL counts them only as getRecords.Success 0, which this records as well).
+READ_THROUGHPUT_EXCEEDED = "ReadProvisionedThroughputExceeded"
 CURRENT_LEASES = "CurrentLeases"
 LOST_LEASES = "LostLeases"
 TOTAL_LEASES = "TotalLeases"
@@ -185,6 +188,16 @@ class ShardMetricsRecorder:
                                shard_id=self._shard_id, level="DETAILED")
         self._publisher.record(GET_RECORDS_TIME, elapsed_ms, operation=PROCESS_TASK,
                                shard_id=self._shard_id, unit=MILLISECONDS, level="DETAILED")
+
+    def throttled(self, refused: int) -> None:
+        """``refused`` reads Kinesis refused for throughput and the reader waited out."""
+        if self._publisher is None or refused <= 0:
+            return
+        for _ in range(refused):
+            self._publisher.record(GET_RECORDS_SUCCESS, 0, operation=PROCESS_TASK,
+                                   shard_id=self._shard_id, level="DETAILED")
+        self._publisher.record(READ_THROUGHPUT_EXCEEDED, refused, operation=PROCESS_TASK,
+                               shard_id=self._shard_id)
 
     def processed(self, records: int, data_bytes: int, millis_behind_latest: int | None,
                   elapsed_ms: float | None) -> None:

@@ -148,7 +148,7 @@ class Scheduler:
     def _make_fetcher(self, shard_id: str) -> Any:
         from .fetcher import KinesisDataFetcher
 
-        return KinesisDataFetcher(self.kinesis, self.config, shard_id)
+        return KinesisDataFetcher(self.kinesis, self.config, shard_id, reports_data_loss=True)
 
     def _read_checkpoint(self, shard_id: str) -> ExtendedSequenceNumber:
         lease = self.coordinator.owned_lease(shard_id)

@@ -1,0 +1,387 @@
+"""Benchmark: reads at Kinesis' per-shard read limits (issue 16), one JSON document.
+
+A 4-shard kinesalite backlog of 1,000-byte records (``--mb``, default 240) is read through
+tests/fault_proxy.py in limits mode (GetRecords 5 calls/s and 2 MiB/s per shard,
+GetShardIterator 5 calls/s per shard), run in a process of its own so that its JSON work does
+not compete with the readers for this process' GIL:
+
+* ``kcl_boto3``: a KCL-style boto3 reader in the same run: a thread per shard, one GetRecords
+  (10,000 records at most) at least 1 s after the last (the KCL's idleTimeBetweenReads),
+  a refusal waited out the same way (botocore's own retries off, so each one is seen);
+* ``dstream_default``: ``createStream`` with the default storage level, on
+  local-cluster[2,1,1024], 1 s batches, foreachRDD collecting each record's index;
+* ``dstream_none``: the same with ``StorageLevel.NONE`` (each batch's ranges are read again
+  by its output operation: a read-ahead and a re-read, both under the limits);
+* ``sql`` is not measured here yet (``--sql`` says so): the SQL source's driver probe is being
+  changed on another branch.
+
+Per variant: MiB/s per shard from its start to its last record (and from its first record),
+the ratio to 2 MiB/s and to ``kcl_boto3``, the proxy's refusals by operation, the refusals
+metrics() counted, failed batches (the planner's ERROR lines) and exact counts.
+
+``live`` (``--live-s``, 0 skips it): three DStream applications (different names, one
+StreamingContext) on one 4-shard stream while a producer puts ``--live-kib`` KiB/s per shard;
+after the producer stops, each application's lag (seconds until it had every record) and
+its counts (every record once).
+
+Quote figures with the machine's load: ``python bench/bench_limits.py --mb 40``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import common
+import spark_common as sc_common
+
+MiB = 1024 * 1024
+LIMIT_MIB_S = 2.0
+RECORD_BYTES = 1000
+
+
+# -- the limits proxy, in a process of its own --------------------------------------------------
+def _serve_proxy(upstream: str, conn: Any) -> None:
+    sys.path.insert(0, str(common.TESTS_DIR))
+    from fault_proxy import FaultProxy, ShardLimits
+
+    limits = ShardLimits()
+    proxy = FaultProxy(upstream, share=0.0, limits=limits, max_lifetime_s=6 * 3600).start()
+    conn.send(proxy.endpoint)
+    while True:
+        command = conn.recv()
+        if command == "stats":
+            with limits._lock:
+                conn.send({"refused": {f"{op} {shard}": n for (op, shard), n
+                                       in sorted(limits.refused.items())},
+                           "served_bytes": dict(limits.served_bytes),
+                           "unattributed": limits.unattributed})
+        else:
+            proxy.stop()
+            conn.send("stopped")
+            return
+
+
+class LimitsProxy:
+    def __init__(self, upstream: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._proc = context.Process(target=_serve_proxy, args=(upstream, child), daemon=True)
+
+    def __enter__(self) -> "LimitsProxy":
+        self._proc.start()
+        self.endpoint = self._conn.recv()
+        return self
+
+    def stats(self) -> dict[str, Any]:
+        self._conn.send("stats")
+        return self._conn.recv()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._conn.send("stop")
+            self._conn.recv()
+        finally:
+            self._proc.join(timeout=10)
+            if self._proc.is_alive():
+                self._proc.kill()
+
+
+def refusals_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    by_operation: Counter[str] = Counter()
+    for key, n in after["refused"].items():
+        by_operation[key.split(" ")[0]] += n - before["refused"].get(key, 0)
+    return dict(by_operation)
+
+
+# -- the backlog --------------------------------------------------------------------------------
+def fill(kinesis: str, stream: str, records: int) -> dict[str, int]:
+    """``records`` 1,000-byte records whose first 10 characters are their index; per shard."""
+    h = common.helpers()
+    per_shard: Counter[str] = Counter()
+    chunk = 20_000
+    for start in range(0, records, chunk):
+        put = h.put_records(kinesis, stream, [
+            (f"pk{i}", f"{i:010d}".ljust(RECORD_BYTES, "x"))
+            for i in range(start, min(records, start + chunk))])
+        per_shard.update(p.shard_id for p in put)
+        common.progress(f"put {min(records, start + chunk)} of {records}")
+    return dict(per_shard)
+
+
+def rates(total_bytes: int, shards: int, started: float, first: float | None,
+          done: float) -> dict[str, Any]:
+    wall = done - started
+    per_shard = total_bytes / MiB / shards / wall
+    result = {"wall_s": round(wall, 2), "mib_s_per_shard": round(per_shard, 3),
+              "of_limit": round(per_shard / LIMIT_MIB_S, 3)}
+    if first is not None and done > first:
+        steady = total_bytes / MiB / shards / (done - first)
+        result.update(first_record_s=round(first - started, 2),
+                      mib_s_per_shard_after_first=round(steady, 3),
+                      of_limit_after_first=round(steady / LIMIT_MIB_S, 3))
+    return result
+
+
+# -- (a) a KCL-style boto3 reader ----------------------------------------------------------------
+def kcl_boto3(endpoint: str, stream: str, per_shard: dict[str, int],
+              timeout_s: float) -> dict[str, Any]:
+    import boto3
+    from botocore.config import Config
+
+    from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+
+    seen: set[int] = set()
+    counted = [0]
+    lock = threading.Lock()
+    throttled: Counter[str] = Counter()
+    first: list[float] = []
+    errors: list[BaseException] = []
+
+    def read(shard: str) -> None:
+        try:
+            kinesis = boto3.client(
+                "kinesis", endpoint_url=endpoint, region_name=DUMMY_REGION,
+                aws_access_key_id=DUMMY_ACCESS_KEY_ID, aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+                config=Config(retries={"total_max_attempts": 1, "mode": "standard"},
+                              max_pool_connections=2))
+            refused = kinesis.exceptions.ProvisionedThroughputExceededException
+            iterator = None
+            got = 0
+            deadline = time.monotonic() + timeout_s
+            last_call = 0.0
+            while got < per_shard[shard] and time.monotonic() < deadline:
+                time.sleep(max(0.0, last_call + 1.0 - time.monotonic()))
+                last_call = time.monotonic()
+                try:
+                    if iterator is None:
+                        iterator = kinesis.get_shard_iterator(
+                            StreamName=stream, ShardId=shard,
+                            ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+                    page = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+                except refused:
+                    throttled[shard] += 1
+                    continue
+                iterator = page["NextShardIterator"]
+                ids = [int(r["Data"][:10]) for r in page["Records"]]
+                got += len(ids)
+                with lock:
+                    if ids and not first:
+                        first.append(time.time())
+                    seen.update(ids)
+                    counted[0] += len(ids)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    started = time.time()
+    threads = [threading.Thread(target=read, args=(s,), daemon=True) for s in sorted(per_shard)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done = time.time()
+    if errors:
+        raise errors[0]
+    total = sum(per_shard.values())
+    result = rates(len(seen) * RECORD_BYTES, len(per_shard), started, first[0] if first else None,
+                   done)
+    result.update(records=len(seen), records_counted=counted[0], exact=counted[0] == total == len(seen),
+                  reader_refusals_seen=sum(throttled.values()))
+    return result
+
+
+# -- (b, c) the DStream ---------------------------------------------------------------------------
+class FailedBatches(logging.Handler):
+    """Counts the planner's "batch N failed" lines (a batch whose output operation failed)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "failed" in record.getMessage():
+            self.count += 1
+
+
+def dstream(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s: float,
+            **create_kwargs: Any) -> dict[str, Any]:
+    from kinesis_dstream import KinesisUtils
+
+    h = common.helpers()
+    app = h.unique_name("bench-limits")
+    ssc = sc_common.streaming_context(sc)
+    counter = sc_common.BatchCounter(unique=True)
+    counter.target = total
+    kstream = sc_common.create_stream(ssc, app, stream, kinesis, dynamodb, **create_kwargs)
+    kstream.foreachRDD(counter.function())
+    failed = FailedBatches()
+    logging.getLogger("kinesis_dstream").addHandler(failed)
+    result: dict[str, Any] = {}
+    started = time.time()
+    try:
+        ssc.start()
+        finished = counter.done.wait(timeout_s)
+        metrics = KinesisUtils.metrics(stream)
+        done = counter.done_at or time.time()
+        result = rates(counter.distinct * RECORD_BYTES, 4, started, counter.first_data_at, done)
+        result.update(records=counter.distinct, records_counted=counter.total,
+                      exact=finished and counter.total == counter.distinct == total,
+                      batches=counter.batches, failed_batches=failed.count,
+                      refusals_in_metrics=sum(m.get("throttled", 0) for m in metrics.values()))
+    finally:
+        logging.getLogger("kinesis_dstream").removeHandler(failed)
+        sc_common.stop_streaming(ssc)
+        common.delete_table(dynamodb, app)
+        common.delete_table(dynamodb, f"{app}-kinesis-dstream-ranges")
+    return result
+
+
+# -- (e) three applications at live traffic -------------------------------------------------------
+class Producer(threading.Thread):
+    def __init__(self, kinesis: str, stream: str, records_s: int, duration_s: float) -> None:
+        super().__init__(name="bench-producer", daemon=True)
+        self.client = common.helpers().client("kinesis", kinesis)
+        self.stream, self.records_s, self.duration_s = stream, records_s, duration_s
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            start = time.monotonic()
+            while time.monotonic() - start < self.duration_s:
+                want = int((time.monotonic() - start + 0.2) * self.records_s) - self.sent
+                for offset in range(0, max(0, want), 500):
+                    entries = [{"PartitionKey": f"pk{i}",
+                                "Data": f"{i:010d}".ljust(RECORD_BYTES, "x").encode()}
+                               for i in range(self.sent, self.sent + min(500, want - offset))]
+                    reply = self.client.put_records(StreamName=self.stream, Records=entries)
+                    if reply.get("FailedRecordCount"):
+                        raise RuntimeError(f"{reply['FailedRecordCount']} puts failed")
+                    self.sent += len(entries)
+                time.sleep(0.2)
+        except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
+            self.error = exc
+
+
+def live(sc: Any, kinesis: str, dynamodb: str, args: argparse.Namespace) -> dict[str, Any]:
+    h = common.helpers()
+    stream = h.unique_name("bench-limits-live")
+    h.create_stream(kinesis, stream, 4)
+    ssc = sc_common.streaming_context(sc)
+    apps = [h.unique_name(f"bench-limits-app{i}") for i in range(3)]
+    counters = []
+    for app in apps:
+        counter = sc_common.BatchCounter(unique=True)
+        sc_common.create_stream(ssc, app, stream, kinesis, dynamodb).foreachRDD(counter.function())
+        counters.append(counter)
+    failed = FailedBatches()
+    logging.getLogger("kinesis_dstream").addHandler(failed)
+    records_s = int(args.live_kib * 1024 * 4 / RECORD_BYTES)
+    producer = Producer(kinesis, stream, records_s, args.live_s)
+    result: dict[str, Any] = {"producer_records_s": records_s,
+                              "producer_kib_s_per_shard": args.live_kib}
+    try:
+        ssc.start()
+        producer.start()
+        producer.join()
+        stopped = time.time()
+        if producer.error is not None:
+            raise producer.error
+        for counter in counters:
+            counter.target = producer.sent
+            if counter.distinct >= producer.sent:
+                counter.done_at = counter.done_at or stopped
+                counter.done.set()
+        for counter in counters:
+            counter.done.wait(args.timeout_s)
+        result.update(sent=producer.sent, sent_mib_s_per_shard=round(
+            producer.sent * RECORD_BYTES / MiB / 4 / args.live_s, 3),
+            failed_batches=failed.count,
+            apps=[{"records": c.distinct, "records_counted": c.total,
+                   "exact": c.total == c.distinct == producer.sent,
+                   "caught_up_s_after_producer_stopped":
+                       round(c.done_at - stopped, 2) if c.done_at else None}
+                  for c in counters])
+    finally:
+        logging.getLogger("kinesis_dstream").removeHandler(failed)
+        sc_common.stop_streaming(ssc)
+        for app in apps:
+            common.delete_table(dynamodb, app)
+            common.delete_table(dynamodb, f"{app}-kinesis-dstream-ranges")
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=240.0, help="backlog size, MB (default 240)")
+    parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument("--live-s", type=float, default=60.0, help="live part length; 0 skips it")
+    parser.add_argument("--live-kib", type=float, default=256.0,
+                        help="live traffic, KiB/s per shard (three applications read it)")
+    parser.add_argument("--sql", action="store_true", help="the SQL source (not measured yet)")
+    parser.add_argument("--only", choices=["kcl_boto3", "dstream_default", "dstream_none", "live"],
+                        action="append")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    from pyspark import StorageLevel
+
+    h = common.helpers()
+    load = os.getloadavg()
+    records = int(args.mb * 1_000_000 / RECORD_BYTES)
+    wanted = set(args.only or ["kcl_boto3", "dstream_default", "dstream_none", "live"])
+    result: dict[str, Any] = {"benchmark": "bench_limits", "backlog_mb": args.mb,
+                              "records": records, "record_bytes": RECORD_BYTES,
+                              "limit_mib_s_per_shard": LIMIT_MIB_S}
+    if args.sql:
+        result["sql"] = "not measured: the SQL source's probe is being changed (branch sqlprobe)"
+    sc_common.use_dummy_aws_env()
+    with common.running_emulators("kinesalite", "moto") as emu, \
+            LimitsProxy(emu["kinesalite"].endpoint) as proxy:
+        kinesis, dynamodb = emu["kinesalite"].endpoint, emu["moto"].endpoint
+        stream = h.unique_name("bench-limits")
+        h.create_stream(kinesis, stream, 4)
+        per_shard = fill(kinesis, stream, records)
+        result["records_per_shard"] = per_shard
+        variants: dict[str, Any] = {}
+        if "kcl_boto3" in wanted:
+            common.progress("kcl_boto3")
+            before = proxy.stats()
+            variants["kcl_boto3"] = kcl_boto3(proxy.endpoint, stream, per_shard, args.timeout_s)
+            variants["kcl_boto3"]["refusals"] = refusals_between(before, proxy.stats())
+        sc = sc_common.spark_context(sc_common.CLUSTER)
+        try:
+            sc_common.warm_up(sc)
+            for name, kwargs in (("dstream_default", {}),
+                                 ("dstream_none", {"storageLevel": StorageLevel.NONE})):
+                if name not in wanted:
+                    continue
+                common.progress(name)
+                before = proxy.stats()
+                variants[name] = dstream(sc, proxy.endpoint, dynamodb, stream, records,
+                                         args.timeout_s, **kwargs)
+                variants[name]["refusals"] = refusals_between(before, proxy.stats())
+            boto = variants.get("kcl_boto3", {}).get("mib_s_per_shard")
+            for name, figures in variants.items():
+                if boto and name != "kcl_boto3":
+                    figures["of_kcl_boto3"] = round(figures["mib_s_per_shard"] / boto, 3)
+            result["drain"] = variants
+            if "live" in wanted and args.live_s > 0:
+                common.progress("live: three applications")
+                before = proxy.stats()
+                result["live"] = live(sc, proxy.endpoint, dynamodb, args)
+                result["live"]["refusals"] = refusals_between(before, proxy.stats())
+        finally:
+            sc.stop()
+    result["machine"] = common.machine(load)
+    common.emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

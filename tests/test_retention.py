@@ -1,0 +1,355 @@
+"""Expired iterators and records trimmed by retention, through the fault proxy.
+
+No emulator expires an iterator or trims a shard, so kinesis-local sits behind
+tests/fault_proxy.py: ``iterator_ttl_s`` answers ExpiredIteratorException for an iterator
+older than that, ``trim_horizon`` makes the records before a sequence number gone, in either
+shape Kinesis is reported to answer a start before it with (``trim_shape``: "silent", an
+iterator at the oldest record; "refuse", InvalidArgumentException). The fetcher, the worker
+(Scheduler) and the DStream and SQL readers all read through one ``KinesisDataFetcher``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulators import put_records as put_at
+from kinesis_dstream.aws.kinesis import KinesisClient
+from kinesis_dstream.aws.lease_table import Lease, LeaseTable
+from kinesis_dstream.errors import DataLossError
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.worker import fetcher as fetcher_module
+from kinesis_dstream.worker.fetcher import KinesisDataFetcher
+from kinesis_dstream.worker.processor import RecordProcessor
+from kinesis_dstream.worker.scheduler import Scheduler
+from spark_helpers import collected, create, make_ssc, wait_until
+
+warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
+
+SHAPES = ("silent", "refuse")
+
+
+def trimmed_warnings(messages: list[str], shard: str) -> list[str]:
+    return [m for m in messages if "trimmed by the stream's retention" in m and shard in m]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_reports():
+    """Losses are logged once per process: each test starts with none logged."""
+    fetcher_module._reported.clear()
+    yield
+
+
+@pytest.fixture
+def ten(make_stream, put_records) -> tuple[str, list]:
+    """A one-shard stream of ten plain records r0..r9."""
+    stream = make_stream(1)
+    return stream, put_records(stream, [(f"k{i}", f"r{i}") for i in range(10)])
+
+
+def drain(fetcher: KinesisDataFetcher, max_calls: int = 50) -> list[str]:
+    got: list[str] = []
+    for _ in range(max_calls):
+        result = fetcher.get_records()
+        got += [r.binary_data.decode() for r in result.records]
+        if not result.records and result.at_tip(fetcher._config.max_records):
+            return got
+    raise AssertionError("the shard never reached its tip")
+
+
+# -- the fetcher -------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_trimmed_checkpoint_goes_on_from_the_oldest_record_and_is_logged_once(
+        ten, make_config, make_fault_proxy, caplog, shape):
+    stream, put = ten
+    proxy = make_fault_proxy(share=0.0)
+    proxy.trim_horizon, proxy.trim_shape = {put[0].shard_id: put[5].sequence_number}, shape
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint)
+    caplog.set_level(logging.WARNING, logger="kinesis_dstream")
+    for _ in range(2):  # a task retry reads the same start again: still one line
+        fetcher = KinesisDataFetcher(KinesisClient(config), config, put[0].shard_id,
+                                     reports_data_loss=True)
+        fetcher.initialize(ESN(put[1].sequence_number))
+        assert drain(fetcher) == [f"r{i}" for i in range(5, 10)]
+    (line,) = trimmed_warnings(caplog.messages, put[0].shard_id)
+    assert f"after {ESN(put[1].sequence_number)} before {put[5].sequence_number}" in line
+    assert stream in line
+    assert proxy.refused == (2 if shape == "refuse" else 0)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_trimmed_checkpoint_fails_with_fail_on_data_loss(ten, make_config, make_fault_proxy,
+                                                           shape):
+    stream, put = ten
+    proxy = make_fault_proxy(share=0.0)
+    proxy.trim_horizon, proxy.trim_shape = {put[0].shard_id: put[5].sequence_number}, shape
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint, fail_on_data_loss=True)
+    fetcher = KinesisDataFetcher(KinesisClient(config), config, put[0].shard_id,
+                                 reports_data_loss=True)
+    fetcher.initialize(ESN(put[1].sequence_number))
+    for _ in range(2):  # and again: the fetcher does not move past what it refused to skip
+        with pytest.raises(DataLossError) as info:
+            fetcher.get_records()
+        assert put[0].shard_id in str(info.value)
+        assert put[1].sequence_number in str(info.value)
+        assert put[5].sequence_number in str(info.value)
+
+
+def test_a_start_at_the_trim_horizon_or_after_it_loses_nothing(ten, make_config,
+                                                                make_fault_proxy, caplog):
+    stream, put = ten
+    proxy = make_fault_proxy(share=0.0)
+    proxy.trim_horizon = {put[0].shard_id: put[5].sequence_number}
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint, fail_on_data_loss=True)
+    caplog.set_level(logging.WARNING, logger="kinesis_dstream")
+    for start, expected in ((5, range(6, 10)), (7, range(8, 10))):
+        fetcher = KinesisDataFetcher(KinesisClient(config), config, put[0].shard_id,
+                                     reports_data_loss=True)
+        fetcher.initialize(ESN(put[start].sequence_number))
+        assert drain(fetcher) == [f"r{i}" for i in expected]
+    fetcher.initialize(ESN.TRIM_HORIZON)  # the oldest record there is: nothing to report
+    assert drain(fetcher) == [f"r{i}" for i in range(5, 10)]
+    assert not trimmed_warnings(caplog.messages, put[0].shard_id)
+
+
+def test_expired_iterators_are_re_created_after_the_last_record(ten, make_config,
+                                                                 make_fault_proxy):
+    stream, put = ten
+    proxy = make_fault_proxy(share=0.0)
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint, max_records=3)
+    fetcher = KinesisDataFetcher(KinesisClient(config), config, put[0].shard_id)
+    fetcher.initialize(ESN(put[0].sequence_number))
+    got = [r.binary_data.decode() for r in fetcher.get_records().records]
+    proxy.expire_next = 1
+    got += drain(fetcher)
+    proxy.iterator_ttl_s = 0.2  # a handed-back iterator kept too long
+    put_at(proxy.endpoint, stream, [("k10", "r10")])
+    time.sleep(0.5)
+    got += drain(fetcher)
+    assert got == [f"r{i}" for i in range(1, 11)]
+    assert proxy.expired == 2
+    assert fetcher.shard_iterator_calls == 3  # the first, and one per expiry
+
+
+# -- the worker (Scheduler) --------------------------------------------------------------------
+class _Recorder(RecordProcessor):
+    def __init__(self, delivered: list[str], lock: threading.Lock) -> None:
+        self.delivered, self.lock = delivered, lock
+
+    def process_records(self, process_records_input: Any) -> None:
+        with self.lock:
+            self.delivered.extend(r.binary_data.decode() for r in process_records_input.records)
+        process_records_input.checkpointer.checkpoint()
+
+
+def seed_checkpoint(config: Any, shard_id: str, sequence_number: str) -> None:
+    """A lease whose checkpoint a consumer left long ago (before the stream's retention)."""
+    table = LeaseTable(config)
+    table.create_table_if_not_exists()
+    assert table.create_lease_if_not_exists(Lease(shard_id, checkpoint=ESN(sequence_number)))
+
+
+@pytest.mark.timeout(180)
+def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothing(
+        aws_env, ten, make_config, make_fault_proxy, caplog):
+    stream, put = ten
+    shard = put[0].shard_id
+    proxy = make_fault_proxy(share=0.0)
+    proxy.trim_horizon, proxy.trim_shape = {shard: put[4].sequence_number}, "refuse"
+    proxy.iterator_ttl_s = 0.3  # the worker idles 0.5 s between reads at the tip
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint, idle_time_between_reads_ms=500)
+    seed_checkpoint(config, shard, put[1].sequence_number)
+    delivered: list[str] = []
+    lock = threading.Lock()
+    caplog.set_level(logging.WARNING, logger="kinesis_dstream")
+    scheduler = Scheduler(config, lambda shard_id: _Recorder(delivered, lock))
+    scheduler.start()
+    try:
+        wait_until(lambda: len(delivered) >= 6, 60, "the records after the trim horizon")
+        for round_ in range(3):  # more records between expiries
+            put_at(proxy.endpoint, stream, [(f"k{round_}", f"n{round_}")])
+            time.sleep(1.0)
+        wait_until(lambda: len(delivered) >= 9, 60, "the records put while running")
+        time.sleep(1.5)  # what would come twice comes by now
+    finally:
+        scheduler.shutdown(timeout_s=10)
+    assert delivered == [f"r{i}" for i in range(4, 10)] + ["n0", "n1", "n2"]
+    assert proxy.expired > 0 and proxy.refused == 1
+    (line,) = trimmed_warnings(caplog.messages, shard)
+    assert f"after {ESN(put[1].sequence_number)} before {put[4].sequence_number}" in line
+
+
+# -- DStream on Spark --------------------------------------------------------------------------
+@pytest.fixture
+def proxied(aws_env, dynamodb, make_fault_proxy):
+    proxy = make_fault_proxy(share=0.0)
+    return proxy, dict(kinesis=proxy.endpoint, dynamodb=dynamodb)
+
+
+def executor_lines(sc: Any, needle: str) -> list[str]:
+    """Lines with ``needle`` in this application's executor logs (local-cluster writes each
+    executor's stderr under $SPARK_HOME/work/<application id>/<executor id>/)."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    lines = []
+    for path in (home / "work" / sc.applicationId).glob("*/stderr"):
+        lines += [line for line in path.read_text(errors="replace").splitlines() if needle in line]
+    return lines
+
+
+def collected_or_failed(kstream: Any) -> tuple[list, list[str]]:
+    """Every row of every batch, and the errors of batches whose job failed."""
+    rows: list = []
+    failed: list[str] = []
+
+    def keep(rdd: Any) -> None:
+        try:
+            rows.extend(rdd.collect())
+        except Exception as exc:  # noqa: BLE001 - the test asserts on it
+            failed.append(str(exc))
+
+    kstream.foreachRDD(keep)
+    return rows, failed
+
+
+@pytest.mark.timeout(240)
+def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_stream,
+                                                           put_records, unique_app_name):
+    proxy, env = proxied
+    stream = make_stream(2)
+    proxy.iterator_ttl_s = 0.5  # handed across 1 s batches: most expire before they are used
+    expected = [r.data.decode() for r in put_records(stream, [(f"k{i}", f"a{i}")
+                                                             for i in range(40)])]
+    ssc = make_ssc(sc)
+    rows, failed = collected_or_failed(create(ssc, unique_app_name, stream, env))
+    ssc.start()
+    try:
+        wait_until(lambda: len(rows) >= 40, 90, "the first records")
+        for round_ in range(4):  # quiet shards between rounds: their iterators age
+            expected += [r.data.decode() for r in put_records(
+                stream, [(f"k{i}", f"b{round_}-{i}") for i in range(10)])]
+            time.sleep(2.0)
+        wait_until(lambda: len(rows) >= len(expected), 90, "every record")
+        time.sleep(3.0)  # batches that would bring a record twice run by now
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert Counter(rows) == Counter(expected)
+    assert proxy.expired > 0
+    assert not failed, failed[0][:2000]  # a failed batch's records would come later: no
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
+        sc, proxied, make_config, make_stream, put_records, unique_app_name, shape):
+    proxy, env = proxied
+    stream = make_stream(1)
+    put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(10)])
+    shard = put[0].shard_id
+    proxy.trim_horizon, proxy.trim_shape = {shard: put[6].sequence_number}, shape
+    seed_checkpoint(make_config(stream, kinesis_endpoint=proxy.endpoint), shard,
+                    put[2].sequence_number)
+    ssc = make_ssc(sc)
+    rows = collected(create(ssc, unique_app_name, stream, env))
+    ssc.start()
+    try:
+        wait_until(lambda: len(rows) >= 4, 90, "the records after the trim horizon")
+        time.sleep(3.0)
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert rows == [f"r{i}" for i in range(6, 10)]
+    span = f"after {ESN(put[2].sequence_number)} before {put[6].sequence_number}"
+    lines = executor_lines(sc, f"stream {stream!r} shard {shard}")
+    assert len(lines) == 1 and span in lines[0] and "WARNING" in lines[0], lines
+
+
+@pytest.mark.timeout(240)
+def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
+        sc, proxied, make_config, make_stream, put_records, unique_app_name):
+    proxy, env = proxied
+    stream = make_stream(1)
+    put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(10)])
+    shard = put[0].shard_id
+    proxy.trim_horizon = {shard: put[6].sequence_number}
+    seed_checkpoint(make_config(stream, kinesis_endpoint=proxy.endpoint), shard,
+                    put[2].sequence_number)
+    sc._conf._jconf.set("spark.streaming.kinesis.failOnDataLoss", "true")
+    try:
+        ssc = make_ssc(sc)
+        kstream = create(ssc, unique_app_name, stream, env)
+    finally:
+        sc._conf._jconf.remove("spark.streaming.kinesis.failOnDataLoss")
+    rows, errors = collected_or_failed(kstream)
+    ssc.start()
+    try:
+        wait_until(lambda: errors, 120, "a failed batch")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
+    assert not rows
+    assert "DataLossError" in errors[0] and shard in errors[0]
+    assert put[2].sequence_number in errors[0] and put[6].sequence_number in errors[0]
+
+
+# -- the SQL source ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark(sc: Any) -> Any:
+    from pyspark.sql import SparkSession
+
+    from kinesis_dstream.sql.datasource import register
+
+    session = SparkSession(sc)
+    register(session)
+    return session
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fail", [False, True])
+def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make_stream,
+                                                         put_records, unique_app_name,
+                                                         tmp_path, fail):
+    from test_sql_source import Batches, options, start_query, stop
+
+    proxy, env = proxied
+    stream = make_stream(1)
+    put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(3)])
+    shard = put[0].shard_id
+    opts = options(stream, proxy.endpoint, env["dynamodb"], unique_app_name,
+                   **{"kinesis.failOnDataLoss": str(fail).lower()})
+    checkpoint, sink = str(tmp_path / "checkpoint"), Batches()
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: len(sink.rows()) >= 3, 120, "the first records")
+    finally:
+        stop(query)
+    put += put_records(stream, [(f"k{i}", f"r{i}") for i in range(3, 10)])
+    # Stopped for longer than the stream's retention: r3..r5 are gone, and so are the
+    # iterators the query kept.
+    proxy.trim_horizon, proxy.iterator_ttl_s = {shard: put[6].sequence_number}, 0.5
+    first_run = len(sink.rows())
+    query = start_query(spark, opts, checkpoint, sink)
+    span = f"after {ESN(put[2].sequence_number)} before {put[6].sequence_number}"
+    try:
+        if fail:
+            wait_until(lambda: not query.isActive, 120, "the query to fail")
+        else:
+            wait_until(lambda: len(sink.rows()) >= first_run + 4, 120, "the records left")
+            time.sleep(3.0)
+    finally:
+        query.stop()
+    data = [r[4].decode() for r in sorted(sink.rows(), key=lambda r: int(r[1]))]
+    if fail:
+        error = str(query.exception())
+        assert "DataLossError" in error and shard in error and span in error, error
+        assert data == ["r0", "r1", "r2"]
+        return
+    assert query.exception() is None, query.exception()
+    assert data == [f"r{i}" for i in (0, 1, 2, 6, 7, 8, 9)]
+    lines = executor_lines(sc, f"stream {stream!r} shard {shard}")
+    assert len(lines) == 1 and span in lines[0] and "WARNING" in lines[0], lines
