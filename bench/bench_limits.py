@@ -12,8 +12,8 @@ not compete with the readers for this process' GIL:
   local-cluster[2,1,1024], 1 s batches, foreachRDD collecting each record's index;
 * ``dstream_none``: the same with ``StorageLevel.NONE`` (each batch's ranges are read again
   by its output operation: a read-ahead and a re-read, both under the limits);
-* ``sql`` is not measured here yet (``--sql`` says so): the SQL source's driver probe is being
-  changed on another branch.
+* ``sql`` (``--sql`` or ``--only sql``): ``readStream.format("aws-kinesis")`` TRIM_HORIZON
+  on the same cluster, 1 s triggers, foreachBatch collecting each record's index.
 
 Per variant: MiB/s per shard from its start to its last record (and from its first record),
 the ratio to 2 MiB/s and to ``kcl_boto3``, the proxy's refusals by operation, the refusals
@@ -242,6 +242,64 @@ def dstream(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeo
     return result
 
 
+# -- (d) the Structured Streaming source -----------------------------------------------------------
+class DistinctRows:
+    """foreachBatch target: each row's record index (the data's first 10 characters)."""
+
+    def __init__(self, total: int) -> None:
+        self.lock = threading.Lock()
+        self.seen: Counter[int] = Counter()
+        self.first: float | None = None
+        self.done_at: float | None = None
+        self.total = total
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        ids = [int(r[0]) for r in df.selectExpr("cast(substring(data, 1, 10) as string)").collect()]
+        with self.lock:
+            if ids and self.first is None:
+                self.first = time.time()
+            self.seen.update(ids)
+            if self.done_at is None and len(self.seen) >= self.total:
+                self.done_at = time.time()
+
+
+def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
+        timeout_s: float) -> dict[str, Any]:
+    """``readStream.format("aws-kinesis")`` TRIM_HORIZON, 1 s triggers, until every record."""
+    import shutil
+    import tempfile
+
+    import bench_sql_source
+    from pyspark.sql import SparkSession
+
+    from kinesis_dstream.sql.datasource import KinesisDataSource
+
+    spark = SparkSession(sc)
+    spark.dataSource.register(KinesisDataSource)
+    table = common.helpers().unique_name("bench-limits-sql")
+    checkpoint = tempfile.mkdtemp(prefix="bench-limits-ckpt-")
+    rows = DistinctRows(total)
+    opts = bench_sql_source.source_options(stream, kinesis, dynamodb, table)
+    started = time.time()
+    query = (spark.readStream.format("aws-kinesis").options(**opts).load().writeStream
+             .foreachBatch(rows).option("checkpointLocation", checkpoint)
+             .trigger(processingTime="1 second").start())
+    try:
+        finished = sc_common.wait_for(lambda: rows.done_at is not None, timeout_s, 0.5)
+        batches = len(query.recentProgress)
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        common.delete_table(dynamodb, f"{table}-kinesis-dstream-ranges")
+    with rows.lock:
+        distinct, counted = len(rows.seen), sum(rows.seen.values())
+    result = rates(distinct * RECORD_BYTES, 4, started, rows.first, rows.done_at or time.time())
+    result.update(records=distinct, records_counted=counted,
+                  exact=bool(finished) and counted == distinct == total,
+                  batches_reported=batches, query_failed=str(query.exception() or "") or None)
+    return result
+
+
 # -- (e) three applications at live traffic -------------------------------------------------------
 class Producer(threading.Thread):
     def __init__(self, kinesis: str, stream: str, records_s: int, duration_s: float) -> None:
@@ -324,9 +382,9 @@ def main() -> int:
     parser.add_argument("--live-s", type=float, default=60.0, help="live part length; 0 skips it")
     parser.add_argument("--live-kib", type=float, default=256.0,
                         help="live traffic, KiB/s per shard (three applications read it)")
-    parser.add_argument("--sql", action="store_true", help="the SQL source (not measured yet)")
-    parser.add_argument("--only", choices=["kcl_boto3", "dstream_default", "dstream_none", "live"],
-                        action="append")
+    parser.add_argument("--sql", action="store_true", help="the SQL source too")
+    parser.add_argument("--only", choices=["kcl_boto3", "dstream_default", "dstream_none", "sql",
+                                           "live"], action="append")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     from pyspark import StorageLevel
@@ -334,12 +392,11 @@ def main() -> int:
     h = common.helpers()
     load = os.getloadavg()
     records = int(args.mb * 1_000_000 / RECORD_BYTES)
-    wanted = set(args.only or ["kcl_boto3", "dstream_default", "dstream_none", "live"])
+    wanted = set(args.only or ["kcl_boto3", "dstream_default", "dstream_none", "live"]
+                 + (["sql"] if args.sql else []))
     result: dict[str, Any] = {"benchmark": "bench_limits", "backlog_mb": args.mb,
                               "records": records, "record_bytes": RECORD_BYTES,
                               "limit_mib_s_per_shard": LIMIT_MIB_S}
-    if args.sql:
-        result["sql"] = "not measured: the SQL source's probe is being changed (branch sqlprobe)"
     sc_common.use_dummy_aws_env()
     with common.running_emulators("kinesalite", "moto") as emu, \
             LimitsProxy(emu["kinesalite"].endpoint) as proxy:
@@ -366,6 +423,12 @@ def main() -> int:
                 variants[name] = dstream(sc, proxy.endpoint, dynamodb, stream, records,
                                          args.timeout_s, **kwargs)
                 variants[name]["refusals"] = refusals_between(before, proxy.stats())
+            if "sql" in wanted:
+                common.progress("sql")
+                before = proxy.stats()
+                variants["sql"] = sql(sc, proxy.endpoint, dynamodb, stream, records,
+                                      args.timeout_s)
+                variants["sql"]["refusals"] = refusals_between(before, proxy.stats())
             boto = variants.get("kcl_boto3", {}).get("mib_s_per_shard")
             for name, figures in variants.items():
                 if boto and name != "kcl_boto3":

@@ -187,10 +187,11 @@ class KeyedProducer(threading.Thread):
         return list(self.sent)
 
 
-def test_a_quiet_shard_costs_the_query_one_get_records_a_trigger(
+def test_a_quiet_shard_costs_the_query_no_iterator_and_no_dynamodb_call(
         spark, env, make_stream, make_fault_proxy, put_records, checkpoint):
-    """The driver's probe finds a shard quiet with the iterator its last probe kept, and the
-    reading leaves that shard out: no GetShardIterator, no task, no DynamoDB call for it."""
+    """The driver's background prober finds a shard quiet with the iterator its last probe
+    kept, and the readings leave that shard out: no GetShardIterator, no task, no DynamoDB
+    call for it (how often it is probed: test_sql_probes.py)."""
     stream = make_stream(4)
     kinesis = make_fault_proxy(share=0.0, upstream=env["kinesis"])
     tables = make_fault_proxy(share=0.0, upstream=env["dynamodb"])
@@ -202,13 +203,13 @@ def test_a_quiet_shard_costs_the_query_one_get_records_a_trigger(
     try:
         wait_until(lambda: sum(sink.data().values()) == 1, 120, "the first record")
         floor = probes()
-        wait_until(lambda: probes() >= floor + 4 * 3, 60, "three more triggers")
+        wait_until(lambda: probes() >= floor + 4 * 3, 60, "three more probes of each shard")
         with kinesis._lock, tables._lock:
             before = dict(kinesis.shard_calls), dict(tables.shard_calls)
         put_records(stream, [("k", f"r{i}") for i in range(20)])
         wait_until(lambda: sum(sink.data().values()) == 21, 60, "the new records")
         floor = probes()
-        wait_until(lambda: probes() >= floor + 4 * 5, 60, "five more triggers")
+        wait_until(lambda: probes() >= floor + 4 * 5, 60, "five more probes of each shard")
         with kinesis._lock, tables._lock:
             calls = {**{k: n - before[0].get(k, 0) for k, n in kinesis.shard_calls.items()},
                      **{k: n - before[1].get(k, 0) for k, n in tables.shard_calls.items()}}

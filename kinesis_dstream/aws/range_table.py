@@ -62,6 +62,9 @@ class BatchRange:
     # this item (the SQL source's driver) can start it without a GetShardIterator.
     next_iterator: str | None = field(default=None, repr=False, compare=False)
     iterator_time: float = field(default=0.0, compare=False)
+    # How far behind the shard's tip the read ended (its last GetRecords' MillisBehindLatest):
+    # the SQL source's driver reports it for a shard it reads again without probing.
+    millis_behind_latest: int | None = field(default=None, compare=False)
 
     @property
     def next_start(self) -> ExtendedSequenceNumber:
@@ -89,6 +92,8 @@ def _item(r: BatchRange) -> dict[str, Any]:
     if r.next_iterator is not None:
         item["nextIterator"] = {"S": r.next_iterator}
         item["iteratorTime"] = {"N": repr(float(r.iterator_time))}
+    if r.millis_behind_latest is not None:
+        item["millisBehindLatest"] = {"N": str(int(r.millis_behind_latest))}
     return item
 
 
@@ -104,7 +109,9 @@ def _range(item: dict[str, Any]) -> BatchRange:
         end=end, records=int(item["records"]["N"]), shard_end=item["shardEnd"]["BOOL"],
         child_shard_ids=tuple(item.get("childShardIds", {}).get("SS", ())),
         next_iterator=item.get("nextIterator", {}).get("S"),
-        iterator_time=float(item.get("iteratorTime", {}).get("N", 0.0)))
+        iterator_time=float(item.get("iteratorTime", {}).get("N", 0.0)),
+        millis_behind_latest=(int(item["millisBehindLatest"]["N"])
+                              if "millisBehindLatest" in item else None))
 
 
 class BatchRangeTable:

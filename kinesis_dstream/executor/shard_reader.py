@@ -386,7 +386,8 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
     candidate = BatchRange(
         planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
         records[-1].extended_sequence_number if records else None, len(records),
-        reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time)
+        reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time,
+        reading.millis_behind_latest)
     if not records and not reading.shard_end and not planned.record_empty:
         return _report(candidate, reading, recorded=False, fresh=True)
     stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(candidate), sleep)

@@ -14,10 +14,10 @@ in that key order, shards sorted. ``batch`` numbers the reading that starts at t
 a position is ``{"after": "<seq>", "sub": k}``, ``{"at": "TRIM_HORIZON"}``,
 ``{"at": "AT_TIMESTAMP", "ts": epoch s}`` or ``{"ended": true}``; a child shard whose parents
 have not all ended carries ``"wait": [parent ids]`` and is not read, nor is a shard the driver's
-probe found quiet (``"quiet": true``: it sits the reading out). ``latestOffset(O_n)`` builds
-``O_n+1`` from ``O_n`` and the ranges recorded for reading n (whose batch has completed), so
-``O_n+1`` is a pure function of committed facts, and it is written to Spark's offset log before
-reading n+1 happens. ``partitions(O_n, O_n+1)`` plans reading n+1 at ``O_n+1``'s positions,
+probe found quiet (``"quiet": true``: it sits the reading out; see "Quiet shards" below).
+``latestOffset(O_n)`` builds ``O_n+1`` from ``O_n`` and the ranges recorded for reading n
+(whose batch has completed), so ``O_n+1``'s positions are a pure function of committed facts,
+and it is written to Spark's offset log before reading n+1 happens. ``partitions(O_n, O_n+1)`` plans reading n+1 at ``O_n+1``'s positions,
 ``cap`` records at most per shard.
 
 The query id is born in ``initialOffset()`` (a UUID) and travels in every offset, so it lives
@@ -26,12 +26,28 @@ location: a query restarted from the same checkpoint finds its ranges, a new che
 a new query. ``LATEST`` is pinned when the query starts (``AT_TIMESTAMP`` of that moment), so a
 re-run of the first batch reads the same records.
 
+Quiet shards: what a shard costs the query while nothing arrives
+----------------------------------------------------------------
+A shard whose last reading brought records is read again at the next trigger without asking
+Kinesis first (a read that then finds nothing records an empty range, once). Any other
+readable shard is read only where a probe (one GetRecords from the driver, with the
+NextShardIterator the last read or probe of that position kept: no GetShardIterator) found
+something. The probes run in a background thread of the driver's source process, each quiet
+shard at most once every ``PROBE_INTERVAL_S`` whatever the trigger (the KCL polls an idle
+shard once a second; every application reading the stream shares its 5 GetRecords a second),
+and ``latestOffset`` only reads what they found: the trigger waits for no per-shard call. A
+probe is tried once: a throttled or failed probe plans the shard, whose task waits the fault
+out, so the probe never retries into the budget the readers need. The quiet mark is in the
+offset, so a re-run of the reading plans the same shards; a probe only ever decides *when* a
+shard is read, never what a reading returns.
+
 Everything here but ``read()`` runs in the driver's long-lived Python process; ``read()`` runs
 on executors with only what the partition carries.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +78,7 @@ from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
 from ..errors import DataLossError, KinesisDStreamError
+from ..retry import FaultLog, is_transient
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
 from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange, start_after, waiting_out_dynamodb
 from ..executor.task import group_shards, read_shards
@@ -76,6 +93,10 @@ OFFSET_VERSION = 1
 ARROW_ROWS = 10_000
 # Ranges of finished readings are deleted in groups, every this many readings.
 CLEANUP_EVERY = 10
+# A quiet shard is probed at most this often (the KCL's idleTimeBetweenReadsInMillis).
+PROBE_INTERVAL_S = 1.0
+# A probe older than this (the background prober fell behind) is made again by latestOffset.
+PROBE_STALE_S = 3 * PROBE_INTERVAL_S
 
 SCHEMA = StructType([
     StructField("data", BinaryType(), False),
@@ -273,6 +294,23 @@ class Probe:
     millis_behind_latest: int | None = None
 
 
+@dataclass
+class ShardWatch:
+    """The driver's view of one shard between its readings: the position it stands at, an
+    iterator valid there (a read's or a probe's NextShardIterator), and the last probe there."""
+
+    entry: dict[str, Any]
+    iterator: str | None = None
+    iterator_time: float = 0.0  # epoch s, when Kinesis handed ``iterator`` out
+    probe: Probe | None = None
+    probed_at: float = 0.0  # monotonic s
+
+    def probe_due(self, now: float) -> bool:
+        """No probe yet, or a quiet one older than the probe interval."""
+        return self.probe is None or (not self.probe.has_data
+                                      and now - self.probed_at >= PROBE_INTERVAL_S)
+
+
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Plans micro-batches on the driver; holds no records."""
 
@@ -288,14 +326,22 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._initial: dict[str, Any] | None = None
         self._read_in: dict[int, list[str]] = {}  # reading -> the shards it read (to clean up)
         self._lag: dict[str, int | None] = {}
+        self._weight: dict[str, int] = {}  # what each shard of the planned reading read last
         self._pool: ThreadPoolExecutor | None = None
-        # shard -> (position entry, an iterator valid there, when Kinesis handed it out)
-        self._iterators: dict[str, tuple[dict[str, Any], str, float]] = {}
+        self._watch: dict[str, ShardWatch] = {}
+        self._watch_lock = threading.Lock()
+        self._quiet: dict[str, dict[str, Any]] = {}  # shards sitting out: the prober's work
+        self._prober: threading.Thread | None = None
+        self._halt = threading.Event()
+        self._probe_kinesis: KinesisClient | None = None
+        self._recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
+        self._probe_faults = FaultLog(log, f"probing stream {self.config.stream_name}")
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None, _iterators={},
-                     _read_in={})
+        state.update(_kinesis=None, _ranges=None, _listing=None, _pool=None, _watch={},
+                     _read_in={}, _watch_lock=None, _quiet={}, _prober=None, _halt=None,
+                     _probe_kinesis=None, _recorded=None, _probe_faults=None)
         return state
 
     # clients, created on first use in the driver process
@@ -304,6 +350,15 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if self._kinesis is None:
             self._kinesis = KinesisClient(self.config)
         return self._kinesis
+
+    @property
+    def probe_kinesis(self) -> KinesisClient:
+        """The probes' client: one try per call. A probe that fails says "read it" and the
+        reading's task waits the fault out; a probe that retried would spend the budget the
+        task needs, and hold the trigger up."""
+        if self._probe_kinesis is None:
+            self._probe_kinesis = KinesisClient(replace(self.config, retry_max_attempts=1))
+        return self._probe_kinesis
 
     @property
     def ranges(self) -> BatchRangeTable:
@@ -370,31 +425,37 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             start = self._last_end if self._last_end is not None else self.initialOffset()
         query, batch = start["query"], int(start["batch"])
         key = stream_key(self.config.stream_name, query)
-        ranges = self.ranges  # created once, before the threads share it
         read_last = [s for s, e in start["shards"].items() if is_read(e)] if batch > 0 else []
-        # A DynamoDB outage holds the trigger back (the tasks wait it out too), not the query.
-        stored = self._parallel(lambda s: waiting_out_dynamodb(
-            self.config, lambda: ranges.get(key, s, batch)), read_last)
+        stored = self._recorded_ranges(key, batch, read_last)
         shards = {s: advance(_without_quiet(e), stored.get(s))
                   for s, e in start["shards"].items()}
         for shard_id, recorded in stored.items():  # the read's iterator, at the next position
             if recorded is not None and recorded.next_iterator is not None:
-                self._iterators[shard_id] = (dict(shards[shard_id]), recorded.next_iterator,
-                                             recorded.iterator_time)
+                self._watched(shard_id, shards[shard_id], recorded.next_iterator,
+                              recorded.iterator_time, recorded.records == 0
+                              and recorded.millis_behind_latest == 0)
         shards = next_shards(shards, self._shards(), self._child_start(),
                              self.options.fail_on_data_loss)
         readable = [s for s, e in shards.items() if is_readable(e)]
-        probes = self._probe_all({s: shards[s] for s in readable})
-        self._lag = {s: p.millis_behind_latest for s, p in probes.items()}
-        busy = [s for s in readable if probes[s].has_data]
+        # A shard whose last reading brought records is read again unasked (Trigger.AvailableNow
+        # asks every shard: it stops at the records that arrived before it started).
+        going = {s: stored[s] for s in readable if self._target_ms is None
+                 and stored.get(s) is not None and stored[s].records > 0}  # type: ignore[union-attr]
+        probes = self._probed({s: shards[s] for s in readable if s not in going})
+        self._lag = {**{s: p.millis_behind_latest for s, p in probes.items()},
+                     **{s: r.millis_behind_latest for s, r in going.items()}}
+        self._weight = {**{s: p.millis_behind_latest or 0 for s, p in probes.items()},
+                        **{s: r.records for s, r in going.items()}}
+        busy = [s for s in readable if s in going or probes[s].has_data]
+        # A shard found quiet sits this reading out: no task reads it, so it costs no range
+        # item, no lookup and no task; the background prober watches it. The mark is in the
+        # offset, so a re-run of the reading plans the same shards.
+        quiet = {s: shards[s] for s in readable if s not in busy}
+        self._watch_quiet(quiet)
         if not busy:
             return start
-        # A shard the probe found quiet sits this reading out: no task reads it, so it costs
-        # no range item, no lookup and no task; it is probed again at the next trigger. The
-        # mark is in the offset, so a re-run of the reading plans the same shards.
-        for shard_id in readable:
-            if not probes[shard_id].has_data:
-                shards[shard_id] = {**shards[shard_id], "quiet": True}
+        for shard_id in quiet:
+            shards[shard_id] = {**shards[shard_id], "quiet": True}
         cap = self.options.max_fetch_records_per_shard
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = max(1, min(cap, limit.max_rows // len(busy)))
@@ -432,9 +493,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      timestamp, iterator=self._iterator(shard_id, entry),
                                      record_empty=True))
         self._read_in[batch] = [r.shard_id for r in ranges]
-        lag = {s: (v or 0) for s, v in self._lag.items()}
+        weight = dict(self._weight)
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
-                              lambda r: lag.get(r.shard_id, 0))
+                              lambda r: weight.get(r.shard_id, 0))
         return [ShardPartition(self.config, group, self.options.arrow_batches)
                 for group in groups]
 
@@ -479,10 +540,14 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             self._threads().submit(delete)
 
     def stop(self) -> None:
+        self._halt.set()
+        if self._prober is not None:
+            self._prober.join(timeout=30)
+            self._prober = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        self._kinesis = self._ranges = None
+        self._kinesis = self._ranges = self._probe_kinesis = None
 
     # -- probes: is there anything to read? ---------------------------------------------------
     def _parallel(self, fn: Any, shard_ids: Sequence[str]) -> dict[str, Any]:
@@ -493,48 +558,143 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         futures = {s: self._threads().submit(fn, s) for s in shard_ids}
         return {s: f.result() for s, f in futures.items()}
 
-    def _probe_all(self, readable: dict[str, dict[str, Any]]) -> dict[str, Probe]:
-        return self._parallel(lambda s: self._probe(s, readable[s]), list(readable))
-
     def _threads(self) -> ThreadPoolExecutor:
         """The driver's threads for the per-shard calls and the range clean-up."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
         return self._pool
 
+    def _recorded_ranges(self, key: str, batch: int,
+                         shard_ids: Sequence[str]) -> dict[str, BatchRange | None]:
+        """The ranges reading ``batch`` recorded (it completed: they no longer change), looked
+        up once however many triggers find nothing new to read."""
+        if self._recorded is not None and self._recorded[:2] == (key, batch):
+            return self._recorded[2]
+        ranges = self.ranges  # created once, before the threads share it
+        # A DynamoDB outage holds the trigger back (the tasks wait it out too), not the query.
+        stored = self._parallel(lambda s: waiting_out_dynamodb(
+            self.config, lambda: ranges.get(key, s, batch)), shard_ids)
+        self._recorded = (key, batch, stored)
+        return stored
+
+    def _watched(self, shard_id: str, entry: dict[str, Any], iterator: str | None = None,
+                 iterator_time: float = 0.0, read_empty: bool = False) -> ShardWatch:
+        """The shard's watch at ``entry``: a new one when the shard moved, with ``iterator``.
+        ``read_empty``: a read that found nothing at the shard's tip (millisBehindLatest 0;
+        not a read refused by throttling, which knows nothing) ended there when Kinesis
+        handed ``iterator`` out, which tells what a probe would: no probe is due before
+        PROBE_INTERVAL_S from then."""
+        with self._watch_lock:
+            watch = self._watch.get(shard_id)
+            if watch is None or watch.entry != entry:
+                watch = self._watch[shard_id] = ShardWatch(dict(entry))
+            if iterator is not None:
+                watch.iterator, watch.iterator_time = iterator, iterator_time
+                if read_empty:
+                    age = max(0.0, time.time() - iterator_time)
+                    watch.probe, watch.probed_at = Probe(False, 0), time.monotonic() - age
+            return watch
+
+    def _probed(self, shards: dict[str, dict[str, Any]]) -> dict[str, Probe]:
+        """What the probes found at each shard's position: the background prober's finding
+        while it is fresh, else a probe made now (a shard newly quiet, or the first trigger)."""
+        now = time.monotonic()
+        found: dict[str, Probe] = {}
+        for shard_id, entry in shards.items():
+            watch = self._watched(shard_id, entry)
+            if watch.probe is not None and (watch.probe.has_data
+                                            or now - watch.probed_at < PROBE_STALE_S):
+                found[shard_id] = watch.probe
+        if self._target_ms is not None:  # Trigger.AvailableNow asks afresh at every trigger
+            found = {}
+        missing = [s for s in shards if s not in found]
+        found.update(self._parallel(lambda s: self._probe(s, shards[s]), missing))
+        return found
+
+    def _watch_quiet(self, quiet: dict[str, dict[str, Any]]) -> None:
+        """Hand the shards that sit this reading out to the background prober."""
+        with self._watch_lock:
+            self._quiet = dict(quiet)
+            for shard_id in [s for s in self._watch if s not in quiet]:
+                if self._watch[shard_id].probe is not None:  # read next: a new position
+                    self._watch[shard_id].probe = None
+        if quiet and self._prober is None and self._target_ms is None:
+            self._threads()  # made here, before two threads could race to make it
+            self._prober = threading.Thread(target=self._probe_quiet_shards, daemon=True,
+                                            name=f"kinesis-source-prober-{self.config.stream_name}")
+            self._prober.start()
+
+    def _probe_quiet_shards(self) -> None:
+        """The background prober: each quiet shard once every PROBE_INTERVAL_S, until stop()."""
+        while not self._halt.wait(PROBE_INTERVAL_S / 4):
+            with self._watch_lock:
+                quiet = dict(self._quiet)
+                now = time.monotonic()
+                due = [s for s, e in quiet.items() if s in self._watch
+                       and self._watch[s].entry == e and self._watch[s].probe_due(now)]
+            try:
+                self._parallel(lambda s: self._probe(s, quiet[s]), due)
+            except Exception as exc:  # noqa: BLE001 - latestOffset probes again, and raises
+                log.debug("background probe of %s failed: %s", self.config.stream_name, exc)
+
     def _iterator(self, shard_id: str, entry: dict[str, Any]) -> str | None:
         """An iterator at the shard's position in ``entry`` while it is valid: from an earlier
         probe that found nothing there, or recorded by the read that ended there."""
-        cached = self._iterators.get(shard_id)
-        if cached is None or cached[0] != entry or time.time() - cached[2] > ITERATOR_TTL_S:
-            return None
-        return cached[1]
+        with self._watch_lock:
+            watch = self._watch.get(shard_id)
+            if watch is None or watch.entry != entry or watch.iterator is None or \
+                    time.time() - watch.iterator_time > ITERATOR_TTL_S:
+                return None
+            return watch.iterator
 
     def _probe(self, shard_id: str, entry: dict[str, Any]) -> Probe:
         """One GetRecords from the shard's position: a record (before the AvailableNow target),
-        the shard's end, or a positive lag means the next reading has work.
+        the shard's end, or a positive lag means the next reading has work. Kept in the
+        shard's watch.
 
         A probe that found nothing keeps Kinesis' NextShardIterator, which still points at
         the position: the next probe of a quiet shard, or the task that reads it, starts
-        from it without a GetShardIterator (5 a second per shard for the whole account).
+        from it without a GetShardIterator (5 a second per shard for the whole account). A
+        probe that meets throttling or an outage is not retried: it says "read it", and the
+        reading's task waits the fault out with the reader's backoff.
         """
         position, timestamp = position_of(entry)
         config = replace(self.config, max_records=2,
                          initial_position_timestamp=timestamp or self.config.initial_position_timestamp)
-        fetcher = KinesisDataFetcher(self.kinesis, config, shard_id)
+        fetcher = KinesisDataFetcher(self.probe_kinesis, config, shard_id)
         iterator = self._iterator(shard_id, entry)
-        if iterator is not None:
-            fetcher.resume(position, iterator)
-        else:
-            fetcher.initialize(position)
-        result = fetcher.get_records()
+        try:
+            if iterator is not None:
+                fetcher.resume(position, iterator)
+            else:
+                fetcher.initialize(position)
+            result = fetcher.get_records()
+        except KinesisDStreamError as exc:
+            if not is_transient(exc):
+                raise
+            self._probe_faults.failed(exc)
+            return self._found(shard_id, entry, Probe(True))
+        if self._probe_faults.failing:
+            self._probe_faults.succeeded()
         lag = result.millis_behind_latest
         if result.shard_end:
-            return Probe(True, lag)
-        if result.records:
-            if self._target_ms is not None:
-                return Probe(result.records[0].approximate_arrival_timestamp <= self._target_ms, lag)
-            return Probe(True, lag)
-        if fetcher.iterator is not None:
-            self._iterators[shard_id] = (dict(entry), fetcher.iterator, time.time())
-        return Probe(bool(lag) and self._target_ms is None, lag)
+            probe = Probe(True, lag)
+        elif result.records:
+            arrived = result.records[0].approximate_arrival_timestamp
+            probe = Probe(self._target_ms is None or arrived <= self._target_ms, lag)
+        else:
+            probe = Probe(bool(lag) and self._target_ms is None, lag)
+        if not result.records and not result.shard_end and fetcher.iterator is not None:
+            return self._found(shard_id, entry, probe, fetcher.iterator)
+        return self._found(shard_id, entry, probe)
+
+    def _found(self, shard_id: str, entry: dict[str, Any], probe: Probe,
+               iterator: str | None = None) -> Probe:
+        """Keep what a probe at ``entry`` found, unless the shard has moved on since."""
+        with self._watch_lock:
+            watch = self._watch.setdefault(shard_id, ShardWatch(dict(entry)))
+            if watch.entry == entry:
+                watch.probe, watch.probed_at = probe, time.monotonic()
+                if iterator is not None:
+                    watch.iterator, watch.iterator_time = iterator, time.time()
+        return probe

@@ -1,0 +1,166 @@
+"""The SQL source's driver: what it asks Kinesis before planning a reading (no Spark).
+
+The reader's driver methods and the executors' ``read()`` run here in one process, against
+kinesis-local and the moto server behind counting proxies, so every call is counted: a shard
+read last time is read again without a probe, a quiet shard is probed by time (the background
+prober), never once per trigger, and a throttled probe is tried once and plans its shard.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from spark_helpers import wait_until
+
+from kinesis_dstream.sql import source as sql_source
+from kinesis_dstream.sql.options import parse_source_options
+
+
+@pytest.fixture
+def proxies(aws_env: dict[str, str], kinesis_local: str, dynamodb: str, make_fault_proxy: Any
+            ) -> tuple[Any, Any]:
+    """Counting proxies (nothing injected) in front of kinesis-local and the moto server."""
+    return (make_fault_proxy(share=0.0, upstream=kinesis_local),
+            make_fault_proxy(share=0.0, upstream=dynamodb))
+
+
+@pytest.fixture
+def make_reader(proxies: tuple[Any, Any], unique_app_name: str
+                ) -> Iterator[Any]:
+    readers: list[sql_source.KinesisStreamReader] = []
+
+    def make(stream: str, kinesis: Any = None, **extra: str) -> sql_source.KinesisStreamReader:
+        opts = {"kinesis.streamName": stream,
+                "kinesis.endpointUrl": (kinesis or proxies[0]).endpoint,
+                "kinesis.region": "us-east-1", "kinesis.dynamodb.endpointUrl": proxies[1].endpoint,
+                "kinesis.dynamodb.tableName": unique_app_name,
+                "kinesis.startingPosition": "TRIM_HORIZON", **extra}
+        reader = sql_source.KinesisStreamReader(parse_source_options(opts))
+        readers.append(reader)
+        return reader
+
+    yield make
+    for reader in readers:
+        reader.stop()
+
+
+@pytest.fixture
+def slow_prober(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No background probe within the test: every call counted is latestOffset's own."""
+    monkeypatch.setattr(sql_source, "PROBE_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(sql_source, "PROBE_STALE_S", 3600.0)
+
+
+def calls(proxy: Any, operation: str) -> int:
+    with proxy._lock:
+        return sum(n for (op, _), n in proxy.calls.items() if op == operation)
+
+
+def run_reading(reader: Any, start: dict, end: dict) -> list[bytes]:
+    """Plan the reading, compute its partitions as executors would, commit it."""
+    rows: list[bytes] = []
+    for partition in reader.partitions(start, end):
+        for batch in reader.read(partition):
+            rows.extend(batch.column(0).to_pylist())
+    reader.commit(end)
+    return rows
+
+
+def read_shards(offset: dict) -> set[str]:
+    return {s for s, e in offset["shards"].items() if sql_source.is_read(e)}
+
+
+def test_a_shard_read_last_time_is_not_probed_and_quiet_shards_not_per_trigger(
+        make_stream, put_records, make_reader, proxies, slow_prober):
+    kinesis, tables = proxies
+    stream = make_stream(4)
+    busy = put_records(stream, [("k", f"a{i}") for i in range(5)])[0].shard_id
+    reader = make_reader(stream)
+    start = reader.initialOffset()
+    first = reader.latestOffset(start)
+    assert calls(kinesis, "GetRecords") == 4  # the first trigger asks every shard once
+    assert read_shards(first) == {busy}
+    assert sorted(run_reading(reader, start, first)) == sorted(f"a{i}".encode() for i in range(5))
+
+    put_records(stream, [("k", f"b{i}") for i in range(3)])
+    before = calls(kinesis, "GetRecords"), calls(kinesis, "GetShardIterator")
+    second = reader.latestOffset(first)
+    # the busy shard is read again unasked, the quiet ones were asked a moment ago
+    assert (calls(kinesis, "GetRecords"), calls(kinesis, "GetShardIterator")) == before
+    assert read_shards(second) == {busy}
+    assert sorted(run_reading(reader, first, second)) == sorted(f"b{i}".encode() for i in range(3))
+
+    third = reader.latestOffset(second)  # read again: finds nothing, records that once
+    assert read_shards(third) == {busy}
+    assert run_reading(reader, second, third) == []
+    counts = lambda: (calls(kinesis, "GetRecords"), calls(kinesis, "GetShardIterator"),  # noqa: E731
+                      calls(tables, "GetItem"), calls(tables, "PutItem"))
+    gets, iterators, items, puts = counts()
+    # the empty read says what a probe would: the shard joins the quiet ones unasked
+    assert reader.latestOffset(third) == third
+    assert counts() == (gets, iterators, items + 1, puts)  # reading 3's range, looked up once
+    for _ in range(20):  # more triggers with nothing to read: no Kinesis or DynamoDB call
+        assert reader.latestOffset(third) == third
+    assert counts() == (gets, iterators, items + 1, puts)
+
+
+def test_the_background_prober_finds_records_on_a_quiet_shard(
+        make_stream, put_records, make_reader, proxies, monkeypatch):
+    monkeypatch.setattr(sql_source, "PROBE_INTERVAL_S", 0.2)
+    monkeypatch.setattr(sql_source, "PROBE_STALE_S", 600.0)
+    kinesis = proxies[0]
+    stream = make_stream(2)
+    reader = make_reader(stream)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start) == start
+    busy = put_records(stream, [("k", "late")])[0].shard_id
+    floor = calls(kinesis, "GetRecords")
+    # no trigger in between: the prober asks each quiet shard again, by itself
+    wait_until(lambda: calls(kinesis, "GetRecords") >= floor + 2 * 2, 60, "background probes")
+    wait_until(lambda: reader.latestOffset(start) != start, 30, "a reading planned")
+    end = reader.latestOffset(start)
+    assert read_shards(end) == {busy}
+    assert run_reading(reader, start, end) == [b"late"]
+
+
+def test_a_throttled_probe_is_tried_once_and_plans_its_shard(
+        make_stream, put_records, make_reader, make_fault_proxy, kinesis_local, slow_prober):
+    stream = make_stream(3)
+    throttling = make_fault_proxy(share=1.0, upstream=kinesis_local)
+    # the awslabs retry defaults: 1 s doubling, 5 retries, for a probe 25 s and 6 calls
+    reader = make_reader(stream, throttling)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start)
+    assert throttling.injected == 3  # one GetRecords a shard, not retried
+    assert read_shards(end) == set(start["shards"])  # the tasks find out, waiting it out
+
+
+def test_at_the_read_limits_every_record_comes_once_and_a_probe_is_one_call(
+        make_stream, put_records, make_reader, make_fault_proxy, kinesis_local, slow_prober):
+    """Through the limits proxy with a small byte budget (25 kB/s: a 50-record page of
+    1,000-byte records costs 2 s), readings after readings: the tasks' reads are refused
+    often, some hand out nothing and record that; the driver asks Kinesis at most once per
+    trigger (one shard, one try), and every record comes once, in order."""
+    from fault_proxy import ShardLimits
+
+    stream = make_stream(1)
+    limits = ShardLimits(bytes_per_s=25_000, burst_bytes=25_000)
+    proxy = make_fault_proxy(share=0.0, upstream=kinesis_local, limits=limits)
+    sent = [f"{i:04d}".ljust(1000, "x").encode() for i in range(150)]
+    put_records(stream, [("k", v.decode()) for v in sent])
+    reader = make_reader(stream, proxy, **{"kinesis.getRecords.numberOfRecordsPerFetch": "50"})
+    asked = lambda: (calls(proxy, "GetRecords")  # noqa: E731
+                     + sum(n for (op, _), n in limits.refused.items() if op == "GetRecords"))
+    got: list[bytes] = []
+    start, triggers = reader.initialOffset(), 0
+    while len(got) < len(sent):
+        triggers += 1
+        assert triggers < 200, f"only {len(got)} records read"
+        before = asked()
+        end = reader.latestOffset(start)
+        assert asked() - before <= 1
+        if end != start:
+            got.extend(run_reading(reader, start, end))
+            start = end
+    assert got == sent
+    assert sum(limits.refused.values()) >= 3
