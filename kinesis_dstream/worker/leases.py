@@ -285,20 +285,24 @@ class LeaseCoordinator:
         One after another, 64 leases at 10 ms a write already take most of a renew period,
         and 128 took longer than failover: another worker would have taken them while we
         still read them. The KCL renews on a pool of 20 threads for the same reason.
+
+        A renewal that succeeds, however late, keeps its lease (its condition proves nobody
+        took it meanwhile); only leases still unrenewed after the pass are let go, as the
+        KCL's renewer hands out only leases renewed within failover time.
         """
-        self.drop_lapsed()
         shard_ids = self.owned_shard_ids()
         if len(shard_ids) <= 1:
             for shard_id in shard_ids:
                 self._renew(shard_id)
-            return
-        with self._lock:
-            if self._renew_pool is None:
-                self._renew_pool = ThreadPoolExecutor(max_workers=RENEW_THREADS,
-                                                      thread_name_prefix="lease-renewer")
-            pool = self._renew_pool
-        for future in [pool.submit(self._renew, shard_id) for shard_id in shard_ids]:
-            future.result()
+        else:
+            with self._lock:
+                if self._renew_pool is None:
+                    self._renew_pool = ThreadPoolExecutor(max_workers=RENEW_THREADS,
+                                                          thread_name_prefix="lease-renewer")
+                pool = self._renew_pool
+            for future in [pool.submit(self._renew, shard_id) for shard_id in shard_ids]:
+                future.result()
+        self.drop_lapsed()
 
     def _renew(self, shard_id: str) -> None:
         try:
