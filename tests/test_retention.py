@@ -148,6 +148,40 @@ class _Recorder(RecordProcessor):
         process_records_input.checkpointer.checkpoint()
 
 
+def test_a_trimmed_start_read_by_two_computations_is_logged_by_the_one_whose_range_stands(
+        ten, make_config, make_fault_proxy, caplog):
+    """A task and its retry (in another Python worker: nothing logged there yet) both read a
+    trimmed start; the retry finds the first one's range recorded and reads that one. Only
+    the computation whose range stands logs the loss, so it is logged once however many
+    processes computed the partition; with failOnDataLoss the read fails before recording."""
+    from kinesis_dstream.aws.range_table import BatchRangeTable
+    from kinesis_dstream.executor.shard_reader import ShardRange, read_shard_range
+
+    stream, put = ten
+    shard = put[0].shard_id
+    proxy = make_fault_proxy(share=0.0)
+    proxy.trim_horizon = {shard: put[5].sequence_number}
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint)
+    BatchRangeTable(config).create_table_if_not_exists()
+    planned = ShardRange("stream-t", shard, 1000, ESN(put[1].sequence_number), None, 0,
+                         max_records=1000, time_budget_s=2, start=ESN(put[1].sequence_number))
+    caplog.set_level(logging.WARNING, logger="kinesis_dstream")
+    first, report = read_shard_range(config, planned)
+    assert [r.binary_data.decode() for r in first] == [f"r{i}" for i in range(5, 10)]
+    assert report.recorded and len(trimmed_warnings(caplog.messages, shard)) == 1
+    fetcher_module._reported.clear()  # the retry runs in a process that logged nothing
+    again, _ = read_shard_range(config, planned)
+    assert again == first
+    assert len(trimmed_warnings(caplog.messages, shard)) == 1
+    failing = make_config(stream, kinesis_endpoint=proxy.endpoint, fail_on_data_loss=True)
+    with pytest.raises(DataLossError):
+        read_shard_range(failing, ShardRange("stream-t", shard, 2000,
+                                             ESN(put[1].sequence_number), None, 0,
+                                             max_records=1000, time_budget_s=2,
+                                             start=ESN(put[1].sequence_number)))
+    assert BatchRangeTable(config).get("stream-t", shard, 2000) is None
+
+
 def seed_checkpoint(config: Any, shard_id: str, sequence_number: str) -> None:
     """A lease whose checkpoint a consumer left long ago (before the stream's retention)."""
     table = LeaseTable(config)

@@ -49,7 +49,7 @@ from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
 from ..retry import (Backoff, FaultLog, RetryPolicy, is_throttling, is_transient,
                      throttle_wait_s, wait_out)
-from ..worker.fetcher import KinesisDataFetcher
+from ..worker.fetcher import KinesisDataFetcher, TrimmedRange, report_data_loss
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -202,6 +202,7 @@ class _Reading:
     shard_iterator_calls: int = 0
     throttled: int = 0
     faults: int = 0
+    lost: TrimmedRange | None = None  # records trimmed by retention before this read's start
 
 
 _faults: dict[str, FaultLog] = {}  # per shard, in this Python worker process
@@ -254,8 +255,7 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
             if fetcher is None:  # GetShardIterator meets an outage as a page would
                 if start.sequence_number == AT_TIMESTAMP:
                     config = replace(config, initial_position_timestamp=timestamp)
-                fetcher = KinesisDataFetcher(clients.kinesis, config, shard_id,
-                                             reports_data_loss=not exact)
+                fetcher = KinesisDataFetcher(clients.kinesis, config, shard_id)
                 if iterator is not None:
                     fetcher.resume(start, iterator)
                 else:
@@ -325,6 +325,7 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
             break
     if fetcher is not None:
         reading.shard_iterator_calls = fetcher.shard_iterator_calls
+        reading.lost = fetcher.data_lost
         if aligned and not reading.shard_end and fetcher.iterator is not None and reading.calls:
             reading.iterator, reading.iterator_time = fetcher.iterator, time.time()
     return reading
@@ -379,6 +380,8 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
     reading = _read(clients, config, planned.shard_id, start, timestamp, iterator=iterator,
                     max_records=planned.max_records, time_budget_s=planned.time_budget_s,
                     sleep=sleep)
+    if reading.lost is not None and config.fail_on_data_loss:
+        report_data_loss(config, reading.lost)  # raises: no record leaves the task
     if reading.records and _lease_moved(clients, planned):
         reading = _Reading(calls=reading.calls, seconds=reading.seconds,
                            throttled=reading.throttled, faults=reading.faults)
@@ -389,12 +392,16 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
         reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time,
         reading.millis_behind_latest)
     if not records and not reading.shard_end and not planned.record_empty:
+        if reading.lost is not None:
+            report_data_loss(config, reading.lost)
         return _report(candidate, reading, recorded=False, fresh=True)
     stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(candidate), sleep)
     if stored != candidate:
         log.info("shard %s batch %d: its range was recorded by an earlier computation; "
                  "reading that one", planned.shard_id, planned.batch_ms)
         return _read_recorded(clients, config, stored, sleep, fresh=True)
+    if reading.lost is not None and stored is candidate:  # our write stands: we log it
+        report_data_loss(config, reading.lost)
     return _report(stored, reading, recorded=True, fresh=True)
 
 

@@ -17,7 +17,8 @@ falls back to TRIM_HORIZON), or Kinesis silently hands out an iterator at the ol
 holds (as telegraf's consumer met it). The fetcher reads AT the start's sequence number, so the
 first record of the first page must be that record: a later one means the records between were
 trimmed, in either shape. A fetcher made with ``reports_data_loss`` hands that range to
-``report_data_loss`` (fail, or log it once and go on); the KCL just goes on.
+``report_data_loss`` (fail, or log it once and go on); the KCL just goes on. Others find it
+in ``data_lost`` (the executors' reader reports it once its range is recorded).
 """
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ class KinesisDataFetcher:
                  reports_data_loss: bool = False) -> None:
         self._kinesis = kinesis
         self._reports_data_loss = reports_data_loss
+        # The records this fetcher found trimmed, for a caller that reports them itself.
+        self.data_lost: TrimmedRange | None = None
         # A start older than the trim horizon: the sequence number an AT iterator was asked
         # for (the first record must be it), or a start refused and replaced by TRIM_HORIZON.
         self._expected_first: ExtendedSequenceNumber | None = None
@@ -191,9 +194,11 @@ class KinesisDataFetcher:
             first, trimmed = None, True
         else:
             return  # an empty page on the way: the next one tells
-        if trimmed and self._reports_data_loss:
-            # Before the fetcher moves on: if it raises, a call again raises again.
-            report_data_loss(self._config, TrimmedRange(self.shard_id, start, first))
+        if trimmed:
+            self.data_lost = TrimmedRange(self.shard_id, start, first)
+            if self._reports_data_loss:
+                # Before the fetcher moves on: if it raises, a call again raises again.
+                report_data_loss(self._config, self.data_lost)
         self._expected_first = self._refused_start = None
 
     def _restart_iterator(self) -> None:
