@@ -28,12 +28,6 @@ TARGET_S = 30.0
 WAIT_S = 180.0
 
 
-def _put(kinesis: str, stream: str, n: int) -> None:
-    client = common.helpers().client("kinesis", kinesis)
-    client.put_records(StreamName=stream, Records=[
-        {"PartitionKey": f"k{i}", "Data": f"r{i}".encode()} for i in range(n)])
-
-
 def _failed(wait: Any) -> tuple[float, str]:
     """Seconds until ``wait()`` raised (or WAIT_S), and the error's text."""
     began = time.monotonic()
@@ -48,7 +42,7 @@ def dstream_round(sc: Any, kinesis: str, dynamodb: str) -> dict[str, Any]:
     h = common.helpers()
     stream, app = h.unique_name("bench-deleted"), h.unique_name("bench-deleted")
     h.create_stream(kinesis, stream, 2)
-    _put(kinesis, stream, 20)
+    h.put_records(kinesis, stream, [(f"k{i}", f"r{i}") for i in range(20)])
     ssc = sc_common.streaming_context(sc)
     counter = sc_common.BatchCounter()
     sc_common.create_stream(ssc, app, stream, kinesis, dynamodb).foreachRDD(counter.function())
@@ -71,7 +65,7 @@ def sql_round(spark: Any, kinesis: str, dynamodb: str) -> dict[str, Any]:
     h = common.helpers()
     stream, table = h.unique_name("bench-deleted-sql"), h.unique_name("bench-deleted-sql")
     h.create_stream(kinesis, stream, 2)
-    _put(kinesis, stream, 20)
+    h.put_records(kinesis, stream, [(f"k{i}", f"r{i}") for i in range(20)])
     rows: list[int] = []
     checkpoint = tempfile.mkdtemp(prefix="bench-deleted-ckpt-")
     opts = bench_sql_source.source_options(stream, kinesis, dynamodb, table)

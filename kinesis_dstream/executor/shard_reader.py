@@ -208,11 +208,12 @@ class _Reading:
 _faults: dict[str, FaultLog] = {}  # per shard, in this Python worker process
 
 
-def _fault_log(shard_id: str) -> FaultLog:
-    """A transient fault is logged at most once a minute per shard and process, with a count."""
+def _fault_log(shard_id: str, what: str | None = None) -> FaultLog:
+    """A transient fault is logged at most once a minute per shard (or other ``shard_id``
+    key, saying ``what`` it is) and process, with a count."""
     fault = _faults.get(shard_id)
     if fault is None:
-        fault = _faults.setdefault(shard_id, FaultLog(log, f"reading shard {shard_id}"))
+        fault = _faults.setdefault(shard_id, FaultLog(log, what or f"reading shard {shard_id}"))
     return fault
 
 
@@ -222,10 +223,7 @@ def waiting_out_dynamodb(config: ConsumerConfig, fn: Callable[[], T],
     patiently as a Kinesis outage in a recorded range's read, logged once a minute per
     table pair and process."""
     key = range_table_name(config.application_name)
-    fault = _faults.get(key)
-    if fault is None:
-        fault = _faults.setdefault(key, FaultLog(
-            log, f"DynamoDB (tables {config.application_name} and {key})"))
+    fault = _fault_log(key, f"DynamoDB (tables {config.application_name} and {key})")
     return wait_out(fn, patience_s=EXACT_READ_PATIENCE_S, fault=fault,
                     backoff=Backoff.after_retries(config), sleep=sleep)
 

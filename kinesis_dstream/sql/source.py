@@ -684,9 +684,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             probe = Probe(self._target_ms is None or arrived <= self._target_ms, lag)
         else:
             probe = Probe(bool(lag) and self._target_ms is None, lag)
-        if not result.records and not result.shard_end and fetcher.iterator is not None:
-            return self._found(shard_id, entry, probe, fetcher.iterator)
-        return self._found(shard_id, entry, probe)
+        # An empty page's NextShardIterator still points at the position.
+        empty = not result.records and not result.shard_end
+        return self._found(shard_id, entry, probe, fetcher.iterator if empty else None)
 
     def _found(self, shard_id: str, entry: dict[str, Any], probe: Probe,
                iterator: str | None = None) -> Probe:
