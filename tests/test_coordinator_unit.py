@@ -186,3 +186,32 @@ def test_the_listener_reports_a_batch_with_a_failed_output_operation_as_failed()
     listener.onBatchCompleted(_Completed(_Info(1000, [None, None])))
     listener.onBatchCompleted(_Completed(_Info(2000, [None, "boom: the job failed"])))
     assert seen == [(1000, True, None), (2000, False, "boom: the job failed")]
+
+
+class Recorded:
+    """A MetricsPublisher's ``record``, kept: (metric, value, shard)."""
+
+    def __init__(self) -> None:
+        self.data: list[tuple[str, float, str | None]] = []
+
+    def record(self, name: str, value: float, **dims: Any) -> None:
+        self.data.append((name, value, dims.get("shard_id")))
+
+
+def test_get_records_success_counts_answered_calls_not_refused_shard_iterators(coordinator) -> None:
+    """CloudWatch's getRecords.Success: one 1 per GetRecords Kinesis answered, one 0 per
+    refusal. A read whose GetShardIterator was refused once, then made two GetRecords calls
+    of which one was refused, had one answered call (calls minus refusals would say zero)."""
+    from kinesis_dstream.worker import metrics as m
+
+    published = Recorded()
+    coordinator.publisher = published  # type: ignore[assignment]
+    shard = SHARDS[0]
+    planned = {p.shard_id for p in coordinator.plan("m1", 1000)}
+    assert shard in planned
+    report = ReadReport(BatchRange("m1", shard, 1000, TRIM, end=ESN("7"), records=1),
+                        get_records_calls=2, get_records_ms=4.0, throttled=2,
+                        get_records_served=1)
+    coordinator.batch_completed("m1", 1000, True, {("m1", shard, 1000): report})
+    success = [v for name, v, s in published.data if name == m.GET_RECORDS_SUCCESS and s == shard]
+    assert sorted(success) == [0, 0, 1]

@@ -127,9 +127,16 @@ def test_reads_at_the_limits_wait_throttling_out_and_lose_nothing(
 
     first, report = read_shard_range(config, planned(1000))
     assert len(first) == 50 and report.throttled == 1  # the second page was refused
+    assert (report.get_records_calls, report.get_records_served) == (2, 1)
+    refused_before = dict(limits.refused)
     again, again_report = read_shard_range(config, planned(1000), fresh=False)
     assert again == first and again_report.recorded
     assert again_report.throttled >= 1  # the 2 s debt of the first page, waited out
+    # getRecords.Success counts answered GetRecords only: a refused GetShardIterator is a
+    # refusal, but no GetRecords call.
+    refused_pages = (limits.refused.get(("GetRecords", shard), 0)
+                     - refused_before.get(("GetRecords", shard), 0))
+    assert again_report.get_records_served == again_report.get_records_calls - refused_pages >= 1
     got, empty_throttled, batch_ms = list(first), [], 1000
     while len(got) < len(sent):
         batch_ms += 1000

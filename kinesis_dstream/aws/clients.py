@@ -10,6 +10,7 @@ from __future__ import annotations
 import binascii
 import json
 import logging
+import platform
 import random
 import time
 from typing import Any, Callable
@@ -144,12 +145,20 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
         advisory_timeout=margin, mandatory_timeout=margin // 2)
 
 
+# A fixed User-Agent. botocore otherwise assembles its structured one anew for every
+# request (some 300 string operations): about a seventh of the CPU of an empty GetRecords,
+# which every idle shard pays once a batch.
+USER_AGENT = (f"kinesis-dstream botocore/{botocore.__version__} "
+              f"Python/{platform.python_version()}")
+
+
 def _botocore_config(config: ConsumerConfig) -> botocore.config.Config:
     return botocore.config.Config(
         connect_timeout=config.connect_timeout_s,
         read_timeout=config.read_timeout_s,
         retries={"total_max_attempts": 1, "mode": "standard"},
         max_pool_connections=50,
+        user_agent=USER_AGENT,
     )
 
 

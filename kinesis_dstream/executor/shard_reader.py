@@ -114,6 +114,7 @@ class ReadReport:
     fresh: bool = True  # the computation was allowed to decide a new range
     throttled: int = 0  # reads (GetRecords, GetShardIterator) Kinesis refused for throughput
     faults: int = 0  # other transient failures the read waited out
+    get_records_served: int = 0  # GetRecords calls answered (the KCL's getRecords.Success 1)
 
 
 def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
@@ -194,6 +195,7 @@ class _Reading:
     records: list[Record] = field(default_factory=list)
     millis_behind_latest: int | None = None
     calls: int = 0
+    served: int = 0
     seconds: float = 0.0
     shard_end: bool = False
     child_shard_ids: tuple[str, ...] = ()
@@ -264,6 +266,7 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
             finally:
                 reading.calls += 1
                 reading.seconds += time.perf_counter() - began
+            reading.served += 1
         except KinesisDStreamError as exc:
             if not is_transient(exc):
                 raise
@@ -353,7 +356,7 @@ def _report(batch_range: BatchRange, reading: _Reading, *, recorded: bool,
                         sum(len(r.binary_data) for r in reading.records), reading.calls,
                         reading.seconds * 1000.0, os.getpid(), recorded, reading.iterator,
                         reading.iterator_time, reading.shard_iterator_calls, fresh,
-                        reading.throttled, reading.faults)
+                        reading.throttled, reading.faults, reading.served)
     return reading.records, report
 
 
@@ -381,7 +384,7 @@ def _read_new(clients: _Clients, config: ConsumerConfig, planned: ShardRange,
     if reading.lost is not None and config.fail_on_data_loss:
         report_data_loss(config, reading.lost)  # raises: no record leaves the task
     if reading.records and _lease_moved(clients, planned):
-        reading = _Reading(calls=reading.calls, seconds=reading.seconds,
+        reading = _Reading(calls=reading.calls, served=reading.served, seconds=reading.seconds,
                            throttled=reading.throttled, faults=reading.faults)
     records = reading.records
     candidate = BatchRange(

@@ -324,8 +324,7 @@ class ShardCoordinator:
         if succeeded and self.publisher is not None:
             for shard_id, r in mine.items():
                 recorder = ShardMetricsRecorder(self.publisher, shard_id)
-                served = max(0, r.get_records_calls - r.throttled - r.faults)
-                for _ in range(served):
+                for _ in range(r.get_records_served):
                     recorder.get_records(True, r.get_records_ms / r.get_records_calls)
                 recorder.throttled(r.throttled)
                 recorder.processed(r.batch_range.records, r.data_bytes,
