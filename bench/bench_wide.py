@@ -144,6 +144,28 @@ def _processes() -> dict[int, tuple[int, float, float]]:
     return table
 
 
+def jit_cpu_seconds(pid: int) -> float:
+    """CPU of a JVM's JIT compiler threads (C1 / C2 CompilerThread): warm-up, not batches.
+
+    A driver JVM is still compiling minutes after start (each batch runs Spark code paths
+    the JIT has not finished with), so a window soon after start carries that cost."""
+    total = 0.0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii", errors="replace") as handle:
+                head, _, tail = handle.read().rpartition(")")
+        except OSError:
+            continue
+        if "CompilerThre" in head:
+            fields = tail.split()
+            total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return total
+
+
 class ClusterCpu:
     """CPU seconds by role: driver Python (getrusage), driver JVM, the driver JVM's Python
     children (not under an executor), executor JVMs, executors' Python (daemons, workers)."""
@@ -173,7 +195,8 @@ class ClusterCpu:
             if p not in executor_side and p not in roles["executor_jvm"]:
                 roles["driver_jvm_python"][p] = table[p][2]
         return {"driver_python": common.self_cpu_seconds(),
-                "driver_jvm": table.get(self.jvm, (0, 0.0, 0.0))[1], **roles}
+                "driver_jvm": table.get(self.jvm, (0, 0.0, 0.0))[1],
+                "driver_jvm_jit": jit_cpu_seconds(self.jvm) if self.jvm else 0.0, **roles}
 
     @staticmethod
     def between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
@@ -388,7 +411,8 @@ def measure(sc: Any, emu: dict[str, Any], kproxy: Any, dproxy: Any, stream: str,
     triggers = max(1, batches)  # DStream: every batch interval; SQL: the batches that ran
     out["cpu_s"] = dict(used, ours_total=round(ours, 2),
                         note="ours_total: driver Python + driver JVM + its Python children + "
-                             "executors' Python; executor_jvm apart")
+                             "executors' Python; executor_jvm apart; driver_jvm_jit: the part "
+                             "of driver_jvm its JIT compiler threads used (warm-up)")
     out["cpu_ms_per_idle_shard_per_batch"] = round(ours * 1000 / max(1, idle * triggers), 3) \
         if idle else None
     out["cpu_ms_per_shard_per_batch"] = round(ours * 1000 / (shards * triggers), 3)

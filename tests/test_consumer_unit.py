@@ -718,3 +718,20 @@ def test_lease_found_gone_when_reading_the_checkpoint_is_a_lease_loss():
         wait_until(lambda: h.consumer.done)
     assert h.processors == []
     assert h.consumer.shutdown_reason is ShutdownReason.LEASE_LOST
+
+
+def test_a_throttled_read_waits_the_throttle_pause_other_faults_back_off(monkeypatch):
+    """A refusal for throughput waits ``throttle_wait_s`` (about a second, as the executors'
+    reads), not the exponential backoff that starts at retry.waitTime; other faults back off."""
+    import kinesis_dstream.worker.consumer as consumer_module
+
+    pauses: list[str] = []
+    monkeypatch.setattr(consumer_module, "throttle_wait_s", lambda: pauses.append("t") or 0.01)
+    shard = Shard(4, batch=2)
+    shard.init_errors = [ThrottlingError("slow down")]
+    shard.errors = [ThrottlingError("slow down"), RetriesExhaustedError("Gave up after 3 attempts"),
+                    ThrottlingError("again")]
+    with Harness(shard) as h:
+        wait_until(lambda: len(h.delivered()) == 4)
+    assert pauses == ["t", "t", "t"]  # the iterator's refusal and two GetRecords refusals
+    assert h.delivered() == [seq(i) for i in range(1, 5)]

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
-from ..retry import Backoff, FaultLog
+from ..retry import Backoff, FaultLog, is_throttling, throttle_wait_s
 from .checkpoint import ShardCheckpointer
 from .metrics import MetricsPublisher, ShardMetricsRecorder
 from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
@@ -184,10 +184,19 @@ class ShardConsumer:
                 fault.succeeded()
                 return True
             except KinesisDStreamError as exc:
-                wait = backoff.next_wait_s()
+                wait = self._wait_after(exc, backoff)
                 fault.failed(exc, wait)
                 self._sleep(wait)
         return False
+
+    def _wait_after(self, exc: KinesisDStreamError, backoff: Backoff) -> float:
+        """A read refused for throughput waits about a second, as the executors' reads do
+        (trying sooner only spends the shard's 5 calls a second, shared by every application);
+        other faults back off exponentially."""
+        if is_throttling(exc):
+            self._metrics.throttled(1)
+            return throttle_wait_s()
+        return backoff.next_wait_s()
 
     def _process_loop(self, fetcher: Any, processor: Any) -> bool:
         checkpointer = self.checkpointer
@@ -204,8 +213,9 @@ class ShardConsumer:
                 backoff.reset()
                 fault.succeeded()
             except KinesisDStreamError as exc:
-                self._metrics.get_records(False, (time.monotonic() - started) * 1000)
-                wait = backoff.next_wait_s()
+                if not is_throttling(exc):  # a refusal is counted by _wait_after
+                    self._metrics.get_records(False, (time.monotonic() - started) * 1000)
+                wait = self._wait_after(exc, backoff)
                 fault.failed(exc, wait)
                 self._sleep(wait)
                 continue
