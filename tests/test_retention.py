@@ -126,15 +126,15 @@ def test_expired_iterators_are_re_created_after_the_last_record(ten, make_config
     fetcher = KinesisDataFetcher(KinesisClient(config), config, put[0].shard_id)
     fetcher.initialize(ESN(put[0].sequence_number))
     got = [r.binary_data.decode() for r in fetcher.get_records().records]
-    proxy.expire_next = 1
+    proxy.expire_next = 2  # the iterator, and the fresh one made for it, expire
     got += drain(fetcher)
     proxy.iterator_ttl_s = 0.2  # a handed-back iterator kept too long
     put_at(proxy.endpoint, stream, [("k10", "r10")])
     time.sleep(0.5)
     got += drain(fetcher)
     assert got == [f"r{i}" for i in range(1, 11)]
-    assert proxy.expired == 2
-    assert fetcher.shard_iterator_calls == 3  # the first, and one per expiry
+    assert proxy.expired == 3
+    assert fetcher.shard_iterator_calls == 4  # the first, and one per expiry
 
 
 # -- the worker (Scheduler) --------------------------------------------------------------------

@@ -40,6 +40,9 @@ from .aggregation import deaggregate
 
 log = logging.getLogger(__name__)
 
+# Expired iterators re-created within one get_records before the expiry is raised.
+MAX_EXPIRIES_IN_A_ROW = 3
+
 
 @dataclass(frozen=True)
 class TrimmedRange:
@@ -224,16 +227,22 @@ class KinesisDataFetcher:
             return GetRecordsResult(shard_end=True, child_shard_ids=list(self._child_shard_ids),
                                     millis_behind_latest=self._millis_behind_latest)
         assert self._iterator is not None
-        try:
-            answer = self._kinesis.get_records(self._iterator, self._config.max_records,
-                                               shard_id=self.shard_id)
-        except ExpiredIteratorError:
-            self._restart_iterator()
-            if self._shard_end:
-                return GetRecordsResult(shard_end=True)
-            assert self._iterator is not None
-            answer = self._kinesis.get_records(self._iterator, self._config.max_records,
-                                               shard_id=self.shard_id)
+        expiries = 0
+        while True:
+            try:
+                answer = self._kinesis.get_records(self._iterator, self._config.max_records,
+                                                   shard_id=self.shard_id)
+                break
+            except ExpiredIteratorError:
+                # A fresh iterator can expire too (a long stall between GetShardIterator and
+                # this call): each expiry gets a new one, up to a bound that stops a loop.
+                expiries += 1
+                if expiries > MAX_EXPIRIES_IN_A_ROW:
+                    raise
+                self._restart_iterator()
+                if self._shard_end:
+                    return GetRecordsResult(shard_end=True)
+                assert self._iterator is not None
         kinesis_records = answer.get("Records", ())
         self._check_trimmed(kinesis_records, answer.get("NextShardIterator") is None
                             or not answer.get("MillisBehindLatest"))
