@@ -10,8 +10,8 @@ not compete with the readers for this process' GIL:
   a refusal waited out the same way (botocore's own retries off, so each one is seen);
 * ``dstream_default``: ``createStream`` with the default storage level, on
   local-cluster[2,1,1024], 1 s batches, foreachRDD collecting each record's index;
-* ``dstream_none``: the same with ``StorageLevel.NONE`` (each batch's ranges are read again
-  by its output operation: a read-ahead and a re-read, both under the limits);
+* ``dstream_none``: the same with ``StorageLevel.NONE`` (no read-ahead: the output
+  operation's read decides each batch's ranges, and the next batch waits for its completion);
 * ``sql`` (``--sql`` or ``--only sql``): ``readStream.format("aws-kinesis")`` TRIM_HORIZON
   on the same cluster, 1 s triggers, foreachBatch collecting each record's index.
 

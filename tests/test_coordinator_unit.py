@@ -215,3 +215,75 @@ def test_get_records_success_counts_answered_calls_not_refused_shard_iterators(c
     coordinator.batch_completed("m1", 1000, True, {("m1", shard, 1000): report})
     success = [v for name, v, s in published.data if name == m.GET_RECORDS_SUCCESS and s == shard]
     assert sorted(success) == [0, 0, 1]
+
+
+class _SparkContext:
+    """Just what BatchPlanner._build asks of a SparkContext; it keeps the ranges planned."""
+
+    defaultParallelism = 2
+
+    def __init__(self) -> None:
+        self.ranges: dict[int, list] = {}
+
+    def accumulator(self, value: Any, param: Any) -> Any:
+        return type("Accumulator", (), {"value": value})()
+
+    def emptyRDD(self) -> str:  # noqa: N802
+        return "empty"
+
+    def parallelize(self, groups: list, slices: int) -> Any:
+        ranges = [r for group in groups for r in group]
+        self.ranges[ranges[0].batch_ms] = ranges
+        return type("RDD", (), {"mapPartitions": lambda _self, f: ranges[0].batch_ms})()
+
+
+def _unstored_planner(coordinator: ShardCoordinator) -> Any:
+    from pyspark import StorageLevel
+
+    from kinesis_dstream.spark.planner import BatchPlanner, StreamSpec
+
+    planner = BatchPlanner(StreamSpec("m1", coordinator.config.to_dict(),
+                                      storage_level=StorageLevel.NONE), coordinator)
+    planner.attached = True
+    return planner
+
+
+def test_with_storage_level_none_the_next_batch_waits_for_the_previous_ones_completion(
+        coordinator, caplog) -> None:
+    """No read-ahead: every range records even an empty read, and batch 2000 is planned
+    only once batch 1000 completed, so its shards start where 1000's reads ended instead of
+    sitting it out. A stop releases a waiting batch; a wait that gave up is not repeated."""
+    import threading
+    import time
+
+    caplog.set_level("DEBUG", logger="kinesis_dstream.spark.planner")
+    sc = _SparkContext()
+    planner = _unstored_planner(coordinator)
+    assert planner.batch_rdd(sc, 1000, None) == 1000
+    first = sc.ranges[1000]
+    assert first and all(r.record_empty for r in first)
+    second = threading.Thread(target=planner.batch_rdd, args=(sc, 2000, None))
+    second.start()
+    deadline = time.monotonic() + 30
+    while "batch 2000 waits for batch 1000" not in caplog.text:
+        assert time.monotonic() < deadline, "batch 2000 did not wait"
+        time.sleep(0.01)
+    assert 2000 not in sc.ranges
+    planner._reports.value.update({("m1", r.shard_id, 1000): ReadReport(BatchRange(
+        "m1", r.shard_id, 1000, TRIM, end=ESN("7"), records=1)) for r in first})
+    planner.batch_completed(1000, True, 10, 0, None)
+    second.join(30)
+    assert not second.is_alive()
+    assert {r.shard_id: r.start for r in sc.ranges[2000]} == {r.shard_id: ESN("7") for r in first}
+    # batch 2000 completes without a report (no output operation read it): its shards are
+    # planned again, their start looked up by the task
+    planner.batch_completed(2000, True, 10, 0, None)
+    planner.batch_rdd(sc, 3000, None)
+    assert {r.shard_id: r.start for r in sc.ranges[3000]} == {r.shard_id: None for r in first}
+    # 3000 never completes: 4000 gives up waiting (its shards sit out), 5000 does not wait
+    assert not planner.wait_for_completions(4000, 0.01)
+    assert planner.batch_rdd(sc, 4000, None) == "empty"
+    assert planner.wait_for_completions(5000, 600)
+    planner._waited_out = 0
+    planner.stopping = True
+    assert not planner.wait_for_completions(5000, 600)  # at once: a stop waits for nothing

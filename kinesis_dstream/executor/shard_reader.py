@@ -417,11 +417,14 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool
 
     When the planner knows where the batch starts, a fresh computation reads first and
     records its range conditionally; one that finds the range already recorded reads that
-    one instead. Only a start the planner does not know costs a lookup first.
+    one instead. Only a start the planner does not know costs a lookup first, and so does a
+    ``record_empty`` partition: any of its computations may be a later one (a second output
+    operation with ``storageLevel`` NONE), which would otherwise read a new range from
+    Kinesis only to throw it away for the recorded one.
     """
     fresh = fresh or planned.record_empty
     clients = clients_for(config)
-    if fresh and planned.start is not None:
+    if fresh and planned.start is not None and not planned.record_empty:
         return _read_new(clients, config, planned, planned.start, planned.start_timestamp,
                          planned.iterator, sleep)
     stored = waiting_out_dynamodb(config, lambda: clients.ranges.get(
@@ -432,6 +435,9 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool
         start, timestamp = planned.start or planned.floor, planned.start_timestamp
         empty = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp)
         return _report(empty, _Reading(), recorded=False, fresh=False)
+    if planned.start is not None:
+        return _read_new(clients, config, planned, planned.start, planned.start_timestamp,
+                         planned.iterator, sleep)
     previous = waiting_out_dynamodb(config, lambda: clients.ranges.latest_before(
         planned.stream_key, planned.shard_id, planned.batch_ms, planned.since_ms), sleep)
     start, timestamp = start_after(previous, planned.floor, planned.floor_timestamp)

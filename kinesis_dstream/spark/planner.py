@@ -13,15 +13,23 @@ on the executors; the driver receives only the tasks' small reports (an accumula
 
 The read-ahead is the first computation of each partition, and its tasks know it (a Spark
 local property): only they may decide a new range. Any later computation of the same
-partition (a lost block, an output operation with ``storageLevel`` NONE) reads the recorded
-range, or nothing where the read-ahead read nothing, which recorded nothing. When the
+partition (a lost block, a task retry) reads the recorded range, or nothing where the
+read-ahead read nothing, which recorded nothing. When the
 read-ahead fails outright, the batch gets a fresh RDD whose unread partitions record even
 an empty read, since no computation of theirs has been seen.
+
+With ``storageLevel`` NONE nothing would keep what a read-ahead read, so there is none: the
+batch's first output operation decides its ranges, every partition recording its range
+(even an empty one) before a record leaves the task, and every later computation reads
+exactly that. Where a batch ended is then known only when it completes, so the next batch
+is planned once it has (waited for, bounded), and the reads still follow each other.
 """
 from __future__ import annotations
 
 import functools
 import logging
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
@@ -39,6 +47,9 @@ log = logging.getLogger(__name__)
 MAX_RECORDS_PER_SHARD = 100_000
 # Built batch RDDs kept for another output operation's call (a batch's stay until it completes).
 MAX_BUILT_BATCHES = 64
+# With storageLevel NONE the next batch waits for the previous one's completion for at most
+# its read time budget plus this many batch intervals; then its unsettled shards sit it out.
+COMPLETION_WAIT_INTERVALS = 2
 
 
 @dataclass(frozen=True)
@@ -110,10 +121,26 @@ class BatchPlanner:
         self._reports: Any = None
         self.input_stream_id: int | None = None
         self.attached = False  # a StreamingListener reports this stream's batch completions
-        self.stopping = False
+        self._stopping = False
         self._counts: dict[int, int] = {}
         self._record_empty = False
         self._built: dict[int, Any] = {}  # batch time -> its RDD, until the batch completes
+        # storageLevel NONE: batches planned (with shards) and not completed, and the newest
+        # of them whose completion a wait gave up on
+        self._unread: set[int] = set()
+        self._waited_out = 0
+        self._completions = threading.Condition()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        """A stop releases a batch waiting for its predecessor's completion."""
+        with self._completions:
+            self._stopping = value
+            self._completions.notify_all()
 
     def _accumulator(self, sc: Any) -> Any:
         if self._reports is None:
@@ -150,6 +177,10 @@ class BatchPlanner:
         return built
 
     def _build(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
+        unread = _unreplicated(self.spec.storage_level) is None
+        if unread:
+            self.wait_for_completions(batch_ms, completion_wait_s(
+                self.spec.batch_interval_ms, self.coordinator.taking_leases))
         planned = self.coordinator.plan(self.spec.key, batch_ms)
         if not planned:
             self._report_input(sc, batch_ms, 0, {})
@@ -163,9 +194,11 @@ class BatchPlanner:
         owner = self.coordinator.config.worker_id
         ranges = [ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor, p.floor_timestamp,
                              p.since_ms, per_shard, budget, p.start, p.start_timestamp, owner,
-                             p.iterator, self._record_empty) for p in planned]
+                             p.iterator, self._record_empty or unread) for p in planned]
         weights = {p.shard_id: p.weight for p in planned}
         rdd = self._read_rdd(sc, values, ranges, weights)
+        if unread:
+            return self._unread_batch(sc, batch_ms, rdd, ranges)
         sc.setLocalProperty(READ_AHEAD, str(batch_ms))
         try:
             # The JVM counts the cached pickled batches: the tasks read and cache the records,
@@ -196,6 +229,44 @@ class BatchPlanner:
         self._report_input(sc, batch_ms, count, batch_reports)
         return rdd
 
+    def _unread_batch(self, sc: Any, batch_ms: int, rdd: Any, ranges: list[ShardRange]) -> Any:
+        """A batch left to its output operations (storageLevel NONE): its record count is
+        not known while Spark builds it, so its input shows the planned shards and 0."""
+        with self._completions:
+            self._unread.add(batch_ms)
+            while len(self._unread) > MAX_BUILT_BATCHES:  # batches that never completed
+                self._unread.discard(min(self._unread))
+        lines = [f"{r.shard_id}: after {r.start or 'its previous batch'}, read by the output "
+                 f"operations (storageLevel NONE)" for r in ranges]
+        self._report_input(sc, batch_ms, 0, {}, "\n".join(lines))
+        return rdd
+
+    def wait_for_completions(self, batch_ms: int, timeout_s: float) -> bool:
+        """Wait until this stream's batches before ``batch_ms`` have completed (storageLevel
+        NONE): only then is it known where each of their shards' reads ended, and a batch
+        planned earlier makes those shards sit out.
+
+        Runs on Spark's JobGenerator thread; completions come on the listener bus's thread,
+        which this does not block. Not while stopping, and not again for batches a wait
+        already gave up on. True when nothing is outstanding.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._completions:
+            while True:
+                pending = [t for t in self._unread if self._waited_out < t < batch_ms]
+                left = deadline - time.monotonic()
+                if not pending or self._stopping or left <= 0:
+                    break
+                log.debug("%s: batch %d waits for batch %s to complete", self.name, batch_ms,
+                          max(pending))
+                self._completions.wait(left)
+            if pending and not self._stopping:
+                self._waited_out = max(pending)
+                log.info("%s: batch %d is planned before batch %d completed (waited %.1f s); "
+                         "that batch's shards sit it out", self.name, batch_ms, max(pending),
+                         timeout_s)
+            return not pending
+
     def _read_rdd(self, sc: Any, values: RecordValues, ranges: list[ShardRange],
                   weights: dict[str, float]) -> Any:
         groups = group_shards(ranges, self.config.shards_per_task, sc.defaultParallelism,
@@ -206,7 +277,8 @@ class BatchPlanner:
         return rdd.persist(level) if level is not None else rdd
 
     def _report_input(self, sc: Any, batch_ms: int, count: int,
-                      reports: dict[tuple[str, str, int], ReadReport]) -> None:
+                      reports: dict[tuple[str, str, int], ReadReport],
+                      description: str | None = None) -> None:
         """Tell Spark's InputInfoTracker what this batch holds (UI, REST API, listeners)."""
         if self.input_stream_id is None:
             return
@@ -216,7 +288,7 @@ class BatchPlanner:
                      f"{r.batch_range.records} records, millisBehindLatest "
                      f"{r.millis_behind_latest}" for (_, shard, _), r in sorted(reports.items())]
             metadata = jvm.java.util.HashMap()
-            metadata.put("Description", "\n".join(lines) or "no shards planned")
+            metadata.put("Description", description or "\n".join(lines) or "no shards planned")
             metadata = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(metadata)
             info = jvm.org.apache.spark.streaming.scheduler.StreamInputInfo(
                 self.input_stream_id, count, metadata)
@@ -235,10 +307,22 @@ class BatchPlanner:
 
     def batch_completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
                         scheduling_delay_ms: int | None, failure: str | None) -> None:
+        unread = batch_ms in self._unread
+        try:
+            self._completed(batch_ms, succeeded, processing_delay_ms, scheduling_delay_ms,
+                            failure, unread)
+        finally:
+            if unread:  # the coordinator knows where its shards ended: the next batch may plan
+                with self._completions:
+                    self._unread.discard(batch_ms)
+                    self._completions.notify_all()
+
+    def _completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
+                   scheduling_delay_ms: int | None, failure: str | None, unread: bool) -> None:
         self._built.pop(batch_ms, None)
         reports = self._take_reports(batch_ms)
         count = self._counts.pop(batch_ms, None)
-        if count is None and not reports:
+        if count is None and not reports and not unread:
             return
         self.coordinator.batch_completed(self.spec.key, batch_ms, succeeded, reports)
         count = count if count is not None else sum(r.batch_range.records for r in reports.values())
@@ -264,6 +348,13 @@ def read_time_budget_s(batch_interval_ms: int, taking_leases: bool) -> float:
     if taking_leases:
         return 0.8 * interval_s
     return max(MAX_FETCH_TIME_PER_SHARD_S, 0.8 * interval_s)
+
+
+def completion_wait_s(batch_interval_ms: int, taking_leases: bool) -> float:
+    """How long a batch waits for its predecessor (storageLevel NONE): the predecessor's
+    read may take its whole time budget, and its processing a batch interval or two."""
+    return read_time_budget_s(batch_interval_ms, taking_leases) + \
+        COMPLETION_WAIT_INTERVALS * batch_interval_ms / 1000.0
 
 
 def _unreplicated(level: Any) -> Any:
