@@ -13,7 +13,10 @@ not compete with the readers for this process' GIL:
 * ``dstream_none``: the same with ``StorageLevel.NONE`` (no read-ahead: the output
   operation's read decides each batch's ranges, and the next batch waits for its completion);
 * ``sql`` (``--sql`` or ``--only sql``): ``readStream.format("aws-kinesis")`` TRIM_HORIZON
-  on the same cluster, 1 s triggers, foreachBatch collecting each record's index.
+  on the same cluster, 1 s triggers, foreachBatch collecting each record's index. Measured
+  as the DStream: from ``start()`` (the query defined before, as the DStream is before
+  ``ssc.start()``), after a warm-up of the Python workers Spark SQL reads through
+  (``warm_up_sql``: ``warm_up``'s RDD workers, which the DStream reuses, do not serve them).
 
 Per variant: MiB/s per shard from its start to its last record (and from its first record),
 the ratio to 2 MiB/s and to ``kcl_boto3``, the proxy's refusals by operation, the refusals
@@ -280,10 +283,14 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
     checkpoint = tempfile.mkdtemp(prefix="bench-limits-ckpt-")
     rows = DistinctRows(total)
     opts = bench_sql_source.source_options(stream, kinesis, dynamodb, table)
+    sc_common.warm_up_sql(spark)
+    # Measured from start(), as dstream() from ssc.start(): the query is defined first, as
+    # the DStream is (load() asks the source's schema of a Python process of its own).
+    writer = (spark.readStream.format("aws-kinesis").options(**opts).load().writeStream
+              .foreachBatch(rows).option("checkpointLocation", checkpoint)
+              .trigger(processingTime="1 second"))
     started = time.time()
-    query = (spark.readStream.format("aws-kinesis").options(**opts).load().writeStream
-             .foreachBatch(rows).option("checkpointLocation", checkpoint)
-             .trigger(processingTime="1 second").start())
+    query = writer.start()
     try:
         finished = sc_common.wait_for(lambda: rows.done_at is not None, timeout_s, 0.5)
         batches = len(query.recentProgress)

@@ -74,6 +74,39 @@ def warm_up(sc: Any) -> float:
     return time.monotonic() - started
 
 
+def warm_up_sql(spark: Any) -> float:
+    """One small read through a Python data source, so no measurement of a Python source pays
+    the first start of the Python workers Spark SQL reads through (the executors' workers of
+    ``warm_up``'s RDD jobs do not serve them); its time in seconds."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    tasks = int(spark.sparkContext.defaultParallelism)
+
+    class WarmUpReader(DataSourceReader):  # local classes: pickled by value, for executors
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(tasks)]
+
+        def read(self, partition: InputPartition) -> Any:
+            yield (partition.value,)
+
+    class WarmUpSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench-warm-up"
+
+        def schema(self) -> str:
+            return "id int"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return WarmUpReader()
+
+    started = time.monotonic()
+    spark.dataSource.register(WarmUpSource)
+    for _ in range(2):  # as warm_up: the second pass warms what the first one left cold
+        spark.read.format(WarmUpSource.name()).load().collect()
+    return time.monotonic() - started
+
+
 def use_dummy_aws_env() -> None:
     """Dummy credentials and region in this process (workers inherit them)."""
     for key, value in common.aws_env().items():
