@@ -173,3 +173,17 @@ def test_a_lease_renewed_again_in_time_is_kept():
     clock.now += FAILOVER_MS / 1000 - 0.5
     assert leases.drop_lapsed() == []
     assert leases.owned_shard_ids() == [SHARDS[0]]
+
+
+def test_a_failing_lease_loop_never_waits_longer_than_a_renewal_interval() -> None:
+    """Both lease loops (the Scheduler's and the driver's coordinator's) back off while a
+    service fails, capped at the renewal interval: once an outage ends, the leases are renewed
+    and due checkpoints written within one interval, before any lease lapses."""
+    from kinesis_dstream.worker.lease_loop import lease_loop_backoff
+
+    config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
+                            failover_time_ms=10_000, retry_wait_time_ms=100)
+    backoff = lease_loop_backoff(config)
+    waits = [backoff.next_wait_s() for _ in range(30)]
+    assert waits[0] < 1.0
+    assert max(waits) <= config.renew_interval_ms / 1000.0 < config.failover_time_ms / 1000.0

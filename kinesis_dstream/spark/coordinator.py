@@ -39,8 +39,7 @@ from ..errors import (
     StreamNotFoundError,
 )
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
-from ..retry import Backoff
-from ..worker.lease_loop import run_lease_loop
+from ..worker.lease_loop import lease_loop_backoff, run_lease_loop
 from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
@@ -358,7 +357,7 @@ class ShardCoordinator:
     def _loop(self) -> None:
         run_lease_loop(self.lease_manager, self._pass, what=f"{self.name}: coordinator pass",
                        stop=self._stop, waiting_on_parents=self._waiting_on_parents,
-                       backoff=Backoff(base_ms=200, cap_ms=30_000), wake=self._wake,
+                       backoff=lease_loop_backoff(self.config), wake=self._wake,
                        prepare=self._start_up_if_needed, permanent=PERMANENT_ERRORS,
                        on_permanent=self._fail)
 

@@ -15,11 +15,20 @@ from typing import Callable
 
 from ..errors import KinesisDStreamError
 from ..retry import Backoff, FaultLog
+from ..config import ConsumerConfig
 from .leases import LeaseManager
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.2
+
+
+def lease_loop_backoff(config: ConsumerConfig) -> Backoff:
+    """The loop's backoff while a service fails: from twice retry.waitTime (a tick at least),
+    capped at the lease renewal interval, so that once an outage ends the next pass (renewals,
+    due checkpoints) comes within one renewal interval instead of up to half a minute later."""
+    base_ms = max(config.retry_wait_time_ms * 2, int(TICK_S * 1000))
+    return Backoff(base_ms=base_ms, cap_ms=max(config.renew_interval_ms, base_ms))
 
 
 def run_lease_loop(manager: LeaseManager, step: Callable[[], None], *, what: str,

@@ -17,9 +17,8 @@ from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
 from ..records import ExtendedSequenceNumber
-from ..retry import Backoff
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
-from .lease_loop import TICK_S, run_lease_loop
+from .lease_loop import lease_loop_backoff, run_lease_loop
 from .leases import LeaseCoordinator, LeaseManager
 from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
@@ -103,13 +102,10 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
-        # Capped at the renew interval: a pass also starts consumers for leases just taken.
-        base_ms = max(self.config.retry_wait_time_ms * 2, int(TICK_S * 1000))
         run_lease_loop(self.lease_manager, self._reconcile,
                        what=f"worker {self.config.worker_id}: scheduler pass", stop=self._stop,
                        waiting_on_parents=self._any_waiting_on_parents,
-                       backoff=Backoff(base_ms=base_ms,
-                                       cap_ms=max(self.config.renew_interval_ms, base_ms)))
+                       backoff=lease_loop_backoff(self.config))
 
     def _any_waiting_on_parents(self) -> bool:
         with self._lock:
