@@ -105,7 +105,10 @@ def test_an_executor_killed_while_it_reads_loses_nothing_and_doubles_nothing(
     # recorded before the kill, though c-records were there when the retry read it.
     held_rows = sorted(text for s, _, text in batches[int(batch_ms)] if s == shard)
     assert held_rows == sorted(p.data.decode() for p in second if p.shard_id == shard)
-    assert not any(text.startswith("c") for _, _, text in batches[int(batch_ms)])
+    # The other shard's rows in that batch may hold c-records: its task may have started
+    # only after they arrived (two cores, one busy), and a first read takes what is there. A
+    # lost block of it read again *fresh* would show as doubled records in the counts above,
+    # since the next batch starts after its recorded end.
 
 
 # -- resharding under steady traffic -------------------------------------------------------------
