@@ -549,8 +549,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", help="one Spark master for every sub-benchmark "
                                          f"(default: {MASTERS})")
     parser.add_argument("--timeout", type=float, default=120.0, help="per measurement, seconds")
+    parser.add_argument("--log-level", default="WARNING",
+                        help="kinesis_dstream's log level in the driver (INFO: leases taken, batches "
+                             "completed; DEBUG: each batch's read-ahead)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    logging.getLogger("kinesis_dstream").setLevel(args.log_level.upper())
     unknown = set(args.which) - {*BENCHMARKS, "all"}
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")

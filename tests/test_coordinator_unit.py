@@ -287,3 +287,149 @@ def test_with_storage_level_none_the_next_batch_waits_for_the_previous_ones_comp
     planner._waited_out = 0
     planner.stopping = True
     assert not planner.wait_for_completions(5000, 600)  # at once: a stop waits for nothing
+
+
+class _ReadAheadContext:
+    """Just what BatchPlanner._build asks of a SparkContext when batches are cached: the
+    read-ahead's ``count`` stands for the tasks, reporting each planned range as read (one
+    record each) and, for the batches in ``more_left``, stopped before the shard's tip."""
+
+    defaultParallelism = 2
+
+    def __init__(self) -> None:
+        self.counted: list[tuple[int, str]] = []  # (batch, thread name) of each read-ahead
+        self.more_left: set[int] = set()
+        self.hold: dict[int, Any] = {}  # batch -> threading.Event the read-ahead waits for
+        self.reading: dict[int, Any] = {}  # batch -> threading.Event set when it starts
+        self.acc: Any = None
+        self.position = 0
+        self.failing: set[int] = set()  # batches whose RDD cannot be made
+
+    def accumulator(self, value: Any, param: Any) -> Any:
+        self.acc = type("Accumulator", (), {"value": value})()
+        return self.acc
+
+    def setLocalProperty(self, key: str, value: Any) -> None:  # noqa: N802
+        pass
+
+    def parallelize(self, groups: list, slices: int) -> Any:
+        ranges = [r for group in groups for r in group]
+        if ranges[0].batch_ms in self.failing:
+            raise RuntimeError("SparkContext was shut down")
+        sc = self
+
+        class Rdd:
+            def mapPartitions(self, f: Any) -> "Rdd":  # noqa: N802
+                return self
+
+            def persist(self, level: Any) -> "Rdd":
+                return self
+
+        class JavaRdd:
+            def count(self) -> int:
+                import threading
+
+                batch_ms = ranges[0].batch_ms
+                if batch_ms in sc.reading:
+                    sc.reading[batch_ms].set()
+                if batch_ms in sc.hold:
+                    assert sc.hold[batch_ms].wait(30)
+                sc.counted.append((batch_ms, threading.current_thread().name))
+                for r in ranges:
+                    sc.position += 1
+                    sc.acc.value[(r.stream_key, r.shard_id, r.batch_ms)] = ReadReport(
+                        BatchRange(r.stream_key, r.shard_id, r.batch_ms, r.start or TRIM,
+                                   end=ESN(str(sc.position)), records=1),
+                        more_left=batch_ms in sc.more_left)
+                return len(ranges)
+
+        rdd = Rdd()
+        rdd.batch_ms, rdd._jrdd = ranges[0].batch_ms, JavaRdd()  # type: ignore[attr-defined]
+        return rdd
+
+
+def _cached_planner(coordinator: ShardCoordinator) -> Any:
+    from pyspark import StorageLevel
+
+    from kinesis_dstream.spark.planner import BatchPlanner, StreamSpec
+
+    planner = BatchPlanner(StreamSpec("m1", coordinator.config.to_dict(),
+                                      storage_level=StorageLevel.MEMORY_AND_DISK), coordinator)
+    planner.attached = True
+    return planner
+
+
+def _early_read_done(planner: Any) -> None:
+    assert planner._early_reads_idle(30)
+
+
+def test_a_backlog_is_read_one_batch_ahead_of_sparks_clock_and_no_further(coordinator) -> None:
+    """The first batch is read as soon as it is asked for early (the context's start); the
+    batch after one whose reads stopped before a shard's tip is read as soon as Spark has
+    that one, starting where it ended; Spark's call finds it built. Never two ahead, and
+    nothing early once a batch reached every tip."""
+    import threading
+
+    sc, planner, values = _ReadAheadContext(), _cached_planner(coordinator), list
+    sc.more_left = {1000, 2000}
+    planner.read_early(sc, 1000, values)
+    _early_read_done(planner)
+    assert [b for b, _ in sc.counted] == [1000]
+    assert sc.counted[0][1] != threading.current_thread().name  # in the background
+    rdd = planner.batch_rdd(sc, 1000, values)
+    assert rdd.batch_ms == 1000
+    _early_read_done(planner)  # 1000 stopped before a tip: 2000 is read now
+    assert [b for b, _ in sc.counted] == [1000, 2000]
+    ended = {k[1]: r.batch_range.end for k, r in sc.acc.value.items() if k[2] == 1000}
+    starts = {k[1]: r.batch_range.start for k, r in sc.acc.value.items() if k[2] == 2000}
+    assert starts == ended and ended
+    planner.read_early(sc, 3000, values)  # not before Spark has asked for 2000
+    _early_read_done(planner)
+    assert [b for b, _ in sc.counted] == [1000, 2000]
+    assert planner.batch_rdd(sc, 2000, values).batch_ms == 2000
+    _early_read_done(planner)
+    assert [b for b, _ in sc.counted] == [1000, 2000, 3000]
+    assert planner.batch_rdd(sc, 3000, values).batch_ms == 3000  # at every tip
+    _early_read_done(planner)
+    assert [b for b, _ in sc.counted] == [1000, 2000, 3000]
+    planner.batch_rdd(sc, 4000, values)  # Spark's own call, at its time
+    assert [b for b, _ in sc.counted] == [1000, 2000, 3000, 4000]
+
+
+def test_sparks_call_for_a_batch_being_read_early_waits_for_that_read(coordinator) -> None:
+    import threading
+
+    sc, planner, values = _ReadAheadContext(), _cached_planner(coordinator), list
+    sc.hold[1000], sc.reading[1000] = threading.Event(), threading.Event()
+    planner.read_early(sc, 1000, values)
+    assert sc.reading[1000].wait(30)
+    got: list = []
+    spark = threading.Thread(target=lambda: got.append(planner.batch_rdd(sc, 1000, values)))
+    spark.start()
+    sc.hold[1000].set()
+    spark.join(30)
+    _early_read_done(planner)
+    assert [b for b, _ in sc.counted] == [1000]  # read once, by the early read
+    assert got and got[0].batch_ms == 1000
+
+
+def test_an_early_read_that_failed_fails_sparks_call_for_its_batch(coordinator) -> None:
+    """As if Spark's own call had built it: the batch is not planned a second time."""
+    sc, planner, values = _ReadAheadContext(), _cached_planner(coordinator), list
+    sc.failing = {1000}
+    planner.read_early(sc, 1000, values)
+    _early_read_done(planner)
+    with pytest.raises(RuntimeError, match="SparkContext was shut down"):
+        planner.batch_rdd(sc, 1000, values)
+    assert sc.counted == []
+
+
+def test_nothing_is_read_early_without_a_cache_or_while_stopping(coordinator) -> None:
+    sc, values = _ReadAheadContext(), list
+    unstored = _unstored_planner(coordinator)
+    unstored.read_early(sc, 1000, values)
+    assert unstored._early is None
+    planner = _cached_planner(coordinator)
+    planner.stopping = True
+    planner.read_early(sc, 1000, values)
+    assert planner._early is None and sc.counted == []

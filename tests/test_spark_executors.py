@@ -199,6 +199,7 @@ def test_a_recorded_range_is_read_again_exactly(make_config, make_stream, put_re
                          1000, max_records=20, time_budget_s=5)
     records, report = read_shard_range(config, planned)
     assert [r.binary_data for r in records] == [f"a{i}".encode() for i in range(20)]  # the cap
+    assert report.more_left  # the planner reads the next batch at once
     put_records(stream, [("k", f"b{i}") for i in range(10)])
     again, _ = read_shard_range(config, planned)
     assert again == records
@@ -208,6 +209,7 @@ def test_a_recorded_range_is_read_again_exactly(make_config, make_stream, put_re
     assert [r.binary_data for r in after] == \
         [f"a{i}".encode() for i in range(20, 30)] + [f"b{i}".encode() for i in range(10)]
     assert next_report.batch_range.start == report.batch_range.end
+    assert not next_report.more_left  # at the tip
     # another lease period (since 3000) never continues an older period's range
     fresh, _ = read_shard_range(config, ShardRange(
         "stream-a", shard, 4000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 3000,
@@ -253,6 +255,11 @@ def test_a_batch_that_starts_inside_a_backlog_reads_on_past_its_first_page(
         "stream-c", shard, 2000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 1000,
         max_records=1000, time_budget_s=5, start=report.batch_range.next_start))
     assert [r.binary_data for r in records] == [f"a{i}".encode() for i in range(5, 30)]
+    # a read out of time before the tip leaves more: one page, then the budget is spent
+    _, spent = read_shard_range(config, ShardRange(
+        "stream-c", shard, 3000, ExtendedSequenceNumber("TRIM_HORIZON"), None, 3000,
+        max_records=1000, time_budget_s=0))
+    assert (spent.batch_range.records, spent.more_left) == (10, True)
 
 
 def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(

@@ -6,6 +6,7 @@ kinesis-local + moto, master local[2] (the session's one SparkContext, conftest 
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 import warnings
@@ -261,7 +262,14 @@ def test_split_while_counting_ends_parent_only_after_its_records(sc, env, make_s
 
 # --------------------------------------------------------------------------- 4. maxRate
 
-def test_receiver_max_rate_caps_every_batch(sc, env, make_stream, put_records, unique_app_name):
+def test_receiver_max_rate_caps_every_batch(sc, env, make_stream, put_records, unique_app_name,
+                                            caplog):
+    """maxRate spreads a backlog over batches of at most its rate. Each capped batch stopped
+    before a shard's tip, so the next one is read early, as soon as Spark has asked for the
+    capped one (one batch ahead of its clock); the first is read at the context's start."""
+    from kinesis_dstream.spark.dstream import _first_batch_ms
+
+    caplog.set_level("DEBUG", logger="kinesis_dstream.spark.planner")
     stream = make_stream(2)
     total = 1000
     put_records(stream, [(f"k{i}", f"r{i}") for i in range(total)])
@@ -279,17 +287,21 @@ def test_receiver_max_rate_caps_every_batch(sc, env, make_stream, put_records, u
         else:
             jconf.set(SPARK_RECEIVER_MAX_RATE, before)
     sizes: list[int] = []
+    times: list[int] = []
     rows: list[str] = []
     lock = threading.Lock()
 
-    def keep(rdd):
+    def keep(time, rdd):
         got = rdd.collect()
         with lock:
             sizes.append(len(got))
+            times.append(round(time.timestamp() * 1000))
             rows.extend(got)
 
     kstream.foreachRDD(keep)
     ssc.start()
+    started = time.time()
+    first_ms = _first_batch_ms(ssc)
     try:
         wait_until(lambda: len(rows) >= total, 60, "the whole backlog")
         settled = len(sizes) + 2
@@ -300,6 +312,13 @@ def test_receiver_max_rate_caps_every_batch(sc, env, make_stream, put_records, u
     # The cap (200 a batch, 100 a shard) is what spread the backlog over batches.
     assert sum(1 for s in sizes if s > 0) >= total // 200, sizes
     assert sorted(rows) == sorted(f"r{i}" for i in range(total))
+    assert first_ms == min(times), (first_ms, times)  # the batch the start reads early
+    early = {int(m) for m in re.findall(r"batch (\d+) is read early", caplog.text)}
+    with_data = sorted(t for t, n in zip(times, sizes) if n)
+    assert set(with_data[1:]) <= early, (with_data, sorted(early))
+    # the start's early read of the first batch loses only to a batch due at once
+    assert first_ms in early or first_ms / 1000 - started < 0.05, (first_ms, started, early)
+    assert max(early) <= max(times) + 1000  # never more than one batch ahead
 
 
 # --------------------------------------------------------------------------- 5. lease loss

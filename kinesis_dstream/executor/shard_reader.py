@@ -115,6 +115,9 @@ class ReadReport:
     throttled: int = 0  # reads (GetRecords, GetShardIterator) Kinesis refused for throughput
     faults: int = 0  # other transient failures the read waited out
     get_records_served: int = 0  # GetRecords calls answered (the KCL's getRecords.Success 1)
+    # The read stopped at its time budget or record cap, not at the shard's tip: a backlog
+    # waits, and the planner reads the next batch as soon as this one is read.
+    more_left: bool = False
 
 
 def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
@@ -205,6 +208,7 @@ class _Reading:
     throttled: int = 0
     faults: int = 0
     lost: TrimmedRange | None = None  # records trimmed by retention before this read's start
+    more_left: bool = False  # stopped at the time budget or the record cap
 
 
 _faults: dict[str, FaultLog] = {}  # per shard, in this Python worker process
@@ -318,11 +322,15 @@ def _read(clients: _Clients, config: ConsumerConfig, shard_id: str,
         if max_records and len(reading.records) >= max_records:
             aligned = len(reading.records) == max_records
             del reading.records[max_records:]
+            reading.more_left = True
             break
         if result.shard_end:
             reading.shard_end, reading.child_shard_ids = True, tuple(result.child_shard_ids)
             break
-        if result.at_tip(config.max_records) or time.monotonic() >= deadline:
+        if result.at_tip(config.max_records):
+            break
+        if time.monotonic() >= deadline:
+            reading.more_left = True
             break
     if fetcher is not None:
         reading.shard_iterator_calls = fetcher.shard_iterator_calls
@@ -356,7 +364,8 @@ def _report(batch_range: BatchRange, reading: _Reading, *, recorded: bool,
                         sum(len(r.binary_data) for r in reading.records), reading.calls,
                         reading.seconds * 1000.0, os.getpid(), recorded, reading.iterator,
                         reading.iterator_time, reading.shard_iterator_calls, fresh,
-                        reading.throttled, reading.faults, reading.served)
+                        reading.throttled, reading.faults, reading.served,
+                        reading.more_left)
     return reading.records, report
 
 

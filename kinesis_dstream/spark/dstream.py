@@ -31,7 +31,7 @@ from pyspark.streaming.listener import StreamingListener
 
 from .coordinator import coordinator_for
 from .planner import BatchPlanner, StreamSpec
-from .records import record_values
+from .records import RecordValues
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,10 @@ def _delay(value: Any) -> int | None:
     return value if value >= 0 else None
 
 
-def attach(ssc: StreamingContext, planner: BatchPlanner) -> None:
+def attach(ssc: StreamingContext, planner: BatchPlanner, values: RecordValues) -> None:
     """Wrap the context's start/stop (once), bind the planner to Spark's input tracking and
     let the context's listener report its batches."""
+    planner.values = values
     members: list[BatchPlanner] | None = ssc.__dict__.get(_HOOKS_ATTR)
     if members is None:
         members = []
@@ -112,6 +113,10 @@ def _wrap_start_stop(ssc: StreamingContext, members: list[BatchPlanner]) -> None
         for coordinator in {id(p.coordinator): p.coordinator for p in members}.values():
             coordinator.start()
         original_start()
+        first_ms = _first_batch_ms(ssc)
+        if first_ms is not None:
+            for planner in members:
+                planner.read_early(ssc.sparkContext, first_ms, planner.values)
 
     def stop(stopSparkContext: bool = True, stopGraceFully: bool = False) -> None:
         for planner in members:
@@ -128,15 +133,29 @@ def _wrap_start_stop(ssc: StreamingContext, members: list[BatchPlanner]) -> None
     ssc.stop = stop  # type: ignore[method-assign]
 
 
+def _first_batch_ms(ssc: StreamingContext) -> int | None:
+    """The time of the first batch of a context just started (its graph's zero time plus
+    one interval), or None when that cannot be told (a context recovered from a checkpoint
+    starts with the batches it missed)."""
+    try:
+        scala_ssc = ssc._jssc.ssc()
+        if scala_ssc.isCheckpointPresent():
+            return None
+        graph = scala_ssc.graph()
+        return int(graph.zeroTime().milliseconds()) + int(graph.batchDuration().milliseconds())
+    except Exception as exc:  # noqa: BLE001 - Spark's internals: the first batch reads on time
+        log.info("kinesis-dstream: the first batch's time is not known (%s); it is read at "
+                 "its time", exc)
+        return None
+
+
 def batch_time_ms(time: datetime) -> int:
     """PySpark hands the batch time as ``datetime.fromtimestamp(ms / 1000)``: undo it."""
     return int(round(time.timestamp() * 1000))
 
 
-def make_batch_function(spec: StreamSpec, empty_dir: str, decoder: Callable | None,
-                        message_handler: Callable | None) -> Callable:
+def make_batch_function(spec: StreamSpec, empty_dir: str, values: RecordValues) -> Callable:
     """The transform function of the Kinesis DStream (see the module docstring)."""
-    values = record_values(decoder, message_handler)
 
     def kinesis_batch(time, rdd):
         planner = planner_for(spec)
@@ -145,7 +164,7 @@ def make_batch_function(spec: StreamSpec, empty_dir: str, decoder: Callable | No
             ssc = StreamingContext._activeContext
             if ssc is None:
                 return rdd.context.emptyRDD()
-            attach(ssc, planner)
+            attach(ssc, planner, values)
             planner.coordinator.start()
         return planner.batch_rdd(rdd.context, batch_time_ms(time), values)
 

@@ -24,6 +24,7 @@ from ..errors import ConfigurationError
 from .coordinator import coordinators
 from .dstream import attach, make_batch_function, planner_for
 from .planner import StreamSpec
+from .records import record_values
 from ..preflight import check_executors, use_driver_python_on_local_master
 from .rate import RateSettings
 from .records import KinesisRecord
@@ -192,11 +193,11 @@ class KinesisUtils:
             storage_level=storageLevel,
         )
         empty_dir = tempfile.mkdtemp(prefix="kinesis-dstream-input-")
+        values = record_values(None if messageHandler is not None else decoder, messageHandler)
         planner = planner_for(spec)
-        attach(ssc, planner)
+        attach(ssc, planner, values)
         base = ssc.textFileStream("file://" + empty_dir)
-        stream = base.transform(make_batch_function(
-            spec, empty_dir, None if messageHandler is not None else decoder, messageHandler))
+        stream = base.transform(make_batch_function(spec, empty_dir, values))
         stream.metrics = lambda: planner_for(spec).coordinator.metrics(spec.key)  # type: ignore[attr-defined]
         log.info("Kinesis DStream on %s (application %s, %s); leases are taken when the "
                  "StreamingContext starts", config.stream_name, config.application_name,

@@ -10,6 +10,7 @@ Spark job (the read-ahead) whose tasks run on executors and cache what they read
 Spark builds the batch: Spark's Streaming UI, its REST API and every StreamingListener see
 the input, and the read of batch N+1 overlaps the processing of batch N. The records stay
 on the executors; the driver receives only the tasks' small reports (an accumulator).
+While there is a backlog a batch is read early, before Spark asks for it (``read_early``).
 
 The read-ahead is the first computation of each partition, and its tasks know it (a Spark
 local property): only they may decide a new range. Any later computation of the same
@@ -130,6 +131,18 @@ class BatchPlanner:
         self._unread: set[int] = set()
         self._waited_out = 0
         self._completions = threading.Condition()
+        # Early reads: one batch is built at a time, by Spark's call or ahead of it
+        self.values: RecordValues | None = None  # the stream's record values, for start
+        self._build_lock = threading.Lock()
+        self._early_wake = threading.Condition()
+        self._early_next: tuple[Any, int, RecordValues] | None = None
+        self._early_busy = False
+        self._newest_built = 0
+        self._asked = 0  # the newest batch Spark asked for
+        self._early_ms = 0  # the newest batch an early read was started for
+        self._more_left: set[int] = set()  # batches whose reads stopped before a shard's tip
+        self._failed_early: dict[int, Exception] = {}
+        self._early: threading.Thread | None = None
 
     @property
     def stopping(self) -> bool:
@@ -137,10 +150,13 @@ class BatchPlanner:
 
     @stopping.setter
     def stopping(self, value: bool) -> None:
-        """A stop releases a batch waiting for its predecessor's completion."""
+        """A stop releases a batch waiting for its predecessor's completion, and ends the
+        early reads."""
         with self._completions:
             self._stopping = value
             self._completions.notify_all()
+        with self._early_wake:  # the early reads' thread ends
+            self._early_wake.notify_all()
 
     def _accumulator(self, sc: Any) -> Any:
         if self._reports is None:
@@ -169,11 +185,92 @@ class BatchPlanner:
         """
         if not self.attached:
             return sc.emptyRDD()
+        self._asked = max(self._asked, batch_ms)
         built = self._built.get(batch_ms)
         if built is None:
-            built = self._built[batch_ms] = self._build(sc, batch_ms, values)
-            while len(self._built) > MAX_BUILT_BATCHES:  # batches that never completed
-                self._built.pop(min(self._built))
+            with self._build_lock:  # an early read of this batch may hold it
+                built = self._build_once(sc, batch_ms, values)
+        if batch_ms in self._more_left:
+            self.read_early(sc, batch_ms + self.spec.batch_interval_ms, values)
+        return built
+
+    def read_early(self, sc: Any, batch_ms: int, values: RecordValues | None) -> None:
+        """Build batch ``batch_ms`` now, in the background, before Spark asks for it.
+
+        Spark asks for a batch at its time, and its read-ahead reads then; while there is a
+        backlog that leaves Kinesis unread between one batch's read and the next batch's
+        time. So the first batch is read as soon as the context has started (its first
+        lease is taken by then), and the batch after one whose reads stopped before a
+        shard's tip as soon as Spark has that one: reads follow each other without a gap,
+        never more than one batch ahead of Spark's clock. It is the same build, only
+        earlier: Spark's call finds the batch built (or waits for it), with the same ranges,
+        so every guarantee holds; a build that failed fails Spark's call the same way.
+        Nothing is read early with ``storageLevel`` NONE (no read-ahead) or while stopping.
+        """
+        if values is None or self.stopping or batch_ms <= self._newest_built or \
+                _unreplicated(self.spec.storage_level) is None:
+            return
+        if self._asked and batch_ms > self._asked + self.spec.batch_interval_ms:
+            return  # one batch ahead of Spark's clock at most
+        with self._early_wake:
+            if batch_ms <= self._early_ms:
+                return  # asked for already
+            self._early_ms = batch_ms
+            self._early_next = (sc, batch_ms, values)
+            if self._early is None:
+                # One thread for the planner's life: PySpark pins a JVM thread to each Python
+                # thread that calls Spark, and never ends it (a thread per batch would leak).
+                self._early = threading.Thread(target=self._early_reads, daemon=True,
+                                               name=f"{self.name}-early-reads")
+                self._early.start()
+            self._early_wake.notify_all()
+
+    def _early_reads(self) -> None:
+        while True:
+            with self._early_wake:
+                while self._early_next is None and not self._stopping:
+                    self._early_wake.wait()
+                if self._stopping:
+                    return
+                sc, batch_ms, values = self._early_next
+                self._early_next, self._early_busy = None, True
+            try:
+                self._build_early(sc, batch_ms, values)
+            finally:
+                with self._early_wake:
+                    self._early_busy = False
+                    self._early_wake.notify_all()
+
+    def _early_reads_idle(self, timeout_s: float) -> bool:
+        """No early read asked for or running (tests wait on it)."""
+        with self._early_wake:
+            return self._early_wake.wait_for(
+                lambda: self._early_next is None and not self._early_busy, timeout_s)
+
+    def _build_early(self, sc: Any, batch_ms: int, values: RecordValues) -> None:
+        with self._build_lock:
+            if self.stopping or batch_ms <= self._newest_built:
+                return
+            log.debug("%s: batch %d is read early", self.name, batch_ms)
+            try:
+                self._build_once(sc, batch_ms, values)
+            except Exception as exc:  # noqa: BLE001 - Spark's own call for the batch raises it
+                self._failed_early[batch_ms] = exc
+                while len(self._failed_early) > MAX_BUILT_BATCHES:
+                    self._failed_early.pop(min(self._failed_early))
+
+    def _build_once(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
+        """The batch's RDD, built on the first call (the caller holds the build lock)."""
+        built = self._built.get(batch_ms)
+        if built is not None:
+            return built
+        failed = self._failed_early.pop(batch_ms, None)
+        if failed is not None:
+            raise failed
+        built = self._built[batch_ms] = self._build(sc, batch_ms, values)
+        self._newest_built = max(self._newest_built, batch_ms)
+        while len(self._built) > MAX_BUILT_BATCHES:  # batches that never completed
+            self._built.pop(min(self._built))
         return built
 
     def _build(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
@@ -182,6 +279,7 @@ class BatchPlanner:
             self.wait_for_completions(batch_ms, completion_wait_s(
                 self.spec.batch_interval_ms, self.coordinator.taking_leases))
         planned = self.coordinator.plan(self.spec.key, batch_ms)
+        log.debug("%s: batch %d planned with %d shards", self.name, batch_ms, len(planned))
         if not planned:
             self._report_input(sc, batch_ms, 0, {})
             return sc.emptyRDD()
@@ -200,6 +298,7 @@ class BatchPlanner:
         if unread:
             return self._unread_batch(sc, batch_ms, rdd, ranges)
         sc.setLocalProperty(READ_AHEAD, str(batch_ms))
+        read_from = time.monotonic()
         try:
             # The JVM counts the cached pickled batches: the tasks read and cache the records,
             # and no second Python pass unpickles them only to count (the reports carry the
@@ -225,6 +324,10 @@ class BatchPlanner:
             self._record_empty = True
         self.coordinator.batch_read(batch_reports)
         count = sum(r.batch_range.records for r in batch_reports.values())
+        log.debug("%s: batch %d read ahead: %d records from %d shards in %.3f s", self.name,
+                  batch_ms, count, len(batch_reports), time.monotonic() - read_from)
+        if any(r.more_left for r in batch_reports.values()):
+            self._more_left.add(batch_ms)
         self._counts[batch_ms] = count
         self._report_input(sc, batch_ms, count, batch_reports)
         return rdd
@@ -320,6 +423,7 @@ class BatchPlanner:
     def _completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
                    scheduling_delay_ms: int | None, failure: str | None, unread: bool) -> None:
         self._built.pop(batch_ms, None)
+        self._more_left.discard(batch_ms)
         reports = self._take_reports(batch_ms)
         count = self._counts.pop(batch_ms, None)
         if count is None and not reports and not unread:
