@@ -149,3 +149,43 @@ def test_latest_fresh_table_skips_every_closed_shard_not_only_roots():
     for lease in leases.values():
         assert lease.checkpoint == ESN.LATEST
         assert lease.parent_shard_ids == frozenset()
+
+
+def test_leases_are_created_in_generations_parents_before_children():
+    """A split's children and a merge's child wait for their parents' leases; the rest of a
+    generation is written together."""
+    from kinesis_dstream.worker.shard_sync import in_generations
+
+    def lease(key, *parents):
+        return Lease(lease_key=key, checkpoint=ESN("TRIM_HORIZON"),
+                     parent_shard_ids=frozenset(parents))
+
+    leases = [lease("c1", "p"), lease("p"), lease("q"), lease("m", "c1", "q"), lease("c2", "p"),
+              lease("r", "gone")]
+    generations = [[x.lease_key for x in g] for g in in_generations(leases)]
+    assert generations == [["p", "q", "r"], ["c1", "c2"], ["m"]]
+    assert in_generations([]) == []
+
+
+def test_a_sync_writes_a_generation_concurrently_and_the_next_after_it():
+    import threading
+
+    from kinesis_dstream.worker.shard_sync import ShardSyncer
+
+    shards = [shard(f"s{i}") for i in range(6)] + [shard("child", "s0")]
+    barrier = threading.Barrier(6, timeout=30)  # every root's write waits for the others
+    written: list[str] = []
+
+    class Table:
+        def list_leases(self):
+            return []
+
+        def create_lease_if_not_exists(self, lease):
+            if lease.lease_key != "child":
+                barrier.wait()
+            written.append(lease.lease_key)
+            return True
+
+    kinesis = type("K", (), {"list_shards": lambda self: shards})()
+    assert ShardSyncer(config(), kinesis, Table()).sync() == 7
+    assert written[-1] == "child" and sorted(written[:6]) == [f"s{i}" for i in range(6)]

@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,10 +190,14 @@ class ShardCoordinator:
 
     def _start_up(self) -> None:
         self.kinesis.describe_stream_summary()
-        self.table.create_table_if_not_exists()
-        self.ranges.create_table_if_not_exists()
-        self.syncer.sync()
-        self.leases.take_leases(limit=self.lease_manager.pace.budget)
+        # The batch-range table is needed by the first read only: it is made (on AWS a new
+        # table takes seconds to become ACTIVE) while the leases are synced and taken.
+        with ThreadPoolExecutor(1, thread_name_prefix="kinesis-dstream-ranges") as pool:
+            ranges_ready = pool.submit(self.ranges.create_table_if_not_exists)
+            self.table.create_table_if_not_exists()
+            self.syncer.sync()
+            self.leases.take_leases(limit=self.lease_manager.pace.budget)
+            ranges_ready.result()
         self.lease_manager.pace.passed(self.leases.wanted_more, time.monotonic())
         self._reconcile()
         self.leases.start_renewer()

@@ -9,6 +9,7 @@ With LATEST on a fresh table, closed shards get no lease: their data is history.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
 from ..aws.kinesis import Shard
@@ -17,6 +18,9 @@ from ..config import ConsumerConfig
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
 
 log = logging.getLogger(__name__)
+
+# Leases written at once by a shard sync (the lease renewer's pool is as large).
+CREATE_THREADS = 20
 
 
 def initial_checkpoint(config: ConsumerConfig) -> ExtendedSequenceNumber:
@@ -61,6 +65,22 @@ def new_leases(shards: Iterable[Shard], existing: dict[str, Lease],
     return fixed
 
 
+def in_generations(leases: list[Lease]) -> list[list[Lease]]:
+    """``leases`` in groups that may be created together: each lease after its parents'.
+
+    A child whose parent has no lease yet counts as a root (``parents_done``), so a worker
+    scanning the table while leases are being created could read it before its parent."""
+    pending = {lease.lease_key: lease for lease in leases}
+    generations = []
+    while pending:
+        ready = [lease for lease in pending.values()
+                 if not any(p in pending for p in lease.parent_shard_ids)]
+        generations.append(ready or list(pending.values()))  # no cycle in Kinesis' lineage
+        for lease in generations[-1]:
+            del pending[lease.lease_key]
+    return generations
+
+
 def parents_done(lease: Lease, leases: dict[str, Lease]) -> bool:
     """A child may start once every parent that has a lease has checkpointed SHARD_END."""
     return all(parent not in leases or leases[parent].is_finished
@@ -74,13 +94,24 @@ class ShardSyncer:
         self.table = table
 
     def sync(self) -> int:
-        """List shards and create missing leases; returns how many were created."""
+        """List shards and create missing leases; returns how many were created.
+
+        The leases of one generation are written concurrently: a new application on a
+        1,000-shard stream would otherwise wait for 1,000 PutItems one after the other
+        before its first lease is taken (the KCL writes them one by one)."""
         shards = self.kinesis.list_shards()
         existing = {lease.lease_key: lease for lease in self.table.list_leases()}
         created = 0
-        for lease in new_leases(shards, existing, self.config):
-            if self.table.create_lease_if_not_exists(lease):
-                created += 1
-                log.info("created lease %s at %s (parents %s)", lease.lease_key, lease.checkpoint,
-                         sorted(lease.parent_shard_ids) or "none")
+        for generation in in_generations(new_leases(shards, existing, self.config)):
+            if len(generation) == 1:
+                made = [self.table.create_lease_if_not_exists(generation[0])]
+            else:
+                with ThreadPoolExecutor(min(CREATE_THREADS, len(generation)),
+                                        thread_name_prefix="kinesis-dstream-sync") as pool:
+                    made = list(pool.map(self.table.create_lease_if_not_exists, generation))
+            for lease, new in zip(generation, made):
+                if new:
+                    created += 1
+                    log.info("created lease %s at %s (parents %s)", lease.lease_key,
+                             lease.checkpoint, sorted(lease.parent_shard_ids) or "none")
         return created
