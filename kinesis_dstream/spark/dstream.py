@@ -9,7 +9,8 @@ Choices, and why:
   holds a ``StreamSpec`` and the decoder: it is pickled into Spark's checkpoint and, in a
   recovered driver, finds a fresh planner and coordinator (registries keyed by the spec).
 - Start: ``ssc.start`` is wrapped on the instance, so the coordinator checks the stream and
-  takes its first lease *before* Spark starts (a wrong stream fails ``ssc.start()``). A
+  takes its first lease *before* Spark starts (a wrong stream fails ``ssc.start()``); once
+  Spark has started, the first batch is read at once (``BatchPlanner.read_early``). A
   recovered context was not built by ``createStream``: there the first batch starts the
   coordinator and attaches the listener to ``StreamingContext._activeContext``; until the
   listener is attached batches plan nothing (completion would go unseen, never checkpointed).

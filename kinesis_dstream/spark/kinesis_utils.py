@@ -24,10 +24,9 @@ from ..errors import ConfigurationError
 from .coordinator import coordinators
 from .dstream import attach, make_batch_function, planner_for
 from .planner import StreamSpec
-from .records import record_values
 from ..preflight import check_executors, use_driver_python_on_local_master
 from .rate import RateSettings
-from .records import KinesisRecord
+from .records import KinesisRecord, record_values
 
 log = logging.getLogger(__name__)
 
