@@ -475,7 +475,7 @@ def run_config(api: str, shards: int, args: argparse.Namespace) -> dict[str, Any
             else:
                 result = run_sql(spark, emu, kproxy, dproxy, stream, shards, busy_keys, args)
             wall = time.monotonic() - started
-        per_task = args.shards_per_task or 16
+        per_task = args.shards_per_task or 32
         meets = {
             "batch_processing_median": (result["batch_processing_s"].get("median") or 99)
             <= TARGETS["batch_processing_median_s"],
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of producing before the measured window")
     parser.add_argument("--shards-per-task", type=int, default=None,
                         help="spark.streaming.kinesis.shardsPerTask / kinesis.shardsPerTask "
-                             "(default: the library's, 16)")
+                             "(default: the library's, 32)")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds to wait for every shard leased / the first trigger")
     args = parser.parse_args(argv)
@@ -533,9 +533,34 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     sc_common.use_dummy_aws_env()
     for api in apis:
-        for shards in counts:
-            common.emit(run_config(api, shards, args))
+        results = []
+        for shards in sorted(counts):
+            results.append(run_config(api, shards, args))
+            common.emit(results[-1])
+        if len(results) > 1:
+            common.emit(marginal_cost(api, results))
     return 0
+
+
+def marginal_cost(api: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What one more idle shard costs a batch: the CPU a batch of the wider run used beyond
+    the narrower one's, over the idle shards it added (the same traffic in both). The
+    fixed costs (Spark's per-batch jobs, the driver JVM's warm-up) cancel out; the average
+    ``cpu_ms_per_idle_shard_per_batch`` of one run carries them."""
+    pairs = []
+    for narrow, wide in zip(results, results[1:]):
+        def per_batch(r: dict[str, Any], key: str = "ours_total") -> float:
+            return r["cpu_s"][key] / max(1, r["batches_in_window"] or 1)
+
+        added = wide["setup"]["shards"] - narrow["setup"]["shards"]
+        ours = (per_batch(wide) - per_batch(narrow)) * 1000 / added
+        jit = (per_batch(wide, "driver_jvm_jit") - per_batch(narrow, "driver_jvm_jit")) * 1000 / added
+        pairs.append({"shards": [narrow["setup"]["shards"], wide["setup"]["shards"]],
+                      "cpu_ms_per_added_idle_shard_per_batch": round(ours, 3),
+                      "of_it_driver_jvm_jit": round(jit, 3)})
+    return {"benchmark": f"bench_wide marginal cost, {api}", "pairs": pairs,
+            "target_ms": 3.0,
+            "meets_target": all(p["cpu_ms_per_added_idle_shard_per_batch"] <= 3.0 for p in pairs)}
 
 
 if __name__ == "__main__":
