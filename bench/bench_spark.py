@@ -513,9 +513,10 @@ def bench_plan64(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
         "shards_planned_per_batch": common.summary(timer.planned_shards[first_batch:], 0),
         "coordinator_plan_ms": common.summary([v * 1000 for v in plan_s], 2),
         "batch_function_s": common.summary(batch_s, 3),
-        "batch_function_note": "the whole batch function: plan, ranges, the read-ahead job of "
-                               f"{shards} executor tasks, the input report; the share over 1 s "
-                               "is what the cluster's 2 cores cannot read within the batch",
+        "batch_function_note": "the whole batch function: plan, ranges, the read-ahead job "
+                               f"reading {shards} shards in tasks of shardsPerTask shards, "
+                               "the input report; the share over 1 s is what the cluster's "
+                               "2 cores cannot read within the batch",
         "records_put": producer.sent, "records_counted": counter.total - counted0,
         "lease_table_writes_per_minute": round(lease_writes / minutes, 1),
         "range_table_writes_per_minute": round(range_writes / minutes, 1),
