@@ -28,7 +28,7 @@ from kinesis_dstream.worker import fetcher as fetcher_module
 from kinesis_dstream.worker.fetcher import KinesisDataFetcher
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
-from spark_helpers import collected, create, make_ssc, wait_until
+from spark_helpers import create, make_ssc, wait_until
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
@@ -210,7 +210,7 @@ def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothi
             put_at(proxy.endpoint, stream, [(f"k{round_}", f"n{round_}")])
             time.sleep(1.0)
         wait_until(lambda: len(delivered) >= 9, 60, "the records put while running")
-        time.sleep(1.5)  # what would come twice comes by now
+        reads_go_on(proxy, 4)  # what would come twice comes by now
     finally:
         scheduler.shutdown(timeout_s=10)
     assert delivered == [f"r{i}" for i in range(4, 10)] + ["n0", "n1", "n2"]
@@ -238,19 +238,37 @@ def executor_lines(sc: Any, needle: str) -> list[str]:
     return lines
 
 
-def collected_or_failed(kstream: Any) -> tuple[list, list[str]]:
-    """Every row of every batch, and the errors of batches whose job failed."""
+def collected_or_failed(kstream: Any) -> tuple[list, list[str], list[int]]:
+    """Every row of every batch, the errors of batches whose job failed, and each batch's
+    time (Spark calls the output operation for every batch, empty or not)."""
     rows: list = []
     failed: list[str] = []
+    batches: list[int] = []
 
-    def keep(rdd: Any) -> None:
+    def keep(batch_time: Any, rdd: Any) -> None:
         try:
             rows.extend(rdd.collect())
         except Exception as exc:  # noqa: BLE001 - the test asserts on it
             failed.append(str(exc))
+        batches.append(int(batch_time.timestamp() * 1000))
 
     kstream.foreachRDD(keep)
-    return rows, failed
+    return rows, failed, batches
+
+
+def reads_go_on(proxy: Any, calls: int, timeout: float = 60.0) -> None:
+    """Wait until ``calls`` more GetRecords have passed ``proxy``: a record that a re-created
+    iterator would bring twice comes within them."""
+    seen = proxy.get_records_forwarded  # every GetRecords not throttled, expired ones too
+    wait_until(lambda: proxy.get_records_forwarded >= seen + calls, timeout,
+               f"{calls} more GetRecords")
+
+
+def batches_go_on(batches: list[int], count: int = 3, timeout: float = 60.0) -> None:
+    """Wait until ``count`` more batches have run their output operation: a record that one
+    of them would bring twice is in the rows by then."""
+    seen = len(batches)
+    wait_until(lambda: len(batches) >= seen + count, timeout, f"{count} more batches")
 
 
 @pytest.mark.timeout(240)
@@ -262,7 +280,7 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_str
     expected = [r.data.decode() for r in put_records(stream, [(f"k{i}", f"a{i}")
                                                              for i in range(40)])]
     ssc = make_ssc(sc)
-    rows, failed = collected_or_failed(create(ssc, unique_app_name, stream, env))
+    rows, failed, batches = collected_or_failed(create(ssc, unique_app_name, stream, env))
     ssc.start()
     try:
         wait_until(lambda: len(rows) >= 40, 90, "the first records")
@@ -271,7 +289,7 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_str
                 stream, [(f"k{i}", f"b{round_}-{i}") for i in range(10)])]
             time.sleep(2.0)
         wait_until(lambda: len(rows) >= len(expected), 90, "every record")
-        time.sleep(3.0)  # batches that would bring a record twice run by now
+        batches_go_on(batches)  # batches that would bring a record twice
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert Counter(rows) == Counter(expected)
@@ -291,14 +309,15 @@ def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
     seed_checkpoint(make_config(stream, kinesis_endpoint=proxy.endpoint), shard,
                     put[2].sequence_number)
     ssc = make_ssc(sc)
-    rows = collected(create(ssc, unique_app_name, stream, env))
+    rows, failed, batches = collected_or_failed(create(ssc, unique_app_name, stream, env))
     ssc.start()
     try:
         wait_until(lambda: len(rows) >= 4, 90, "the records after the trim horizon")
-        time.sleep(3.0)
+        batches_go_on(batches)  # batches that would bring a record twice, or an older one
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert rows == [f"r{i}" for i in range(6, 10)]
+    assert not failed, failed[0][:2000]
     span = f"after {ESN(put[2].sequence_number)} before {put[6].sequence_number}"
     lines = executor_lines(sc, f"stream {stream!r} shard {shard}")
     assert len(lines) == 1 and span in lines[0] and "WARNING" in lines[0], lines
@@ -320,7 +339,7 @@ def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
         kstream = create(ssc, unique_app_name, stream, env)
     finally:
         sc._conf._jconf.remove("spark.streaming.kinesis.failOnDataLoss")
-    rows, errors = collected_or_failed(kstream)
+    rows, errors, _ = collected_or_failed(kstream)
     ssc.start()
     try:
         wait_until(lambda: errors, 120, "a failed batch")
@@ -374,7 +393,8 @@ def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make
             wait_until(lambda: not query.isActive, 120, "the query to fail")
         else:
             wait_until(lambda: len(sink.rows()) >= first_run + 4, 120, "the records left")
-            time.sleep(3.0)
+            reads_go_on(proxy, 4)  # the source's reads and probes go on past the records
+            wait_until(lambda: not query.status["isTriggerActive"], 60, "the trigger to end")
     finally:
         query.stop()
     data = [r[4].decode() for r in sorted(sink.rows(), key=lambda r: int(r[1]))]
