@@ -53,6 +53,18 @@ MAX_BUILT_BATCHES = 64
 COMPLETION_WAIT_INTERVALS = 2
 
 
+def _drop_oldest(batches: dict[int, Any] | set[int]) -> None:
+    """Keep what is held per batch time for the newest MAX_BUILT_BATCHES batches only: a
+    batch normally lets go of it when it completes, and one that never completes (a stop
+    between its build and its jobs) must not hold it for the driver's life."""
+    while len(batches) > MAX_BUILT_BATCHES:
+        oldest = min(batches)
+        if isinstance(batches, dict):
+            del batches[oldest]
+        else:
+            batches.discard(oldest)
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """What the batch function carries into Spark's checkpoint: configuration only."""
@@ -256,8 +268,7 @@ class BatchPlanner:
                 self._build_once(sc, batch_ms, values)
             except Exception as exc:  # noqa: BLE001 - Spark's own call for the batch raises it
                 self._failed_early[batch_ms] = exc
-                while len(self._failed_early) > MAX_BUILT_BATCHES:
-                    self._failed_early.pop(min(self._failed_early))
+                _drop_oldest(self._failed_early)
 
     def _build_once(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
         """The batch's RDD, built on the first call (the caller holds the build lock)."""
@@ -269,8 +280,7 @@ class BatchPlanner:
             raise failed
         built = self._built[batch_ms] = self._build(sc, batch_ms, values)
         self._newest_built = max(self._newest_built, batch_ms)
-        while len(self._built) > MAX_BUILT_BATCHES:  # batches that never completed
-            self._built.pop(min(self._built))
+        _drop_oldest(self._built)
         return built
 
     def _build(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
@@ -337,8 +347,7 @@ class BatchPlanner:
         not known while Spark builds it, so its input shows the planned shards and 0."""
         with self._completions:
             self._unread.add(batch_ms)
-            while len(self._unread) > MAX_BUILT_BATCHES:  # batches that never completed
-                self._unread.discard(min(self._unread))
+            _drop_oldest(self._unread)
         lines = [f"{r.shard_id}: after {r.start or 'its previous batch'}, read by the output "
                  f"operations (storageLevel NONE)" for r in ranges]
         self._report_input(sc, batch_ms, 0, {}, "\n".join(lines))
