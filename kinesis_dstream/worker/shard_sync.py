@@ -16,11 +16,12 @@ from ..aws.kinesis import Shard
 from ..aws.lease_table import Lease, LeaseTable
 from ..config import ConsumerConfig
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
+from .leases import RENEW_THREADS
 
 log = logging.getLogger(__name__)
 
-# Leases written at once by a shard sync (the lease renewer's pool is as large).
-CREATE_THREADS = 20
+# Leases written at once by a shard sync: as many as the lease renewer writes at once.
+CREATE_THREADS = RENEW_THREADS
 
 
 def initial_checkpoint(config: ConsumerConfig) -> ExtendedSequenceNumber:
