@@ -238,19 +238,19 @@ def executor_lines(sc: Any, needle: str) -> list[str]:
     return lines
 
 
-def collected_or_failed(kstream: Any) -> tuple[list, list[str], list[int]]:
+def collected_or_failed(kstream: Any) -> tuple[list, list[str], list]:
     """Every row of every batch, the errors of batches whose job failed, and each batch's
     time (Spark calls the output operation for every batch, empty or not)."""
     rows: list = []
     failed: list[str] = []
-    batches: list[int] = []
+    batches: list = []
 
     def keep(batch_time: Any, rdd: Any) -> None:
         try:
             rows.extend(rdd.collect())
         except Exception as exc:  # noqa: BLE001 - the test asserts on it
             failed.append(str(exc))
-        batches.append(int(batch_time.timestamp() * 1000))
+        batches.append(batch_time)
 
     kstream.foreachRDD(keep)
     return rows, failed, batches
@@ -264,7 +264,7 @@ def reads_go_on(proxy: Any, calls: int, timeout: float = 60.0) -> None:
                f"{calls} more GetRecords")
 
 
-def batches_go_on(batches: list[int], count: int = 3, timeout: float = 60.0) -> None:
+def batches_go_on(batches: list, count: int = 3, timeout: float = 60.0) -> None:
     """Wait until ``count`` more batches have run their output operation: a record that one
     of them would bring twice is in the rows by then."""
     seen = len(batches)
