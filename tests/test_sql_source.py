@@ -298,6 +298,63 @@ def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
     assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
 
 
+class FailsFirstBatchOnce(Batches):
+    """foreachBatch that fails micro-batch 0 the first time it runs: the query dies with that
+    batch in its offset log and not in its commit log, the window between plan and commit that
+    a user's stop() can land in, held open on purpose instead of by luck."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = True
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if batch_id == 0 and self.armed:
+            self.armed = False
+            raise RuntimeError("batch 0 held back by the test")
+        super().__call__(df, batch_id)
+
+
+@pytest.mark.parametrize("position", ["TRIM_HORIZON", "LATEST"])
+def test_a_query_stopped_between_its_first_plan_and_commit_restarts_exactly_once(
+        spark, env, make_stream, checkpoint, position):
+    stream = make_stream(2)
+    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"],
+                   **{"kinesis.startingPosition": position})
+    producer = KeyedProducer(env["kinesis"], stream)
+    sink = FailsFirstBatchOnce()
+    if position == "TRIM_HORIZON":
+        producer.start()
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        if position == "LATEST":  # LATEST is pinned by the first trigger: send after it
+            wait_until(lambda: query.lastProgress is not None or not query.isActive, 60,
+                       "the first trigger")
+            producer.start()
+        wait_until(lambda: not query.isActive, 120, "batch 0 to fail the query")
+    finally:
+        query.stop()
+    assert "batch 0 held back" in str(query.exception()), query.exception()
+    folder = Path(checkpoint)
+    assert (folder / "offsets" / "0").exists() and not (folder / "commits" / "0").exists()
+    sent_at_stop = len(producer.sent)
+    wait_until(lambda: len(producer.sent) >= sent_at_stop + 60, 30, "records put while stopped")
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent) or not query.isActive, 120,
+                   "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    got = sink.data()
+    assert got == Counter(sent), (len(got), len(sent), [d for d, n in got.items() if n > 1][:5])
+    assert not sink.reruns_differing
+    assert 0 in sink.by_batch  # the held batch itself ran again
+    # The checkpoint kept its query: the first reading's id and, for LATEST, its pinned time.
+    assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
+
+
 def _failed_naming_4_2(query: Any) -> bool:
     """On pyspark < 4.2 a query restarted after its last batch was committed must fail, saying
     so (it would otherwise start over under a new query id); one whose last batch was not
