@@ -355,6 +355,35 @@ def test_a_query_stopped_between_its_first_plan_and_commit_restarts_exactly_once
     assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
 
 
+# A checkpoint that main's code as of c452a39 (offset format v1) wrote when its query was
+# stopped after planning its first reading and before committing it: Spark's metadata and
+# offsets/0, whose source offset reads both shards of a 2-shard stream from TRIM_HORIZON.
+KEPT_CHECKPOINT = Path(__file__).parent / "data" / "sql-checkpoint-planned-not-committed"
+KEPT_QUERY = "358471332ca84c45bbfde14a56b50019"
+
+
+def test_a_checkpoint_kept_from_an_earlier_version_resumes_its_query(
+        spark, env, make_stream, put_records, tmp_path):
+    import shutil
+
+    stream = make_stream(2)
+    sent = [d.encode() for _, d in ((f"k{i}", f"kept-{i}") for i in range(200))]
+    put_records(stream, [(f"k{i % 7}", d.decode()) for i, d in enumerate(sent)])
+    checkpoint = str(tmp_path / "checkpoint")
+    shutil.copytree(KEPT_CHECKPOINT, checkpoint)
+    sink = Batches()
+    query = start_query(spark, options(stream, env["kinesis"], env["dynamodb"], env["app"]),
+                        checkpoint, sink)
+    try:
+        wait_until(lambda: set(sink.data()) >= set(sent) or not query.isActive, 120,
+                   "every record put")
+    finally:
+        stop(query)
+    assert sink.data() == Counter(sent)
+    assert 0 in sink.by_batch  # the planned batch ran, under the query id it was born with
+    assert {o["query"] for o in offsets_logged(checkpoint)} == {KEPT_QUERY}
+
+
 def _failed_naming_4_2(query: Any) -> bool:
     """On pyspark < 4.2 a query restarted after its last batch was committed must fail, saying
     so (it would otherwise start over under a new query id); one whose last batch was not

@@ -494,9 +494,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                 f"format(\"aws-kinesis\"): micro-batch from query {start.get('query')} reading "
                 f"{start.get('batch')} to query {end.get('query')} reading {end.get('batch')}: "
                 f"the checkpointLocation holds offsets of two queries")
+        self._last_end = end  # where the query stands, for pyspark < 4.2's latestOffset()
         if start == end or int(end["batch"]) <= int(start["batch"]):
             return []
-        self._last_end = end
         key = stream_key(self.config.stream_name, end["query"])
         batch, cap = int(end["batch"]), int(end["limit"])
         ranges = []
