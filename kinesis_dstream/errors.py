@@ -12,9 +12,14 @@ PERMANENT = "permanent"
 
 
 class KinesisDStreamError(Exception):
-    """Base of every error this package raises on purpose."""
+    """Base of every error this package raises on purpose.
+
+    ``code`` is the AWS error code the error was made from (None for our own), so that a
+    caller that must tell two answers of one kind apart reads the code, never the message.
+    """
 
     kind: str = PERMANENT
+    code: str | None = None
 
 
 class ConfigurationError(KinesisDStreamError, ValueError):

@@ -723,10 +723,10 @@ def test_lease_found_gone_when_reading_the_checkpoint_is_a_lease_loss():
 def test_a_throttled_read_waits_the_throttle_pause_other_faults_back_off(monkeypatch):
     """A refusal for throughput waits ``throttle_wait_s`` (about a second, as the executors'
     reads), not the exponential backoff that starts at retry.waitTime; other faults back off."""
-    import kinesis_dstream.worker.consumer as consumer_module
+    import kinesis_dstream.retrieval.pacer as pacer_module
 
     pauses: list[str] = []
-    monkeypatch.setattr(consumer_module, "throttle_wait_s", lambda: pauses.append("t") or 0.01)
+    monkeypatch.setattr(pacer_module, "throttle_wait_s", lambda: pauses.append("t") or 0.01)
     shard = Shard(4, batch=2)
     shard.init_errors = [ThrottlingError("slow down")]
     shard.errors = [ThrottlingError("slow down"), RetriesExhaustedError("Gave up after 3 attempts"),

@@ -110,7 +110,7 @@ def test_wheel_holds_the_package_the_registrations_and_the_command(wheel: Path):
                 if n.split("/")[0].endswith(".dist-info") and "/" in n}
     for module in ("kinesis_dstream/__init__.py", "kinesis_dstream/cli.py",
                    "kinesis_dstream/_loopback.js", "kinesis_dstream/preflight.py",
-                   "kinesis_dstream/executor/shard_reader.py", "kinesis_dstream/sql/datasource.py",
+                   "kinesis_dstream/retrieval/shard_reader.py", "kinesis_dstream/sql/datasource.py",
                    "kinesis_dstream/aws/kpl.py", "kinesis_dstream/worker/scheduler.py",
                    "kinesis_dstream/multilang/daemon.py",
                    "pyspark_kinesis_dstream.py", "pyspark_kinesis.py"):

@@ -23,7 +23,7 @@ from kinesis_dstream.errors import (
 )
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
 from kinesis_dstream.records import ExtendedSequenceNumber, Record
-from kinesis_dstream.worker.fetcher import KinesisDataFetcher
+from kinesis_dstream.retrieval import KinesisDataFetcher
 
 pytestmark = pytest.mark.timeout(120)
 

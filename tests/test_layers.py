@@ -1,4 +1,4 @@
-"""Layers point one way: Spark glue / multilang -> worker -> AWS -> shared modules.
+"""Layers point one way: Spark glue / multilang -> worker -> retrieval -> AWS -> shared modules.
 
 ``layer_violations(package_root)`` reads every module's imports (ast, nothing imported) and
 returns one line per forbidden import; the tests run it on the package and on modules
@@ -15,22 +15,23 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
 
 SHARED = {"config", "errors", "retry", "records"}
 TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
-EVERYTHING = SHARED | {"aws", "worker", "executor", "multilang", "local", "preflight"} | TOP | {"cli", "pyspark"}
+EVERYTHING = SHARED | {"aws", "retrieval", "worker", "multilang", "local", "preflight"} | TOP | {"cli", "pyspark"}
 # part of the package -> what it may import at module level (parts of kinesis_dstream, or
 # "pyspark"). Lazy imports (inside a function) are held to the same rule except in
 # __init__, whose lazy imports of the Spark names are its way of not importing pyspark.
 ALLOWED: dict[str, set[str]] = {
     **{name: set(SHARED) for name in SHARED},
     "aws": SHARED | {"aws"},
-    "worker": SHARED | {"aws", "worker"},
-    "multilang": SHARED | {"aws", "worker", "multilang"},
-    # What runs in Spark tasks of both APIs: no pyspark, no Spark glue.
-    "executor": SHARED | {"aws", "worker", "executor"},
+    # How a shard is read, for every entry point (and in Spark tasks of both APIs): no
+    # pyspark, no Spark glue, nothing of the worker or the daemon that read through it.
+    "retrieval": SHARED | {"aws", "retrieval"},
+    "worker": SHARED | {"aws", "retrieval", "worker"},
+    "multilang": SHARED | {"aws", "retrieval", "worker", "multilang"},
     "local": set(SHARED),
     # Driver-side Spark glue both APIs use (it is handed a SparkContext; imports no pyspark).
     "preflight": set(SHARED),
     # The DStream glue must not need the sql package (pyspark >= 4.0): DStream users on 3.5.
-    # The two Spark APIs share the executors' reader, not each other's modules.
+    # The two Spark APIs share the retrieval package, not each other's modules.
     "spark": EVERYTHING - {"cli", "sql"},
     "sql": EVERYTHING - {"cli", "spark"},
     "cli": EVERYTHING,
@@ -105,6 +106,16 @@ def test_the_package_keeps_its_layers():
     assert layer_violations(PACKAGE) == []
 
 
+def test_both_spark_apis_read_through_the_retrieval_package():
+    """spark/ and sql/ share the retrieval model and reader (and not each other's modules,
+    which the table forbids): each imports it."""
+    for part in TOP:
+        imported = {name for module in (PACKAGE / part).rglob("*.py")
+                    for name, _, _ in _imports(module, PACKAGE)}
+        assert "retrieval" in imported, part
+        assert not imported & (TOP - {part}), part
+
+
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "kinesis_dstream"
     for name, text in {"__init__.py": "", "config.py": "", "errors.py": "", **files}.items():
@@ -138,9 +149,17 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
      "__init__.py:2 (__init__) lazily imports sql"),
     ({"local.py": "from . import worker\n"}, "local.py:1 (local) imports worker"),
     ({"sql/bad.py": "from ..spark.planner import BatchPlanner\n"}, "sql/bad.py:1 (sql) imports spark"),
-    ({"executor/bad.py": "import pyspark\n"}, "executor/bad.py:1 (executor) imports pyspark"),
-    ({"executor/bad.py": "from ..spark import planner\n"},
-     "executor/bad.py:1 (executor) imports spark"),
+    ({"retrieval/bad.py": "import pyspark\n"}, "retrieval/bad.py:1 (retrieval) imports pyspark"),
+    ({"retrieval/bad.py": "def f():\n    from pyspark import SparkContext\n"},
+     "retrieval/bad.py:2 (retrieval) lazily imports pyspark"),
+    ({"retrieval/bad.py": "from ..spark import planner\n"},
+     "retrieval/bad.py:1 (retrieval) imports spark"),
+    ({"retrieval/bad.py": "from kinesis_dstream.sql.source import KinesisSource\n"},
+     "retrieval/bad.py:1 (retrieval) imports sql"),
+    ({"retrieval/bad.py": "from ..multilang import daemon\n"},
+     "retrieval/bad.py:1 (retrieval) imports multilang"),
+    ({"retrieval/bad.py": "from ..worker.consumer import ShardConsumer\n"},
+     "retrieval/bad.py:1 (retrieval) imports worker"),
 ])
 def test_the_checker_flags_a_forbidden_import(tmp_path, files, expected):
     assert expected in layer_violations(_package(tmp_path, files))
@@ -152,9 +171,10 @@ def test_the_checker_accepts_what_the_layers_allow(tmp_path):
                         "from . import scheduler\n",
         "multilang/ok.py": "from ..worker.scheduler import Scheduler\n",
         "spark/ok.py": "import pyspark\nfrom ..worker import scheduler\nfrom ..multilang import y\n",
-        "sql/ok.py": "from pyspark.sql.datasource import DataSource\nfrom ..executor import y\n",
-        "spark/reads.py": "from ..executor.task import read_shards\n",
-        "executor/ok.py": "from ..worker.fetcher import KinesisDataFetcher\nfrom ..aws import k\n",
+        "sql/ok.py": "from pyspark.sql.datasource import DataSource\nfrom ..retrieval import y\n",
+        "spark/reads.py": "from ..retrieval.shard_groups import read_shards\n",
+        "worker/reads.py": "from ..retrieval.pacer import Pacer\n",
+        "retrieval/ok.py": "from ..aws.kinesis import KinesisClient\nfrom . import model\n",
         "__init__.py": "from .config import ConsumerConfig\n"
                       "def __getattr__(name):\n    from .spark import kinesis_utils\n",
         "cli.py": "from .spark import z\n",

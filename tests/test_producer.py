@@ -22,7 +22,7 @@ from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError, PutRecordsFailedError, ThrottlingError
 from kinesis_dstream.retry import RetryPolicy, classify
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
-from kinesis_dstream.worker.aggregation import deaggregate
+from kinesis_dstream.retrieval.aggregation import deaggregate
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,7 +12,7 @@ from emulators import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
 from fault_proxy import MiB, ShardLimits
 
 from kinesis_dstream.aws.range_table import BatchRangeTable
-from kinesis_dstream.executor.shard_reader import ShardRange, read_shard_range
+from kinesis_dstream.retrieval import ShardRange, read_shard_range
 from kinesis_dstream.records import ExtendedSequenceNumber
 
 SHARD = "shardId-000000000000"
@@ -209,7 +209,7 @@ def test_a_partition_computed_twice_reports_the_refusals_of_both_computations():
     computation's, but adds up what every computation was refused: a re-read of a recorded
     range at the limits (storageLevel NONE) is throttled too, and is counted."""
     from kinesis_dstream.aws.range_table import BatchRange
-    from kinesis_dstream.executor.shard_reader import ReadReport
+    from kinesis_dstream.retrieval import ReadReport
     from kinesis_dstream.spark.planner import RangeReports
 
     key = ("stream-r", SHARD, 1000)

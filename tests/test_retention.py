@@ -24,8 +24,8 @@ from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.lease_table import Lease, LeaseTable
 from kinesis_dstream.errors import DataLossError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.worker import fetcher as fetcher_module
-from kinesis_dstream.worker.fetcher import KinesisDataFetcher
+from kinesis_dstream.retrieval import data_loss as fetcher_module
+from kinesis_dstream.retrieval import KinesisDataFetcher
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
 from spark_helpers import create, make_ssc, wait_until
@@ -155,7 +155,7 @@ def test_a_trimmed_start_read_by_two_computations_is_logged_by_the_one_whose_ran
     the computation whose range stands logs the loss, so it is logged once however many
     processes computed the partition; with failOnDataLoss the read fails before recording."""
     from kinesis_dstream.aws.range_table import BatchRangeTable
-    from kinesis_dstream.executor.shard_reader import ShardRange, read_shard_range
+    from kinesis_dstream.retrieval import ShardRange, read_shard_range
 
     stream, put = ten
     shard = put[0].shard_id

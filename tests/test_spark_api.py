@@ -73,6 +73,6 @@ def test_at_timestamp_position() -> None:
 def test_worker_and_executor_reader_never_import_pyspark() -> None:
     import subprocess
 
-    code = ("import sys, kinesis_dstream.executor.shard_reader, kinesis_dstream.executor.task, kinesis_dstream.worker.process;"
+    code = ("import sys, kinesis_dstream.retrieval, kinesis_dstream.worker.process;"
             "sys.exit(1 if any(m.startswith('pyspark') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -17,7 +17,7 @@ from spark_helpers import ancestry, collected, create, make_ssc, wait_until
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.range_table import BatchRangeTable
 from kinesis_dstream.records import ExtendedSequenceNumber
-from kinesis_dstream.executor.shard_reader import ShardRange, read_shard_range
+from kinesis_dstream.retrieval import ShardRange, read_shard_range
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 

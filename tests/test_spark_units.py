@@ -176,7 +176,7 @@ def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> N
     from kinesis_dstream.aws.range_table import BatchRange
     from kinesis_dstream.config import ConsumerConfig
     from kinesis_dstream.spark.coordinator import ShardCoordinator
-    from kinesis_dstream.executor.shard_reader import ReadReport
+    from kinesis_dstream.retrieval import ReadReport
 
     config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
                             aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret")
@@ -209,7 +209,7 @@ def test_a_reader_process_keeps_its_clients_out_of_the_per_task_garbage_collecti
 
 def test_reads_are_short_while_leases_are_still_being_taken() -> None:
     from kinesis_dstream.spark.planner import read_time_budget_s
-    from kinesis_dstream.executor.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
+    from kinesis_dstream.retrieval import MAX_FETCH_TIME_PER_SHARD_S
 
     assert read_time_budget_s(1000, taking_leases=True) == 0.8
     assert read_time_budget_s(1000, taking_leases=False) == MAX_FETCH_TIME_PER_SHARD_S
@@ -223,7 +223,7 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
     from kinesis_dstream.aws.range_table import BatchRange
     from kinesis_dstream.config import ConsumerConfig
     from kinesis_dstream.spark.coordinator import ShardCoordinator
-    from kinesis_dstream.executor.shard_reader import ReadReport
+    from kinesis_dstream.retrieval import ReadReport
 
     class Ranges:
         def __init__(self) -> None:
@@ -265,12 +265,12 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
 def test_an_executor_process_logs_with_time_level_and_logger() -> None:
     """A Python worker has no logging set up; our lines must still say when, how bad and who."""
     import re
-    out = _in_a_fresh_reader_process("", "shard_reader.log.info('not shown')\n"
-                                         "shard_reader.log.warning('reading shard x failing')\n")
+    out = _in_a_fresh_reader_process("", "executor_process.log.info('not shown')\n"
+                                         "executor_process.log.warning('reading shard x failing')\n")
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING "
-                    r"kinesis_dstream\.executor\.shard_reader \[pid \d+\]: reading shard x failing$",
+                    r"kinesis_dstream\.retrieval\.executor_process \[pid \d+\]: reading shard x failing$",
                     lines[0]), lines[0]
 
 
@@ -282,11 +282,11 @@ def _in_a_fresh_reader_process(before: str, after: str):
     import sys
 
     code = (before + "from kinesis_dstream.config import ConsumerConfig\n"
-            "from kinesis_dstream.executor import shard_reader\n"
+            "from kinesis_dstream.retrieval import executor_process\n"
             "config = ConsumerConfig(application_name='app', stream_name='s', "
             "region_name='us-east-1', kinesis_endpoint='http://127.0.0.1:9', "
             "dynamodb_endpoint='http://127.0.0.1:9')\n"
-            "shard_reader.clients_for(config)\n" + after)
+            "executor_process.clients_for(config)\n" + after)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "AWS_ACCESS_KEY_ID": "x",
                                           "AWS_SECRET_ACCESS_KEY": "y"})

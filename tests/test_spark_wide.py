@@ -12,8 +12,8 @@ import warnings
 from spark_helpers import create, make_ssc, wait_until
 
 from kinesis_dstream.aws.range_table import range_table_name
-from kinesis_dstream.executor.shard_reader import ShardRange
-from kinesis_dstream.executor.task import group_shards
+from kinesis_dstream.retrieval import ShardRange
+from kinesis_dstream.retrieval import group_shards
 from kinesis_dstream.records import ExtendedSequenceNumber
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)

@@ -233,20 +233,27 @@ def _endpoint_of(exc: BaseException) -> str:
 
 
 def error_for_code(code: str, text: str, status: int = 0) -> KinesisDStreamError:
-    """Our error for an AWS error code: of a whole call, or of one PutRecords entry."""
+    """Our error for an AWS error code: of a whole call, or of one PutRecords entry. The
+    error keeps the code (``code``)."""
+    error = _error_class(code, status)(text)
+    error.code = code or None
+    return error
+
+
+def _error_class(code: str, status: int) -> type[KinesisDStreamError]:
     if code == "ResourceNotFoundException":
-        return StreamNotFoundError(text)
+        return StreamNotFoundError
     if code == "ExpiredIteratorException":
-        return ExpiredIteratorError(text)
+        return ExpiredIteratorError
     if code in _THROTTLING:
-        return ThrottlingError(text)
+        return ThrottlingError
     if code in _CREDENTIALS:
-        return CredentialsError(text)
+        return CredentialsError
     if code in _TRANSIENT or status >= 500:
-        return TransientServiceError(text)
+        return TransientServiceError
     if code in ("ValidationException", "InvalidArgumentException"):
-        return ConfigurationError(text)
-    return KinesisDStreamError(text)
+        return ConfigurationError
+    return KinesisDStreamError
 
 
 def translate_error(exc: BaseException, what: str) -> KinesisDStreamError:

@@ -31,7 +31,7 @@ from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import Lease, LeaseTable
 from ..aws.range_table import BatchRangeTable
 from ..config import ConsumerConfig, default_worker_id, made_by_another_process, proven_dead
-from ..executor.shard_reader import ITERATOR_TTL_S, ReadReport, start_after
+from ..retrieval import ITERATOR_TTL_S, ReadReport, start_after
 from ..errors import (
     ConfigurationError,
     CredentialsError,

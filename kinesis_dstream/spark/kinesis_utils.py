@@ -4,7 +4,7 @@
 ``from pyspark.streaming.kinesis import ...``; the positional parameters, their order and
 defaults are PySpark's. What Scala users have and Python users lack comes as keyword-only
 extensions. Runs in the driver; how batches are planned, read and checkpointed:
-``coordinator.py`` (leases), ``planner.py`` (batches), ``executor/`` (the reads, on executors),
+``coordinator.py`` (leases), ``planner.py`` (batches), ``retrieval/`` (the reads, on executors),
 ``checkpointer.py`` (the checkpoint policy), ``dstream.py`` (the Spark hooks).
 """
 from __future__ import annotations

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from ..config import ConsumerConfig
-from ..executor.shard_reader import MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange
-from ..executor.task import group_shards, read_shards
+from ..retrieval import (MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, group_shards,
+                         read_shards)
 from .coordinator import ShardCoordinator
 from .rate import RateController, RateSettings
 from .records import RecordValues

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ..config import ConsumerConfig, parse_duration_ms
 from ..errors import ConfigurationError
-from ..executor.shard_reader import MAX_FETCH_TIME_PER_SHARD_S
+from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
 
 log = logging.getLogger(__name__)
 

@@ -80,9 +80,8 @@ from ..config import ConsumerConfig
 from ..errors import DataLossError, KinesisDStreamError
 from ..retry import FaultLog, is_transient
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber, Record
-from ..executor.shard_reader import ITERATOR_TTL_S, ShardRange, start_after, waiting_out_dynamodb
-from ..executor.task import group_shards, read_shards
-from ..worker.fetcher import KinesisDataFetcher
+from ..retrieval import (ITERATOR_TTL_S, KinesisDataFetcher, ShardRange, group_shards,
+                         read_shards, start_after, waiting_out_dynamodb)
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,12 @@
 """One shard lease's life on its own thread (the KCL's ShardConsumer and its states).
 
 WAITING_ON_PARENTS -> INITIALIZING -> PROCESSING -> SHUTTING_DOWN -> SHUT_DOWN.
-Fetch errors never drop a record: the fetcher keeps its iterator and the consumer waits
-and asks again. A processor that raises (or a multilang child that died) is replaced and
-fetching restarts from the last checkpoint, so what it had not checkpointed comes again;
-once the lease is lost there is no replacement: the processor that was running gets
-lease_lost (the KCL's lifecycle), whatever it raised.
+Fetch errors never drop a record: the record source keeps its position and the consumer
+waits (paced by the retrieval ``Pacer``, as every read loop is) and asks again. A processor
+that raises (or a multilang child that died) is replaced and fetching restarts from the
+last checkpoint, so what it had not checkpointed comes again; once the lease is lost there
+is no replacement: the processor that was running gets lease_lost (the KCL's lifecycle),
+whatever it raised.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from typing import Any, Callable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
-from ..retry import Backoff, FaultLog, is_throttling, throttle_wait_s
+from ..retrieval.pacer import Pacer
+from ..retrieval.source import RecordSource
+from ..retry import Backoff, FaultLog, is_throttling
 from .checkpoint import ShardCheckpointer
 from .metrics import MetricsPublisher, ShardMetricsRecorder
 from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
@@ -55,7 +58,7 @@ class ShardMetrics:
 
 class ShardConsumer:
     def __init__(self, config: ConsumerConfig, shard_id: str, processor_factory: ProcessorFactory,
-                 make_fetcher: Callable[[str], Any],
+                 make_fetcher: Callable[[str], RecordSource],
                  read_checkpoint: Callable[[str], ExtendedSequenceNumber],
                  write_checkpoint: Callable[[str, ExtendedSequenceNumber], object],
                  parents_done: Callable[[str], bool],
@@ -174,35 +177,35 @@ class ShardConsumer:
         self._close_quietly(processor)
         return self._reason is not None
 
-    def _initialize_fetcher(self, fetcher: Any, checkpoint: ExtendedSequenceNumber) -> bool:
+    def _initialize_fetcher(self, fetcher: RecordSource, checkpoint: ExtendedSequenceNumber) -> bool:
         """Get the first iterator, waiting out throttling and outages; False if told to stop."""
-        backoff = Backoff.after_retries(self.config)
-        fault = FaultLog(log, f"shard {self.shard_id}: getting an iterator at {checkpoint}")
+        pacer = self._pacer(f"getting an iterator at {checkpoint}")
         while self._reason is None:
             try:
                 fetcher.initialize(checkpoint)
-                fault.succeeded()
+                pacer.succeeded()
                 return True
             except KinesisDStreamError as exc:
-                wait = self._wait_after(exc, backoff)
-                fault.failed(exc, wait)
-                self._sleep(wait)
+                self._pause(pacer, exc)
         return False
 
-    def _wait_after(self, exc: KinesisDStreamError, backoff: Backoff) -> float:
-        """A read refused for throughput waits about a second, as the executors' reads do
-        (trying sooner only spends the shard's 5 calls a second, shared by every application);
-        other faults back off exponentially."""
+    def _pacer(self, what: str) -> Pacer:
+        """A shard consumer never gives up on a read: no deadline, no throttle patience."""
+        return Pacer(Backoff.after_retries(self.config),
+                     FaultLog(log, f"shard {self.shard_id}: {what}"))
+
+    def _pause(self, pacer: Pacer, exc: KinesisDStreamError) -> None:
+        """Wait as the pacer says after ``exc``; a refusal for throughput is a metric too."""
         if is_throttling(exc):
             self._metrics.throttled(1)
-            return throttle_wait_s()
-        return backoff.next_wait_s()
+        wait = pacer.pause(exc)
+        assert wait is not None  # no deadline: the pacer always says how long
+        self._sleep(wait)
 
-    def _process_loop(self, fetcher: Any, processor: Any) -> bool:
+    def _process_loop(self, fetcher: RecordSource, processor: Any) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        backoff = Backoff.after_retries(self.config)
-        fault = FaultLog(log, f"shard {self.shard_id}: GetRecords")
+        pacer = self._pacer("GetRecords")
         while True:
             if self._reason is not None:
                 return self._shut_down(processor)
@@ -210,14 +213,11 @@ class ShardConsumer:
             try:
                 result = fetcher.get_records()
                 self._metrics.get_records(True, (time.monotonic() - started) * 1000)
-                backoff.reset()
-                fault.succeeded()
+                pacer.succeeded()
             except KinesisDStreamError as exc:
-                if not is_throttling(exc):  # a refusal is counted by _wait_after
+                if not is_throttling(exc):  # a refusal is counted by _pause
                     self._metrics.get_records(False, (time.monotonic() - started) * 1000)
-                wait = self._wait_after(exc, backoff)
-                fault.failed(exc, wait)
-                self._sleep(wait)
+                self._pause(pacer, exc)
                 continue
             self.millis_behind_latest = result.millis_behind_latest
             processing_ms = None

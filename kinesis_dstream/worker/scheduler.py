@@ -17,6 +17,7 @@ from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
 from ..records import ExtendedSequenceNumber
+from ..retrieval.source import RecordSource, open_source
 from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
 from .lease_loop import lease_loop_backoff, run_lease_loop
 from .leases import LeaseCoordinator, LeaseManager
@@ -141,10 +142,8 @@ class Scheduler:
                 consumer.start()
 
     # -- callbacks from consumers and the renewer ------------------------------------------------
-    def _make_fetcher(self, shard_id: str) -> Any:
-        from .fetcher import KinesisDataFetcher
-
-        return KinesisDataFetcher(self.kinesis, self.config, shard_id, reports_data_loss=True)
+    def _make_fetcher(self, shard_id: str) -> RecordSource:
+        return open_source(self.kinesis, self.config, shard_id, reports_data_loss=True)
 
     def _read_checkpoint(self, shard_id: str) -> ExtendedSequenceNumber:
         lease = self.coordinator.owned_lease(shard_id)

@@ -1,4 +1,4 @@
-"""Runs on executors (and plans in the driver): a Spark task reads a group of shards.
+"""Shard groups: which shards a Spark task reads (planned in the driver), read concurrently.
 
 A wide stream is mostly quiet shards. A task per shard and batch made each of them pay a
 task's fixed cost (scheduling, a Python worker round trip) every batch, so a 64-shard stream
@@ -16,7 +16,8 @@ from typing import Callable, Iterator, Sequence
 
 from ..config import ConsumerConfig
 from ..records import Record
-from .shard_reader import ReadReport, ShardRange, read_shard_range
+from .model import ReadReport, ShardRange
+from .shard_reader import read_shard_range
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

@@ -1,4 +1,5 @@
-"""KinesisDataFetcher: one shard's iterator, GetRecords and de-aggregation (the KCL's role).
+"""KinesisDataFetcher: the polling record source; one shard's iterator, GetRecords and
+de-aggregation (the KCL's role).
 
 Positions are extended sequence numbers (sequence, sub-sequence). A checkpoint inside a KPL
 aggregate cannot be expressed as a shard iterator, so, as the KCL does, we read AT the
@@ -12,22 +13,24 @@ is skipped.
 
 A start older than the stream's retention (a checkpoint of a consumer that stopped for longer
 than that) meets one of two answers, both reported by peers: GetShardIterator refuses the
-sequence number (InvalidArgumentException naming StartingSequenceNumber; harlow/kinesis-consumer
-falls back to TRIM_HORIZON), or Kinesis silently hands out an iterator at the oldest record it
-holds (as telegraf's consumer met it). The fetcher reads AT the start's sequence number, so the
-first record of the first page must be that record: a later one means the records between were
-trimmed, in either shape. A fetcher made with ``reports_data_loss`` hands that range to
+sequence number (InvalidArgumentException; harlow/kinesis-consumer falls back to TRIM_HORIZON),
+or Kinesis silently hands out an iterator at the oldest record it holds (as telegraf's consumer
+met it). The fetcher reads AT the start's sequence number, so the first record of the first
+page must be that record: a later one means the records between were trimmed, in either
+shape. A refusal is told apart from one for another reason (a sequence number of another
+shard) by its error code and by what TRIM_HORIZON then holds, never by the message: if the
+oldest record held is not after the start, the start was not trimmed, and the refusal is
+raised as it came. A fetcher made with ``reports_data_loss`` hands a trimmed range to
 ``report_data_loss`` (fail, or log it once and go on); the KCL just goes on. Others find it
 in ``data_lost`` (the executors' reader reports it once its range is recorded).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from ..aws.kinesis import KinesisClient
 from ..config import ConsumerConfig
-from ..errors import ConfigurationError, DataLossError, ExpiredIteratorError
+from ..errors import ConfigurationError, ExpiredIteratorError
 from ..records import (
     AT_TIMESTAMP,
     LATEST,
@@ -37,6 +40,7 @@ from ..records import (
     Record,
 )
 from .aggregation import deaggregate
+from .data_loss import TrimmedRange, report_data_loss
 
 log = logging.getLogger(__name__)
 
@@ -44,48 +48,18 @@ log = logging.getLogger(__name__)
 MAX_EXPIRIES_IN_A_ROW = 3
 
 
-@dataclass(frozen=True)
-class TrimmedRange:
-    """Records lost to retention: those after ``after`` (where the read was to start) and
-    before ``first`` (the oldest record Kinesis still held; None when it held none)."""
-
-    shard_id: str
-    after: ExtendedSequenceNumber
-    first: str | None
-
-
-_reported: set[tuple[str, str, ExtendedSequenceNumber]] = set()  # (stream, shard, after)
-
-
-def report_data_loss(config: ConsumerConfig, lost: TrimmedRange) -> None:
-    """``failOnDataLoss`` decides: raise ``DataLossError``, or log the lost range once per
-    process (a task retry reads the same start again) and go on."""
-    upto = f"before {lost.first}" if lost.first is not None else "(the shard holds none now)"
-    message = (f"stream {config.stream_name!r} shard {lost.shard_id}: the records after "
-               f"{lost.after} {upto} were trimmed by the stream's retention before they were "
-               "read")
-    if config.fail_on_data_loss:
-        raise DataLossError(f"{message} (failOnDataLoss is true)")
-    key = (config.stream_name, lost.shard_id, lost.after)
-    if key not in _reported:
-        _reported.add(key)
-        log.warning("%s; going on from the oldest record left (failOnDataLoss is false)", message)
-
-
-def _refused_as_trimmed(exc: ConfigurationError) -> bool:
-    """GetShardIterator's InvalidArgumentException for a StartingSequenceNumber Kinesis no
-    longer holds; not the one for a sequence number of another shard ("It encodes ...")."""
-    text = str(exc).lower()
-    return ("invalidargumentexception" in text and "startingsequencenumber" in text
-            and "encodes" not in text)
-
-
 class KinesisDataFetcher:
-    """Reads one shard from a start position; call ``initialize`` once, then ``get_records``."""
+    """Reads one shard from a start position; call ``initialize`` once, then ``get_records``.
+
+    An AT_TIMESTAMP start reads from ``start_timestamp``, else from the configuration's
+    ``initial_position_timestamp``.
+    """
 
     def __init__(self, kinesis: KinesisClient, config: ConsumerConfig, shard_id: str, *,
-                 reports_data_loss: bool = False) -> None:
+                 reports_data_loss: bool = False, start_timestamp: float | None = None) -> None:
         self._kinesis = kinesis
+        self._timestamp = (start_timestamp if start_timestamp is not None
+                           else config.initial_position_timestamp)
         self._reports_data_loss = reports_data_loss
         # The records this fetcher found trimmed, for a caller that reports them itself.
         self.data_lost: TrimmedRange | None = None
@@ -93,6 +67,7 @@ class KinesisDataFetcher:
         # for (the first record must be it), or a start refused and replaced by TRIM_HORIZON.
         self._expected_first: ExtendedSequenceNumber | None = None
         self._refused_start: ExtendedSequenceNumber | None = None
+        self._refusal: ConfigurationError | None = None
         self._config = config
         self.shard_id = shard_id
         self._start: ExtendedSequenceNumber | None = None
@@ -155,31 +130,34 @@ class KinesisDataFetcher:
         self._child_shard_ids = []
         self._iterator = iterator
         self._skip_through = None
-        self._expected_first = self._refused_start = None
+        self._expected_first = self._refused_start = self._refusal = None
+
+    def close(self) -> None:
+        """Nothing to let go of: an iterator needs no closing."""
 
     def _iterator_at(self, position: ExtendedSequenceNumber) -> str:
         self.shard_iterator_calls += 1
-        self._expected_first = self._refused_start = None
+        self._expected_first = self._refused_start = self._refusal = None
         if position.sequence_number in (TRIM_HORIZON, LATEST):
             return self._kinesis.get_shard_iterator(self.shard_id, position.sequence_number)
         if position.sequence_number == AT_TIMESTAMP:
-            if self._config.initial_position_timestamp is None:
+            if self._timestamp is None:
                 raise ConfigurationError(
                     f"shard {self.shard_id} starts AT_TIMESTAMP but initial_position_timestamp "
                     "is not set")
             return self._kinesis.get_shard_iterator(
-                self.shard_id, AT_TIMESTAMP, timestamp=self._config.initial_position_timestamp)
+                self.shard_id, AT_TIMESTAMP, timestamp=self._timestamp)
         try:
             iterator = self._kinesis.get_shard_iterator(
                 self.shard_id, "AT_SEQUENCE_NUMBER", sequence_number=position.sequence_number)
         except ConfigurationError as exc:
-            if not _refused_as_trimmed(exc):
+            if exc.code != "InvalidArgumentException":
                 raise
-            log.info("shard %s: Kinesis no longer holds %s (%s); reading from TRIM_HORIZON",
-                     self.shard_id, position, exc)
+            log.info("shard %s: Kinesis refused %s (%s); reading from TRIM_HORIZON to see "
+                     "whether it was trimmed", self.shard_id, position, exc)
             self.shard_iterator_calls += 1
             iterator = self._kinesis.get_shard_iterator(self.shard_id, TRIM_HORIZON)
-            self._refused_start = position
+            self._refused_start, self._refusal = position, exc
             return iterator
         self._expected_first = position
         return iterator
@@ -191,8 +169,9 @@ class KinesisDataFetcher:
             return
         if kinesis_records:
             first = str(kinesis_records[0]["SequenceNumber"])
-            trimmed = (self._refused_start is not None
-                       or int(first) > int(start.sequence_number))
+            trimmed = int(first) > int(start.sequence_number)
+            if self._refusal is not None and not trimmed:
+                raise self._refusal  # Kinesis holds the start: refused for another reason
         elif at_tip and self._refused_start is not None:
             first, trimmed = None, True
         else:
@@ -202,7 +181,7 @@ class KinesisDataFetcher:
             if self._reports_data_loss:
                 # Before the fetcher moves on: if it raises, a call again raises again.
                 report_data_loss(self._config, self.data_lost)
-        self._expected_first = self._refused_start = None
+        self._expected_first = self._refused_start = self._refusal = None
 
     def _restart_iterator(self) -> None:
         """A fresh iterator right after what was delivered, or at the start if nothing was."""

@@ -1,0 +1,26 @@
+"""Retrieval: how a shard's records are read, for every entry point (no pyspark here).
+
+The Spark glue of both APIs (``spark/``, ``sql/``) and the worker's shard consumers read
+through this package; it reads Kinesis through ``aws/``. Its parts, one role each:
+
+- ``model``: what a batch reads of a shard (``ShardRange``) and what it read (``ReadReport``);
+- ``source``: the record-source interface (``RecordSource``, ``open_source``), and
+  ``polling``, the source that polls (``KinesisDataFetcher``), with ``aggregation`` (KPL
+  de-aggregation) and ``data_loss`` (records trimmed before they were read);
+- ``pacer``: how every read loop waits after a refused or failed call;
+- ``read_loop``: the executors' read of one shard; ``shard_reader``: the range decision,
+  the same records every time a partition is computed; ``shard_groups``: which shards a
+  task reads, concurrently;
+- ``executor_process``: what an executor's Python worker keeps between tasks (clients,
+  logging, garbage-collection set-up).
+"""
+from .model import ITERATOR_TTL_S, MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, start_after
+from .pacer import Pacer
+from .polling import KinesisDataFetcher
+from .shard_groups import group_shards, read_shards
+from .shard_reader import read_shard_range, waiting_out_dynamodb
+from .source import RecordSource, open_source
+
+__all__ = ["ITERATOR_TTL_S", "MAX_FETCH_TIME_PER_SHARD_S", "ReadReport", "ShardRange",
+           "start_after", "Pacer", "KinesisDataFetcher", "group_shards", "read_shards",
+           "read_shard_range", "waiting_out_dynamodb", "RecordSource", "open_source"]

@@ -1,0 +1,96 @@
+"""What an executor's Python worker process keeps between the tasks it runs.
+
+PySpark reuses its Python workers, so a reader's clients live as long as the process, made
+once per configuration (per stream read) and kept out of the per-task garbage collection.
+The process also gets a log handler (it has none of its own), and one fault log per shard
+or table, so that a lasting fault is logged once a minute whichever task meets it.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from dataclasses import dataclass, replace
+
+from ..aws.kinesis import KinesisClient
+from ..aws.lease_table import LeaseTable
+from ..aws.range_table import BatchRangeTable
+from ..config import ConsumerConfig
+from ..retry import FaultLog, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReaderClients:
+    kinesis: KinesisClient
+    ranges: BatchRangeTable
+    leases: LeaseTable
+
+
+_clients: dict[ConsumerConfig, ReaderClients] = {}
+_clients_lock = threading.Lock()
+
+
+# An executor's Python worker has no logging set up: without a handler Python prints bare
+# messages, with no time, level or logger, into the executor's stderr log.
+EXECUTOR_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [pid %(process)d]: %(message)s"
+
+
+def log_to_stderr_unless_configured() -> None:
+    """Give this package's executor-side lines a time, a level and a logger name, unless the
+    process (a user's own setup, or a driver that reads in local mode) configured logging."""
+    package = logging.getLogger("kinesis_dstream")
+    if logging.getLogger().handlers or package.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(EXECUTOR_LOG_FORMAT))
+    package.addHandler(handler)
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.WARNING)  # faults and give-ups; not a line per read
+
+
+def clients_for(config: ConsumerConfig) -> ReaderClients:
+    """This process's clients for ``config`` (PySpark reuses its Python workers)."""
+    with _clients_lock:
+        clients = _clients.get(config)
+        if clients is None:
+            log_to_stderr_unless_configured()
+            kinesis = KinesisClient(config, policy=reader_policy(config))
+            clients = _clients[config] = ReaderClients(kinesis, BatchRangeTable(config),
+                                                       LeaseTable(config))
+            freeze_long_lived_objects()
+        return clients
+
+
+def reader_policy(config: ConsumerConfig) -> RetryPolicy:
+    """The executors' Kinesis retry policy: the configured one, except that a throttle comes
+    back at once, for the read loop to count and to pace (a retry 50 ms later would only be
+    refused again, and spend the shard's calls)."""
+    return replace(RetryPolicy.from_config(config), retry_throttling=False)
+
+
+def freeze_long_lived_objects() -> None:
+    """Keep PySpark's per-task full garbage collection off boto3's objects.
+
+    A reused PySpark worker runs ``gc.collect()`` after every task (pyspark/daemon.py). Once
+    botocore has loaded its service models that walks tens of thousands of objects every
+    task, and in a worker forked from PySpark's daemon it also copies every page it touches.
+    The clients live as long as the process, so they move to the collector's permanent
+    generation; reference counting still frees everything else, and later tasks' garbage is
+    collected as before.
+    """
+    gc.collect()
+    gc.freeze()
+
+
+_faults: dict[str, FaultLog] = {}  # per shard (or table pair), in this process
+
+
+def fault_log(key: str, what: str | None = None) -> FaultLog:
+    """The fault log of ``key`` (a shard id, unless ``what`` says what it is) in this
+    process: a transient fault is logged at most once a minute, with a count."""
+    fault = _faults.get(key)
+    if fault is None:
+        fault = _faults.setdefault(key, FaultLog(log, what or f"reading shard {key}"))
+    return fault

@@ -1,0 +1,145 @@
+"""The executors' read loop: one shard from a start, for a new range or a recorded one.
+
+A new range reads until a record cap, the shard's end, its tip or a time budget, and keeps
+the iterator it ends with when it ended at a page boundary, so that the next batch's read
+goes on with it (no GetShardIterator while a shard is read batch after batch, as a KCL shard
+consumer keeps its iterator for the life of its lease). A recorded range reads exactly
+through its end.
+
+Throttling and an endpoint that does not answer never fail a new range: it keeps what it
+read, or reads nothing, and the next batch goes on from there. A new range refused before
+its first record waits one throttle pause at most, then hands out nothing, so a task does
+not hold its executor core for seconds while the next batch could read the shard as well.
+A recorded range must be read in full: its reads wait faults out, up to a patience. The
+``Pacer`` makes every wait; every refusal is counted for the read's report.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..aws.kinesis import KinesisClient
+from ..config import ConsumerConfig
+from ..errors import KinesisDStreamError
+from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
+from ..retry import Backoff, Deadline, is_transient
+from .data_loss import TrimmedRange
+from .executor_process import fault_log
+from .pacer import Pacer
+from .source import RecordSource, open_source
+
+# A recorded range must be read whole: its reads wait a throttled or unreachable Kinesis out
+# for up to this long before the task fails (and Spark retries it).
+EXACT_READ_PATIENCE_S = 600.0
+# A new range refused before its first record waits for at most this long in all (one
+# ``throttle_wait_s`` pause), then hands out nothing: the next batch tries again.
+NEW_READ_THROTTLE_PATIENCE_S = 1.0
+
+
+@dataclass
+class Reading:
+    """What one read of one shard found, and what it cost."""
+
+    records: list[Record] = field(default_factory=list)
+    millis_behind_latest: int | None = None
+    calls: int = 0
+    served: int = 0
+    seconds: float = 0.0
+    shard_end: bool = False
+    child_shard_ids: tuple[str, ...] = ()
+    iterator: str | None = None  # valid right after the last record read, if aligned
+    iterator_time: float = 0.0
+    shard_iterator_calls: int = 0
+    throttled: int = 0
+    faults: int = 0
+    lost: TrimmedRange | None = None  # records trimmed by retention before this read's start
+    more_left: bool = False  # stopped at the time budget or the record cap
+
+
+def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
+         start: ExtendedSequenceNumber, timestamp: float | None, *,
+         end: ExtendedSequenceNumber | None = None, iterator: str | None = None,
+         max_records: int = 0, time_budget_s: float = 0.0,
+         sleep: Callable[[float], None] = time.sleep) -> Reading:
+    """From ``start`` (exclusive), either exactly through ``end`` (a recorded range), or until
+    ``max_records``, the shard's end, its tip or ``time_budget_s`` (a new range)."""
+    exact = end is not None
+    reading = Reading()
+    pacer = Pacer(Backoff(base_ms=config.retry_wait_time_ms), fault_log(shard_id),
+                  deadline=Deadline(EXACT_READ_PATIENCE_S if exact else time_budget_s),
+                  throttle_patience_s=None if exact else NEW_READ_THROTTLE_PATIENCE_S)
+    source: RecordSource | None = None
+    aligned = True
+    try:
+        while True:
+            try:
+                if source is None:  # GetShardIterator meets an outage as a page would
+                    source = open_source(
+                        kinesis, config, shard_id,
+                        start_timestamp=timestamp if start.sequence_number == AT_TIMESTAMP
+                        else None)
+                    if iterator is not None:
+                        source.resume(start, iterator)
+                    else:
+                        source.initialize(start)
+                began = time.perf_counter()
+                try:
+                    result = source.get_records()
+                finally:
+                    reading.calls += 1
+                    reading.seconds += time.perf_counter() - began
+                reading.served += 1
+            except KinesisDStreamError as exc:
+                if not is_transient(exc):
+                    raise
+                # A new range that has records keeps them; the next batch goes on from there.
+                wait = pacer.pause(exc, stop=not exact and bool(reading.records))
+                if wait is None:
+                    if exact:
+                        raise
+                    break
+                sleep(wait)
+                continue
+            pacer.succeeded()
+            reading.millis_behind_latest = result.millis_behind_latest
+            if exact:
+                assert end is not None
+                aligned = False  # a recorded range's read hands no iterator on
+                reading.records.extend(r for r in result.records
+                                       if r.extended_sequence_number <= end)
+                if reading.records and reading.records[-1].extended_sequence_number >= end:
+                    break
+                if result.shard_end:
+                    # The recorded end lies beyond what the shard still holds (trimmed?).
+                    got = (reading.records[-1].extended_sequence_number if reading.records
+                           else start)
+                    raise KinesisDStreamError(
+                        f"shard {shard_id}: a recorded range ends at {end}, but the shard "
+                        f"ended at {got}")
+                continue
+            reading.records.extend(result.records)
+            if max_records and len(reading.records) >= max_records:
+                aligned = len(reading.records) == max_records
+                del reading.records[max_records:]
+                reading.more_left = True
+                break
+            if result.shard_end:
+                reading.shard_end, reading.child_shard_ids = True, tuple(result.child_shard_ids)
+                break
+            if result.at_tip(config.max_records):
+                break
+            if pacer.deadline is not None and pacer.deadline.expired:
+                reading.more_left = True
+                break
+        if source is not None:
+            reading.shard_iterator_calls = source.shard_iterator_calls
+            reading.lost = source.data_lost
+            if aligned and not reading.shard_end and source.iterator is not None \
+                    and reading.calls:
+                reading.iterator, reading.iterator_time = source.iterator, time.time()
+    finally:
+        reading.throttled, reading.faults = pacer.throttled, pacer.faults
+        if source is not None:
+            source.close()
+    return reading

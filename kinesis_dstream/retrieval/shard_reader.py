@@ -1,0 +1,168 @@
+"""One shard's read for one batch, the same records every time: the range decision.
+
+A batch's partition names a shard and where its read starts (``ShardRange``); Kinesis cannot
+say in advance where the shard's records stop, so the first computation of the partition
+decides where the batch ends (a record cap, shard end, caught up, or a time budget) and
+records that range in the batch-range table *before* any record leaves the task. Every later
+computation (a task retry, a lost cached block, a second output operation) finds the range
+and reads exactly it.
+
+What an idle shard costs. A read that found nothing hands out nothing, so it records
+nothing either: a later computation that finds no recorded range knows the first one was
+empty, and returns nothing too, whatever arrived since (the caller says which computation
+is the first; see ``read_shard_range``). A shard with no records thus costs one GetRecords
+per batch and no DynamoDB call; the lease check (one read of the lease item) is made only
+when there are records to hand out.
+
+The DynamoDB calls (the range written, looked up, the lease read) wait an outage out: it
+holds the task's records back until their range is recorded, and batches go on from what
+was recorded. Every refusal is counted in the read's report (``throttled``), for
+``KinesisUtils.metrics()`` and the KCL's CloudWatch metrics.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, TypeVar
+
+from ..aws.range_table import BatchRange, range_table_name
+from ..config import ConsumerConfig
+from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
+from ..retry import Backoff, wait_out
+from .data_loss import report_data_loss
+from .executor_process import ReaderClients, clients_for, fault_log
+from .model import ReadReport, ShardRange, start_after
+from .read_loop import EXACT_READ_PATIENCE_S, Reading, read
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def waiting_out_dynamodb(config: ConsumerConfig, fn: Callable[[], T],
+                         sleep: Callable[[float], None] = time.sleep) -> T:
+    """``fn()`` (a call to the lease or batch-range table), a DynamoDB outage waited out as
+    patiently as a Kinesis outage in a recorded range's read, logged once a minute per
+    table pair and process."""
+    key = range_table_name(config.application_name)
+    fault = fault_log(key, f"DynamoDB (tables {config.application_name} and {key})")
+    return wait_out(fn, patience_s=EXACT_READ_PATIENCE_S, fault=fault,
+                    backoff=Backoff.after_retries(config), sleep=sleep)
+
+
+def _lease_moved(clients: ReaderClients, planned: ShardRange) -> bool:
+    """Did the lease move to another worker between planning and this read?
+
+    A batch planned just before the driver noticed a lost lease may be read a little later;
+    its new owner reads from the last checkpoint, so handing these records out would count
+    them twice. Asked only when there are records to hand out.
+    """
+    if planned.owner is None:
+        return False
+    lease = waiting_out_dynamodb(clients.leases.config,
+                                 lambda: clients.leases.get_lease(planned.shard_id))
+    if lease is None or lease.lease_owner == planned.owner:
+        return False
+    log.info("shard %s: its lease moved to %s before batch %d read it; the batch reads none "
+             "of it", planned.shard_id, lease.lease_owner, planned.batch_ms)
+    return True
+
+
+def _report(batch_range: BatchRange, reading: Reading, *, recorded: bool,
+            fresh: bool) -> tuple[list[Record], ReadReport]:
+    report = ReadReport(batch_range, reading.millis_behind_latest,
+                        sum(len(r.binary_data) for r in reading.records), reading.calls,
+                        reading.seconds * 1000.0, os.getpid(), recorded, reading.iterator,
+                        reading.iterator_time, reading.shard_iterator_calls, fresh,
+                        reading.throttled, reading.faults, reading.served,
+                        reading.more_left)
+    return reading.records, report
+
+
+def _read_recorded(clients: ReaderClients, config: ConsumerConfig, stored: BatchRange,
+                   sleep: Callable[[float], None], fresh: bool) -> tuple[list[Record], ReadReport]:
+    """Exactly a recorded range: the records after its start through its end."""
+    if stored.end is None:
+        reading = Reading(shard_end=stored.shard_end, child_shard_ids=stored.child_shard_ids)
+    else:
+        reading = read(clients.kinesis, config, stored.shard_id, stored.start,
+                       stored.start_timestamp, end=stored.end, sleep=sleep)
+        reading.shard_end, reading.child_shard_ids = stored.shard_end, stored.child_shard_ids
+    return _report(stored, reading, recorded=True, fresh=fresh)
+
+
+def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRange,
+              start: ExtendedSequenceNumber, timestamp: float | None, iterator: str | None,
+              sleep: Callable[[float], None]) -> tuple[list[Record], ReadReport]:
+    """Decide a new range: read, then record it (unless it is empty) before handing it out."""
+    if start.sequence_number != AT_TIMESTAMP:
+        timestamp = None
+    reading = read(clients.kinesis, config, planned.shard_id, start, timestamp,
+                   iterator=iterator, max_records=planned.max_records,
+                   time_budget_s=planned.time_budget_s, sleep=sleep)
+    if reading.lost is not None and config.fail_on_data_loss:
+        report_data_loss(config, reading.lost)  # raises: no record leaves the task
+    if reading.records and _lease_moved(clients, planned):
+        reading = Reading(calls=reading.calls, served=reading.served, seconds=reading.seconds,
+                          throttled=reading.throttled, faults=reading.faults)
+    records = reading.records
+    candidate = BatchRange(
+        planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
+        records[-1].extended_sequence_number if records else None, len(records),
+        reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time,
+        reading.millis_behind_latest)
+    if not records and not reading.shard_end and not planned.record_empty:
+        if reading.lost is not None:
+            report_data_loss(config, reading.lost)
+        return _report(candidate, reading, recorded=False, fresh=True)
+    stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(candidate), sleep)
+    if stored != candidate:
+        log.info("shard %s batch %d: its range was recorded by an earlier computation; "
+                 "reading that one", planned.shard_id, planned.batch_ms)
+        return _read_recorded(clients, config, stored, sleep, fresh=True)
+    if reading.lost is not None and stored is candidate:  # our write stands: we log it
+        report_data_loss(config, reading.lost)
+    return _report(stored, reading, recorded=True, fresh=True)
+
+
+def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool = True,
+                     sleep: Callable[[float], None] = time.sleep) -> tuple[list[Record], ReadReport]:
+    """The records of one (batch, shard) partition: the same ones every time it is computed.
+
+    ``fresh``: this computation may decide a new range (the first computation of the
+    partition, or a retry of it). Otherwise a partition with no recorded range is one whose
+    first computation read nothing (an empty read records nothing), so it reads nothing.
+    A partition with ``record_empty`` records empty reads, and is always fresh.
+
+    When the planner knows where the batch starts, a fresh computation reads first and
+    records its range conditionally; one that finds the range already recorded reads that
+    one instead. Only a start the planner does not know costs a lookup first, and so does a
+    ``record_empty`` partition: any of its computations may be a later one (a second output
+    operation with ``storageLevel`` NONE), which would otherwise read a new range from
+    Kinesis only to throw it away for the recorded one.
+    """
+    fresh = fresh or planned.record_empty
+    clients = clients_for(config)
+    if fresh and planned.start is not None and not planned.record_empty:
+        return _read_new(clients, config, planned, planned.start, planned.start_timestamp,
+                         planned.iterator, sleep)
+    stored = waiting_out_dynamodb(config, lambda: clients.ranges.get(
+        planned.stream_key, planned.shard_id, planned.batch_ms), sleep)
+    if stored is not None:
+        return _read_recorded(clients, config, stored, sleep, fresh)
+    if not fresh:
+        start, timestamp = planned.start or planned.floor, planned.start_timestamp
+        empty = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp)
+        return _report(empty, Reading(), recorded=False, fresh=False)
+    if planned.start is not None:
+        return _read_new(clients, config, planned, planned.start, planned.start_timestamp,
+                         planned.iterator, sleep)
+    previous = waiting_out_dynamodb(config, lambda: clients.ranges.latest_before(
+        planned.stream_key, planned.shard_id, planned.batch_ms, planned.since_ms), sleep)
+    start, timestamp = start_after(previous, planned.floor, planned.floor_timestamp)
+    if previous is not None and previous.shard_end:
+        ended = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start,
+                           timestamp, None, 0, True, previous.child_shard_ids)
+        stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(ended), sleep)
+        return _read_recorded(clients, config, stored, sleep, fresh)
+    return _read_new(clients, config, planned, start, timestamp, None, sleep)

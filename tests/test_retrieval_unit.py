@@ -1,0 +1,185 @@
+"""The retrieval package's rules on their own: the pacer, the record source the read loop
+goes through, and a refused start told apart by its error code (no emulator, no clock)."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from kinesis_dstream.aws.clients import error_for_code
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.errors import ConfigurationError, ThrottlingError, TransientServiceError
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN, GetRecordsResult, Record
+from kinesis_dstream.retrieval import KinesisDataFetcher, Pacer, pacer as pacer_module
+from kinesis_dstream.retrieval import read_loop
+from kinesis_dstream.retry import Backoff, Deadline, FaultLog
+
+pytestmark = pytest.mark.timeout(60)
+
+log = logging.getLogger(__name__)
+CONFIG = ConsumerConfig(application_name="retrieval-unit", stream_name="s",
+                        region_name="us-east-1", aws_access_key_id="AKIDEXAMPLE",
+                        aws_secret_key="secret", kinesis_endpoint="http://127.0.0.1:9")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacer(clock: Clock | None = None, timeout_s: float | None = None,
+          patience_s: float | None = None) -> Pacer:
+    deadline = None if timeout_s is None else Deadline(timeout_s, clock or Clock())
+    return Pacer(Backoff(base_ms=100, rand=lambda: 1.0), FaultLog(log, "reading"),
+                 deadline=deadline, throttle_patience_s=patience_s)
+
+
+@pytest.fixture
+def throttle_pause(monkeypatch) -> float:
+    monkeypatch.setattr(pacer_module, "throttle_wait_s", lambda: 0.6)
+    return 0.6
+
+
+def test_a_throttle_waits_the_throttle_pause_and_other_faults_back_off(throttle_pause):
+    p = pacer()
+    assert p.pause(ThrottlingError("slow down")) == throttle_pause
+    assert p.pause(TransientServiceError("500")) == 0.1
+    assert p.pause(TransientServiceError("500")) == 0.2  # doubling while the fault lasts
+    assert p.pause(ThrottlingError("slow down")) == throttle_pause
+    p.succeeded()
+    assert p.pause(TransientServiceError("500")) == 0.1  # a success starts the backoff again
+    assert (p.throttled, p.faults) == (2, 3)
+
+
+def test_no_wait_runs_past_the_deadline_and_a_fault_after_it_stops_the_loop(throttle_pause):
+    clock = Clock()
+    p = pacer(clock, timeout_s=1.0)
+    clock.now = 0.7
+    assert p.pause(ThrottlingError("slow down")) == pytest.approx(0.3)
+    clock.now = 1.0
+    assert p.pause(ThrottlingError("slow down")) is None
+    assert p.throttled == 2  # counted all the same
+
+
+def test_throttle_patience_and_a_stop_end_the_waits(throttle_pause):
+    p = pacer(patience_s=1.0)
+    assert p.pause(ThrottlingError("slow down")) == throttle_pause
+    assert p.pause(ThrottlingError("slow down")) is None  # 1.2 s would pass the patience
+    assert p.pause(TransientServiceError("500")) == 0.1  # patience is for throttles only
+    assert p.pause(TransientServiceError("500"), stop=True) is None
+    assert (p.throttled, p.faults) == (2, 2)
+
+
+class PushLike:
+    """A record source that is not polling: no iterator, no GetShardIterator; first
+    refused for throughput, then two records and the shard's end."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.shard_id = "shardId-0"
+        self.shard_iterator_calls = 0
+        self.data_lost = None
+        self.iterator = None
+        self.started: ESN | None = None
+        self.closed = False
+        self._answers = answers
+
+    def initialize(self, checkpoint: ESN) -> None:
+        self.started = checkpoint
+
+    def resume(self, start: ESN, iterator: str) -> None:
+        raise AssertionError("no iterator was handed out")
+
+    def get_records(self) -> GetRecordsResult:
+        answer = self._answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def record(sequence_number: str) -> Record:
+    return Record(b"x", "k", sequence_number, shard_id="shardId-0")
+
+
+def test_the_read_loop_reads_any_record_source_and_paces_it(monkeypatch, throttle_pause):
+    source = PushLike([ThrottlingError("slow down"),
+                       GetRecordsResult([record("5"), record("6")], 1000),
+                       GetRecordsResult([], 0, shard_end=True, child_shard_ids=["shardId-1"])])
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
+    slept: list[float] = []
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=10,
+                             time_budget_s=30.0, sleep=slept.append)  # type: ignore[arg-type]
+    assert source.started == ESN("4") and source.closed
+    assert [r.sequence_number for r in reading.records] == ["5", "6"]
+    assert reading.shard_end and reading.child_shard_ids == ("shardId-1",)
+    assert slept == [throttle_pause] and reading.throttled == 1
+    assert reading.iterator is None and reading.shard_iterator_calls == 0
+
+
+def test_a_new_range_refused_before_its_first_record_hands_out_nothing(monkeypatch,
+                                                                       throttle_pause):
+    source = PushLike([ThrottlingError("slow down")] * 5)
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
+    slept: list[float] = []
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=10,
+                             time_budget_s=30.0, sleep=slept.append)  # type: ignore[arg-type]
+    assert reading.records == [] and slept == [throttle_pause] and reading.throttled == 2
+
+
+class RefusingKinesis:
+    """Refuses AT_SEQUENCE_NUMBER with ``error``; TRIM_HORIZON holds ``held``."""
+
+    def __init__(self, error: Exception, held: list[str]) -> None:
+        self.error = error
+        self.held = held
+
+    def get_shard_iterator(self, shard_id: str, iterator_type: str, **kwargs: Any) -> str:
+        if iterator_type == "AT_SEQUENCE_NUMBER":
+            raise self.error
+        return "it-0"
+
+    def get_records(self, iterator: str, limit: int, *, shard_id: str = "") -> dict:
+        return {"Records": [{"Data": b"x", "PartitionKey": "k", "SequenceNumber": s}
+                            for s in self.held],
+                "NextShardIterator": "it-1", "MillisBehindLatest": 0}
+
+
+def refusal(message: str) -> ConfigurationError:
+    error = error_for_code("InvalidArgumentException", message)
+    assert isinstance(error, ConfigurationError) and error.code == "InvalidArgumentException"
+    return error
+
+
+def test_a_refused_start_older_than_what_the_shard_holds_was_trimmed():
+    kinesis = RefusingKinesis(refusal("whatever Kinesis says"), held=["7", "8"])
+    fetcher = KinesisDataFetcher(kinesis, CONFIG, "shardId-0")  # type: ignore[arg-type]
+    fetcher.initialize(ESN("4"))
+    assert [r.sequence_number for r in fetcher.get_records().records] == ["7", "8"]
+    assert fetcher.data_lost is not None and fetcher.data_lost.first == "7"
+
+
+def test_a_refused_start_the_shard_still_holds_is_raised_as_it_came():
+    """The refusal's text is not read: Kinesis holding the start says it was not trimmed
+    (a sequence number of another shard, say)."""
+    error = refusal("StartingSequenceNumber 4 used in GetShardIterator is invalid")
+    kinesis = RefusingKinesis(error, held=["2", "4", "8"])
+    fetcher = KinesisDataFetcher(kinesis, CONFIG, "shardId-0")  # type: ignore[arg-type]
+    fetcher.initialize(ESN("4"))
+    with pytest.raises(ConfigurationError) as raised:
+        fetcher.get_records()
+    assert raised.value is error and fetcher.data_lost is None
+
+
+def test_another_error_of_the_same_class_is_not_taken_for_a_refused_start():
+    error = error_for_code("ValidationException", "StartingSequenceNumber is invalid")
+    fetcher = KinesisDataFetcher(RefusingKinesis(error, held=["7"]),  # type: ignore[arg-type]
+                                 CONFIG, "shardId-0")
+    with pytest.raises(ConfigurationError) as raised:
+        fetcher.initialize(ESN("4"))
+    assert raised.value is error
