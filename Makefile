@@ -58,6 +58,7 @@ bench: setup
 # The docs site (mkdocs.yml, docs/) into build/site, which git ignores. --strict: a warning (a
 # link to a missing page or heading, a page left out of the nav) fails the build. The `docs`
 # extra goes into .venv on first use (editable_mode=compat, as `make setup` installs it).
+# No --quiet: it hides the warnings from --strict's count, so a broken link would pass.
 DOCS_STAMP := $(VENV)/.kinesis-dstream-docs
 
 $(DOCS_STAMP): setup.cfg pyproject.toml
@@ -66,7 +67,7 @@ $(DOCS_STAMP): setup.cfg pyproject.toml
 	touch $@
 
 docs: $(DOCS_STAMP)
-	$(PY) -m mkdocs build --strict --quiet
+	$(PY) -m mkdocs build --strict
 
 # Emulators in the foreground; prints `export ...` lines for another shell.
 local: setup
