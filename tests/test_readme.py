@@ -1,13 +1,18 @@
 """The README and the docs say what the code does: their Python blocks import what exists, the
-README has an example per entry point and stays short, the docs' Layout table lists the modules
-there are, the documented errors import from `kinesis_dstream`, the npm line is package.json's,
-and every docs page is in the site's nav."""
+README has an example per entry point and stays short, its Scheduler and Structured Streaming
+examples run as written against the emulators (the DStream example runs in test_new_user.py,
+the cluster recipe in test_distribution.py), the docs' Layout table lists the modules there
+are, the documented errors import from `kinesis_dstream`, the npm line is package.json's, and
+every docs page is in the site's nav."""
 from __future__ import annotations
 
 import ast
 import importlib
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +141,55 @@ def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists():
     mkdocs = (REPO / "mkdocs.yml").read_text()
     nav = re.findall(r"^\s+- [^:]+: (\S+\.md)$", mkdocs, flags=re.M)
     assert sorted(nav) == sorted(DOCS), (nav, sorted(DOCS))
+
+
+def readme_block(containing: str) -> str:
+    (block,) = [b for b in README_BLOCKS if containing in b]
+    return block
+
+
+def put_in(block: str, old: str, new: str) -> str:
+    """The block as written, but for names a test must make unique."""
+    assert block.count(old) == 1, f"{old!r} not once in the README block:\n{block}"
+    return block.replace(old, new)
+
+
+def run_example(code: str, tmp_path: Path, timeout_s: float) -> subprocess.CompletedProcess:
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)   # local_env is in os.environ
+    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout_s,
+                          start_new_session=True)
+
+
+def test_the_readmes_scheduler_example_runs_and_prints_the_records(
+        local_env, make_stream, put_records, unique_app_name, tmp_path):
+    stream = make_stream(2)
+    keys = [f"readme-{i}" for i in range(6)]
+    put_records(stream, [(key, f"data of {key}") for key in keys])
+    code = readme_block("Scheduler(")
+    code = put_in(code, 'stream_name="words"', f'stream_name="{stream}"')
+    code = put_in(code, 'application_name="my-app"', f'application_name="{unique_app_name}"')
+    done = run_example(code, tmp_path, timeout_s=120)
+    assert done.returncode == 0, done.stderr[-5000:]
+    for key in keys:
+        assert re.search(rf"^{key} b'data of {key}' \d+ 0$", done.stdout, flags=re.M), done.stdout
+    # print(scheduler.metrics()): every record counted, over the stream's two shards
+    assert sum(int(n) for n in re.findall(r"\brecords=(\d+)", done.stdout)) == 6, done.stdout
+
+
+def test_the_readmes_structured_streaming_example_writes_then_reads_the_stream(
+        local_env, make_stream, tmp_path):
+    stream = make_stream(2)
+    code = readme_block('readStream.format("aws-kinesis")')
+    code = code.replace('"kinesis.streamName", "words"', f'"kinesis.streamName", "{stream}"')
+    code = put_in(code, '"/tmp/words-checkpoint"', repr(str(tmp_path / "checkpoint")))
+    # The README's 30 s window, as a condition: every record written is through the query.
+    code = put_in(code, "query.awaitTermination(30)", "query.processAllAvailable()")
+    done = run_example(code, tmp_path, timeout_s=240)
+    (tmp_path / "stdout.txt").write_text(done.stdout)
+    assert done.returncode == 0, done.stderr[-5000:]
+    rows = re.findall(r"^\|\s*(key-\d)\s*\|\s*(\d+)\s*\|$", done.stdout, flags=re.M)
+    assert rows, done.stdout[-5000:] + done.stderr[-3000:]
+    assert all(int(data) % 10 == int(key[-1]) for key, data in rows), rows
