@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 # Set by .ci/run so it can report pytest's own exit code (make itself only says 2).
 PYTEST_EXIT_FILE ?=
 
-.PHONY: setup test demo bench local clean
+.PHONY: setup test demo bench local clean docs
 
 setup: $(PY_STAMP) $(NPM_STAMP) $(KCL3_STAMP)
 
@@ -54,6 +54,20 @@ bench: setup
 	  [ -e "$$f" ] || { echo "make bench: no bench/bench_*.py" >&2; exit 1; }; \
 	  echo "== $$f" >&2; $(PY) "$$f"; \
 	done
+
+# The docs site (mkdocs.yml, docs/) into build/site, which git ignores. --strict: a warning (a
+# link to a missing page or heading, a page left out of the nav) fails the build. The `docs`
+# extra goes into .venv on first use (editable_mode=compat, as `make setup` installs it).
+# No --quiet: it hides the warnings from --strict's count, so a broken link would pass.
+DOCS_STAMP := $(VENV)/.kinesis-dstream-docs
+
+$(DOCS_STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(PY) -m mkdocs build --strict
 
 # Emulators in the foreground; prints `export ...` lines for another shell.
 local: setup
