@@ -10,9 +10,9 @@ from kinesis_dstream.config import (
     SPARK_RETRY_MAX_ATTEMPTS,
     SPARK_RETRY_WAIT_TIME,
     ConsumerConfig,
-    parse_duration_ms,
 )
 from kinesis_dstream.errors import ConfigurationError
+from kinesis_dstream.settings import parse_duration_ms
 
 
 def make(**overrides) -> ConsumerConfig:
@@ -188,7 +188,7 @@ def test_with_spark_conf_ignores_other_keys_and_returns_self_when_nothing_applie
     ({SPARK_RETRY_WAIT_TIME: "soon"}, SPARK_RETRY_WAIT_TIME),
     ({SPARK_RETRY_MAX_ATTEMPTS: "three"}, SPARK_RETRY_MAX_ATTEMPTS),
     ({SPARK_RETRY_MAX_ATTEMPTS: "2.5"}, SPARK_RETRY_MAX_ATTEMPTS),
-    ({SPARK_FAIL_ON_DATA_LOSS: "yes"}, SPARK_FAIL_ON_DATA_LOSS),
+    ({SPARK_FAIL_ON_DATA_LOSS: "maybe"}, SPARK_FAIL_ON_DATA_LOSS),
 ])
 def test_with_spark_conf_bad_values_name_the_key(conf, key):
     with pytest.raises(ConfigurationError) as info:
