@@ -36,7 +36,7 @@ from ..records import (
     GetRecordsResult,
     Record,
 )
-from .aggregation import deaggregate
+from ..aws.kpl import deaggregate
 
 log = logging.getLogger(__name__)
 
