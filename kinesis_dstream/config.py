@@ -122,6 +122,7 @@ SPARK_CONF = FrontEnd(
         "kinesis-asl's retry keys and Spark Streaming's rate keys, with their names and "
         "defaults, and ours under spark.streaming.kinesis.",
     case_sensitive=True, noun="Spark conf key", owned_prefixes=("spark.streaming.kinesis.",),
+    logger=__name__,
     options=(
         Option(SPARK_RETRY_WAIT_TIME, Duration(None), "Positive wait before the first retry "
                "of a failed AWS call; doubles on each retry (kinesis-asl's key).", "100ms",

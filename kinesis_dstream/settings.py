@@ -19,8 +19,6 @@ from typing import Any, Callable, Mapping
 
 from .errors import ConfigurationError
 
-log = logging.getLogger(__name__)
-
 # -- the value rules -----------------------------------------------------------------------------
 # Booleans: what the Java MultiLangDaemon's converter reads, any case, in every front end.
 TRUE_WORDS = ("true", "yes", "on", "1")
@@ -200,7 +198,7 @@ class FrontEnd:
     closest known name) or ``"reject"``. Only keys starting with one of ``owned_prefixes``
     (all keys when empty) can be unknown: a Spark conf holds every other component's keys too;
     ``host_keys`` are keys the host itself passes. ``canonical`` maps a key as written to the
-    form looked up (before case folding).
+    form looked up (before case folding). Warnings go to the front end's ``logger``.
     """
 
     name: str
@@ -212,6 +210,7 @@ class FrontEnd:
     owned_prefixes: tuple[str, ...] = ()
     host_keys: frozenset[str] = frozenset()
     canonical: Callable[[str], str] | None = None
+    logger: str = __name__
 
     def _fold(self, key: str) -> str:
         return key if self.case_sensitive else key.lower()
@@ -220,9 +219,6 @@ class FrontEnd:
     def by_key(self) -> dict[str, Option]:
         return {self._fold(key): option for option in self.options
                 for key in (option.name, *option.aliases)}
-
-    def option(self, key: str) -> Option | None:
-        return self.by_key.get(self._fold(self._canonical(key)))
 
     def _canonical(self, key: str) -> str:
         return self.canonical(key) if self.canonical else key
@@ -268,12 +264,14 @@ class FrontEnd:
                       elsewhere: Mapping[str, str]) -> None:
         folded = self._fold(key)
         if folded in elsewhere:
-            log.warning("%s: %s %r %s; ignored", source, self.noun, key, elsewhere[folded])
+            logging.getLogger(self.logger).warning("%s: %s %r %s; ignored", source, self.noun,
+                                                   key, elsewhere[folded])
             return
         close = difflib.get_close_matches(folded, list(known), n=1, cutoff=0.8) or \
             [k for k in known if k.lower() == key.lower()][:1]
         hint = f"; did you mean {known[close[0]].name}?" if close else ""
-        log.warning("%s: unknown %s %r ignored%s", source, self.noun, key, hint)
+        logging.getLogger(self.logger).warning("%s: unknown %s %r ignored%s", source,
+                                               self.noun, key, hint)
 
 
 # -- the docs page -------------------------------------------------------------------------------

@@ -114,10 +114,10 @@ def test_every_front_end_takes_both_duration_forms(tmp_path):
 # -- unknown keys --------------------------------------------------------------------------------
 def test_an_unknown_spark_conf_key_of_ours_is_warned_by_name_once(caplog):
     typo = "spark.streaming.kinesis.retry.waitTme"
-    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.settings"):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.config"):
         config().with_spark_conf({typo: "1s", "spark.app.name": "x",
                                   "spark.streaming.backpressure.enabled": "true"})
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if r.name == "kinesis_dstream.config"]
     assert len(lines) == 1 and repr(typo) in lines[0]
     assert f"did you mean {SPARK_RETRY_WAIT_TIME}" in lines[0]
 

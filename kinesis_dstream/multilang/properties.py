@@ -229,6 +229,7 @@ PROPERTIES = FrontEnd(
         "kinesis_dstream multilang` and by createStream's propertiesFile; the same file runs "
         "under the Java daemon. The AWSCredentialsProvider keys are read in any case.",
     case_sensitive=True, noun="property", canonical=canonical_key,
+    logger=__name__,
     options=(
         _config("streamName", _TEXT, "stream_name", "The Kinesis stream (or streamArn)."),
         Option("streamArn", ValueType("Kinesis stream ARN", _stream_name_from_arn),

@@ -218,10 +218,12 @@ _SQL_DOC = ("Options of {what} with format(\"aws-kinesis\") (also format(\"kines
             "the awslabs connector's names; the qubole kinesis-sql names are aliases.")
 SQL_SOURCE = FrontEnd(
     name="SQL source (readStream)", doc=_SQL_DOC.format(what="spark.readStream"),
-    options=CONNECTION_OPTIONS + SOURCE_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS)
+    options=CONNECTION_OPTIONS + SOURCE_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS,
+    logger=__name__)
 SQL_SINK = FrontEnd(
     name="SQL sink (write, writeStream)", doc=_SQL_DOC.format(what="df.write and writeStream"),
-    options=CONNECTION_OPTIONS + SINK_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS)
+    options=CONNECTION_OPTIONS + SINK_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS,
+    logger=__name__)
 # Every role's front end, by the name the warnings use.
 _ROLES: Mapping[str, FrontEnd] = {"sink": SQL_SINK, "source": SQL_SOURCE}
 _ROLE_DOING = {"sink": "writing", "source": "reading"}
