@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from ..config import INITIAL_POSITIONS, METRICS_LEVELS, ConsumerConfig
 from ..errors import ConfigurationError
 from ..settings import BOOLEAN, Choice, Duration, FrontEnd, Number, Option, Text, ValueType, Whole
+from .java_properties import read_properties_file
 
 log = logging.getLogger(__name__)
 
@@ -52,80 +53,6 @@ class MultiLangSettings:
     action_timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
     properties_file: Path | None = None
     ignored_keys: tuple[str, ...] = field(default=())
-
-
-# --------------------------------------------------------------------------- file format
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Read java.util.Properties text: ``=``/``:``/space separators, ``#``/``!`` comments,
-    backslash continuations and escapes. Values are stripped of trailing whitespace
-    (the Java daemon's converters trim them too). The last of duplicated keys wins."""
-    result: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip(" \t\f")
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _ends_with_continuation(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip(" \t\f")
-            i += 1
-        if _ends_with_continuation(line):
-            line = line[:-1]
-        key, value = _split_key_value(line)
-        if key in result:
-            log.debug("properties: %s given more than once; the last value wins", key)
-        result[key] = value.rstrip()
-    return result
-
-
-def _ends_with_continuation(line: str) -> bool:
-    backslashes = len(line) - len(line.rstrip("\\"))
-    return backslashes % 2 == 1
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    key_chars: list[str] = []
-    j = 0
-    while j < len(line):
-        c = line[j]
-        if c == "\\" and j + 1 < len(line):
-            key_chars.append(c + line[j + 1])
-            j += 2
-            continue
-        if c in "=: \t\f":
-            break
-        key_chars.append(c)
-        j += 1
-    rest = line[j:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape("".join(key_chars)), _unescape(rest)
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    j = 0
-    while j < len(text):
-        c = text[j]
-        if c != "\\" or j + 1 >= len(text):
-            out.append(c)
-            j += 1
-            continue
-        nxt = text[j + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[j + 2:j + 6] or ""):
-            out.append(chr(int(text[j + 2:j + 6], 16)))
-            j += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        j += 2
-    return "".join(out)
 
 
 # --------------------------------------------------------------------------- value readers
@@ -386,14 +313,6 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
 
 
 # --------------------------------------------------------------------------- public API
-
-def read_properties_file(path: str | os.PathLike) -> dict[str, str]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read properties file {str(path)!r}: {exc}") from exc
-    return parse_properties(text)
-
 
 def _build_config(config_changes: dict[str, Any], overrides: Mapping[str, Any],
                   source: str) -> ConsumerConfig:
