@@ -89,12 +89,14 @@ def test_choices_are_read_in_any_case_and_come_out_as_declared(tmp_path):
 # -- one duration parser -------------------------------------------------------------------------
 @pytest.mark.parametrize("text, expected", [
     ("PT15M", 900_000), ("pt0.25s", 250), ("P1DT1H", 90_000_000), ("PT1,5S", 1500),
-    ("-PT1S", -1000), ("250ms", 250), ("2s", 2000), ("1min", 60_000), ("300", 300)])
+    ("-PT1S", -1000), ("250ms", 250), ("2s", 2000), ("1.5s", 1500), ("1min", 60000),
+    ("2m", 120000), ("1h", 3600000), ("300", 300), (" 40 MS ", 40)])
 def test_one_duration_parser_reads_spark_and_iso_8601_forms(text, expected):
     assert parse_duration_ms(text, "k") == expected
 
 
-@pytest.mark.parametrize("bad", ["P", "PT", "P1DT", "PT15", "15 minutes", "1e400s", "-inf"])
+@pytest.mark.parametrize("bad", ["P", "PT", "P1DT", "PT15", "15 minutes", "fast", "ms", "", "1x",
+                                 "inf", "-inf", "nan", "1e400s"])
 def test_the_duration_parser_refuses_garbage_naming_the_key(bad):
     with pytest.raises(ConfigurationError, match="my.key"):
         parse_duration_ms(bad, "my.key")
