@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import ConfigurationError
+from .settings import BOOLEAN, Duration, FrontEnd, Number, Option, Whole
 
 # Spark conf keys honoured by the retry policy (same names and defaults as kinesis-asl).
 SPARK_RETRY_WAIT_TIME = "spark.streaming.kinesis.retry.waitTime"
@@ -27,22 +28,14 @@ SPARK_SHARDS_PER_TASK = "spark.streaming.kinesis.shardsPerTask"
 # Ours, named after the SQL source's option: fail a batch whose start was trimmed by retention.
 SPARK_FAIL_ON_DATA_LOSS = "spark.streaming.kinesis.failOnDataLoss"
 
+SPARK_BACKPRESSURE_INITIAL_RATE = "spark.streaming.backpressure.initialRate"
+SPARK_PID_PROPORTIONAL = "spark.streaming.backpressure.pid.proportional"
+SPARK_PID_INTEGRAL = "spark.streaming.backpressure.pid.integral"
+SPARK_PID_DERIVED = "spark.streaming.backpressure.pid.derived"
+SPARK_PID_MIN_RATE = "spark.streaming.backpressure.pid.minRate"
+
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
-
-
-def _whole_number(conf: Mapping[str, str], key: str) -> int:
-    try:
-        return int(conf[key])
-    except ValueError:
-        raise ConfigurationError(f"{key}: not a whole number: {conf[key]!r}") from None
-
-
-def _boolean(conf: Mapping[str, str], key: str) -> bool:
-    value = str(conf[key]).strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigurationError(f"{key}: not true or false: {conf[key]!r}")
-    return value == "true"
 
 
 def default_worker_id() -> str:
@@ -79,22 +72,87 @@ def proven_dead(worker_id: str) -> bool:
     return False
 
 
-def parse_duration_ms(value: str | int | float, key: str) -> int:
-    """Parse Spark-style durations ("100ms", "2s", "1min", bare number = ms)."""
-    if isinstance(value, (int, float)):
-        return int(value)
-    text = str(value).strip().lower()
-    units = (("ms", 1), ("min", 60_000), ("s", 1000), ("m", 60_000), ("h", 3_600_000))
-    for suffix, factor in units:
-        if text.endswith(suffix):
-            number = text[: -len(suffix)].strip()
-            break
-    else:
-        number, factor = text, 1
-    try:
-        return int(float(number) * factor)
-    except (ValueError, OverflowError):  # "inf" and "1e400s" overflow int()
-        raise ConfigurationError(f"{key}: cannot read {value!r} as a duration") from None
+def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None = None, *,
+                      sts_all_or_none: bool = False) -> None:
+    """The one rule for pairing credentials, for ``ConsumerConfig`` fields in ``values``
+    (None or absent: not given); messages use ``names`` (field -> the user's name for it).
+
+    A key id and a secret key come together. STS takes ExternalId as optional (only roles
+    whose trust policy asks for one need it), so a role needs a session name and may have an
+    external id; a session name or an external id without a role is a mistake.
+    ``sts_all_or_none``: Spark's rule for ``createStream``'s positional arguments, which
+    PySpark hands to its helper: all three STS arguments or none.
+    """
+    def name(field_name: str) -> str:
+        return (names or {}).get(field_name, field_name)
+
+    def given(field_name: str) -> bool:
+        return values.get(field_name) is not None
+
+    for first, second in (("aws_access_key_id", "aws_secret_key"),
+                          ("aws_secret_key", "aws_access_key_id")):
+        if given(first) and not given(second):
+            raise ConfigurationError(f"{name(first)} is set but {name(second)} is null: "
+                                     "give both or neither")
+    sts = ("sts_assume_role_arn", "sts_session_name", "sts_external_id")
+    if sts_all_or_none and any(map(given, sts)) and not all(map(given, sts)):
+        raise ConfigurationError(f"{name(sts[0])}, {name(sts[1])}, and {name(sts[2])} "
+                                 "must all be defined or all be null")
+    if not given("sts_assume_role_arn"):
+        without_role = [name(f) for f in sts[1:] if given(f)]
+        if without_role:
+            raise ConfigurationError(f"{' and '.join(without_role)} given without "
+                                     f"{name(sts[0])} (the role to assume)")
+    elif not values.get("sts_session_name"):
+        raise ConfigurationError(f"{name(sts[0])} needs {name(sts[1])} as well (the "
+                                 "RoleSessionName STS records)")
+    elif given("sts_external_id") and not values["sts_external_id"]:
+        raise ConfigurationError(f"{name(sts[2])} must not be empty: leave it out when the "
+                                 "role needs none")
+
+
+_CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "sts_assume_role_arn",
+                      "sts_session_name", "sts_external_id")
+
+# The Spark conf keys the DStream API reads (SparkConf of the StreamingContext). "config"
+# options go to ConsumerConfig, "rate" ones to spark/rate.py's RateSettings.
+SPARK_CONF = FrontEnd(
+    name="Spark conf (DStream API)",
+    doc="Keys of the StreamingContext's SparkConf read by KinesisUtils.createStream: "
+        "kinesis-asl's retry keys and Spark Streaming's rate keys, with their names and "
+        "defaults, and ours under spark.streaming.kinesis.",
+    case_sensitive=True, noun="Spark conf key", owned_prefixes=("spark.streaming.kinesis.",),
+    logger=__name__,
+    options=(
+        Option(SPARK_RETRY_WAIT_TIME, Duration(None), "Positive wait before the first retry "
+               "of a failed AWS call; doubles on each retry (kinesis-asl's key).", "100ms",
+               field="retry_wait_time_ms"),
+        Option(SPARK_RETRY_MAX_ATTEMPTS, Whole(), "Attempts (at least 1) of one AWS call "
+               "before the error is raised (kinesis-asl's key).", "3",
+               field="retry_max_attempts"),
+        Option(SPARK_SHARDS_PER_TASK, Whole(1), "How many shards one Spark task reads, "
+               "concurrently (the Databricks connector's shardsPerTask).", "32",
+               field="shards_per_task"),
+        Option(SPARK_FAIL_ON_DATA_LOSS, BOOLEAN, "A batch whose start was trimmed by the "
+               "stream's retention fails (true) or goes on from the oldest record Kinesis "
+               "holds (false, as the KCL).", "false", field="fail_on_data_loss"),
+        Option(SPARK_RECEIVER_MAX_RATE, Number(), "Records per second the whole stream may "
+               "take a batch; 0 or less: unlimited (Spark's key).", "unlimited",
+               target="rate", field="max_rate"),
+        Option(SPARK_BACKPRESSURE_ENABLED, BOOLEAN, "Let the batch limit follow Spark's PID "
+               "rate estimator (Spark's key).", "false", target="rate", field="backpressure"),
+        Option(SPARK_BACKPRESSURE_INITIAL_RATE, Number(), "The first batch's rate while "
+               "backpressure is on (Spark's key).", "unlimited", target="rate",
+               field="initial_rate"),
+        Option(SPARK_PID_PROPORTIONAL, Number(), "PID rate estimator: proportional gain "
+               "(Spark's key).", "1.0", target="rate", field="proportional"),
+        Option(SPARK_PID_INTEGRAL, Number(), "PID rate estimator: integral gain (Spark's "
+               "key).", "0.2", target="rate", field="integral"),
+        Option(SPARK_PID_DERIVED, Number(), "PID rate estimator: derivative gain (Spark's "
+               "key).", "0.0", target="rate", field="derived"),
+        Option(SPARK_PID_MIN_RATE, Number(), "PID rate estimator: lowest rate, records per "
+               "second (Spark's key).", "100", target="rate", field="min_rate"),
+    ))
 
 
 @dataclass(frozen=True)
@@ -182,22 +240,7 @@ class ConsumerConfig:
             raise ConfigurationError(
                 f"metrics_level must be one of {METRICS_LEVELS}, got {self.metrics_level!r}"
             )
-        if (self.aws_access_key_id is None) != (self.aws_secret_key is None):
-            raise ConfigurationError("aws_access_key_id and aws_secret_key must be given together")
-        # STS takes ExternalId as optional (only roles whose trust policy asks for one need
-        # it); a session name or an external id without a role to assume is a mistake.
-        if self.sts_assume_role_arn is None:
-            given = [name for name in ("sts_session_name", "sts_external_id")
-                     if getattr(self, name) is not None]
-            if given:
-                raise ConfigurationError(
-                    f"{' and '.join(given)} given without sts_assume_role_arn (the role to assume)")
-        elif not self.sts_session_name:
-            raise ConfigurationError(
-                "sts_assume_role_arn needs sts_session_name (the RoleSessionName STS records)")
-        elif self.sts_external_id is not None and not self.sts_external_id:
-            raise ConfigurationError(
-                "sts_external_id must not be empty: leave it out (None) when the role needs none")
+        check_credentials({name: getattr(self, name) for name in _CREDENTIAL_FIELDS})
         positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
                     "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s",
                     "metrics_buffer_time_ms", "max_leases_to_steal_at_one_time", "max_leases_for_worker",
@@ -244,17 +287,9 @@ class ConsumerConfig:
         return dataclasses.replace(self, **changes)
 
     def with_spark_conf(self, conf: Mapping[str, str]) -> "ConsumerConfig":
-        """Apply the kinesis-asl retry keys and ours from a Spark conf (a dict of its items)."""
-        changes: dict[str, Any] = {}
-        if SPARK_SHARDS_PER_TASK in conf:
-            changes["shards_per_task"] = _whole_number(conf, SPARK_SHARDS_PER_TASK)
-        if SPARK_FAIL_ON_DATA_LOSS in conf:
-            changes["fail_on_data_loss"] = _boolean(conf, SPARK_FAIL_ON_DATA_LOSS)
-        if SPARK_RETRY_WAIT_TIME in conf:
-            changes["retry_wait_time_ms"] = parse_duration_ms(conf[SPARK_RETRY_WAIT_TIME],
-                                                              SPARK_RETRY_WAIT_TIME)
-        if SPARK_RETRY_MAX_ATTEMPTS in conf:
-            changes["retry_max_attempts"] = _whole_number(conf, SPARK_RETRY_MAX_ATTEMPTS)
+        """Apply the kinesis-asl retry keys and ours from a Spark conf (a dict of its items);
+        an unknown ``spark.streaming.kinesis.*`` key is warned about by name."""
+        changes = SPARK_CONF.read(conf, source="Spark conf").of("config")
         return self.replace(**changes) if changes else self
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,7 +5,8 @@
 ``approximate_arrival_timestamp`` in epoch milliseconds), so a kclpy record processor reads
 our records unchanged. ``ExtendedSequenceNumber`` orders positions the way the KCL does:
 sequence number first, then the sub-sequence inside a KPL aggregate; the sentinels
-(TRIM_HORIZON, LATEST, AT_TIMESTAMP, SHARD_END) are checkpoint values too.
+(TRIM_HORIZON, LATEST, AT_TIMESTAMP, SHARD_END) are checkpoint values too. ``SHARD_END`` is
+the one position a finished shard is checkpointed at (``ExtendedSequenceNumber.SHARD_END``).
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from functools import total_ordering
 TRIM_HORIZON = "TRIM_HORIZON"
 LATEST = "LATEST"
 AT_TIMESTAMP = "AT_TIMESTAMP"
-SHARD_END = "SHARD_END"
-SENTINELS = (TRIM_HORIZON, LATEST, AT_TIMESTAMP, SHARD_END)
+_SHARD_END = "SHARD_END"  # its text in the lease table; SHARD_END below is the position
+SENTINELS = (TRIM_HORIZON, LATEST, AT_TIMESTAMP, _SHARD_END)
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,10 @@ class ExtendedSequenceNumber:
 
     @property
     def is_shard_end(self) -> bool:
-        return self.sequence_number == SHARD_END
+        return self.sequence_number == _SHARD_END
 
     def _key(self) -> tuple:
-        if self.sequence_number == SHARD_END:
+        if self.sequence_number == _SHARD_END:
             return (1, 0, 0)
         if self.sequence_number in self._ORDER:
             return (-1, self._ORDER[self.sequence_number], 0)
@@ -96,7 +97,8 @@ class ExtendedSequenceNumber:
 ExtendedSequenceNumber.TRIM_HORIZON = ExtendedSequenceNumber(TRIM_HORIZON)  # type: ignore[attr-defined]
 ExtendedSequenceNumber.LATEST = ExtendedSequenceNumber(LATEST)  # type: ignore[attr-defined]
 ExtendedSequenceNumber.AT_TIMESTAMP = ExtendedSequenceNumber(AT_TIMESTAMP)  # type: ignore[attr-defined]
-ExtendedSequenceNumber.SHARD_END = ExtendedSequenceNumber(SHARD_END)  # type: ignore[attr-defined]
+SHARD_END = ExtendedSequenceNumber(_SHARD_END)
+ExtendedSequenceNumber.SHARD_END = SHARD_END  # type: ignore[attr-defined]
 
 
 def is_valid_sequence_number(value: object) -> bool:

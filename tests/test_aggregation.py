@@ -9,8 +9,8 @@ import pytest
 from aws_kinesis_agg import MAGIC
 from aws_kinesis_agg.aggregator import RecordAggregator
 
-from kinesis_dstream.retrieval.aggregation import deaggregate, epoch_ms
-from kinesis_dstream.retrieval.aggregation import messages_pb2
+from kinesis_dstream.aws.kpl import deaggregate, epoch_ms
+from kinesis_dstream.aws.kpl import messages_pb2
 
 ARRIVAL = dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.timezone.utc)
 ARRIVAL_MS = 1714979289123
@@ -72,7 +72,7 @@ def test_mixed_batch_keeps_shard_order():
 
 def _assert_delivered_whole(blob: bytes, caplog: pytest.LogCaptureFixture, reason: str) -> None:
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.retrieval.aggregation"):
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.aws.kpl"):
         records = deaggregate([kinesis_record(b"before", "10"), kinesis_record(blob, "11", "pk"),
                                kinesis_record(b"after", "12")], "shardId-000000000007")
     assert [r.binary_data for r in records] == [b"before", blob, b"after"]

@@ -13,7 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
 
-SHARED = {"config", "errors", "retry", "records"}
+SHARED = {"config", "errors", "retry", "records", "settings"}
 TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
 EVERYTHING = SHARED | {"aws", "retrieval", "worker", "multilang", "local", "preflight"} | TOP | {"cli", "pyspark"}
 # part of the package -> what it may import at module level (parts of kinesis_dstream, or

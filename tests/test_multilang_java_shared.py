@@ -27,7 +27,8 @@ from emulators import Producer, put_batch
 from multilang_shared_helpers import DaemonProcess, write_properties
 from recording_processor import read_events
 
-from kinesis_dstream.multilang.properties import KNOWN_KEYS, load_properties, read_properties_file
+from kinesis_dstream.multilang.java_properties import read_properties_file
+from kinesis_dstream.multilang.properties import KNOWN_KEYS, load_properties
 from kinesis_dstream.records import ExtendedSequenceNumber
 
 FAILOVER_MS = 5000

@@ -22,7 +22,7 @@ from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError, PutRecordsFailedError, ThrottlingError
 from kinesis_dstream.retry import RetryPolicy, classify
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
-from kinesis_dstream.retrieval.aggregation import deaggregate
+from kinesis_dstream.aws.kpl import deaggregate
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -248,11 +248,11 @@ def test_a_reshard_reloads_the_shard_map(kinesis_local, make_stream):
 
 def test_computed_aggregate_size_is_the_encoded_size():
     """The limits are checked on a computed size; it must be the real one, byte for byte."""
-    from kinesis_dstream.aws.producer import _Aggregate
+    from kinesis_dstream.aws.kpl import Aggregate
 
     rng = random.Random(3)
     for trial in range(200):
-        aggregate = _Aggregate("shard")
+        aggregate = Aggregate("shard")
         for _ in range(rng.randrange(1, 60)):
             key = "k" * rng.choice((1, 5, 127, 128, 200)) + str(rng.randrange(4))
             ehk = str(rng.randrange(2**128)) if rng.random() < 0.3 else None

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from kinesis_dstream.errors import ConfigurationError
+from kinesis_dstream.multilang.java_properties import parse_properties
 from kinesis_dstream.multilang.properties import (
     consumer_config_from_properties,
     load_properties,
     normalise_endpoint,
-    parse_properties,
 )
 
 REPO = Path(__file__).resolve().parent.parent

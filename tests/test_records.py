@@ -39,7 +39,7 @@ def test_equality_and_hashing():
     assert ESN(BIG, 2) != ESN(BIG, 3)
     assert len({ESN(BIG, 2), ESN(BIG, 2), ESN(BIG, 3)}) == 2
     assert ESN("TRIM_HORIZON") == ESN.TRIM_HORIZON
-    assert ESN.SHARD_END == ESN(SHARD_END)
+    assert ESN.SHARD_END is SHARD_END and SHARD_END == ESN("SHARD_END")  # one SHARD_END
     assert ESN("5") != "5"
     assert ESN.TRIM_HORIZON <= ESN.TRIM_HORIZON and ESN(BIG) >= ESN(BIG)
 

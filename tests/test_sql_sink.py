@@ -151,7 +151,7 @@ def test_options_unknown_warned_by_name_defaults_and_errors(caplog):
                               "kinesis.endpointUrl": "https://kinesis.eu-west-3.amazonaws.com"})
     assert endpoint.config.region_name == "eu-west-3"
     for options, named in (({}, "kinesis.streamName"),
-                           ({"kinesis.streamName": "s", "kinesis.sink.aggregationEnabled": "yes"},
+                           ({"kinesis.streamName": "s", "kinesis.sink.aggregationEnabled": "maybe"},
                             "kinesis.sink.aggregationEnabled"),
                            ({"kinesis.streamName": "s", "kinesis.sink.flushWaitTimeMs": "soon"},
                             "kinesis.sink.flushWaitTimeMs"),

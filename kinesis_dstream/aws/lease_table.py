@@ -12,7 +12,6 @@ who takes what and when is decided in ``worker.leases``.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,11 +19,9 @@ import botocore.exceptions
 
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
-from ..retry import RetryPolicy, poll_until
+from ..retry import RetryPolicy
 from ..records import ExtendedSequenceNumber
-from .clients import call, make_client
-
-log = logging.getLogger(__name__)
+from .clients import call, create_table_if_not_exists, make_client
 
 
 @dataclass(frozen=True)
@@ -122,26 +119,8 @@ class LeaseTable:
     # -- table --------------------------------------------------------------------------
     def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
         """Create the table in the KCL 2.x shape; True if this call created it."""
-        created = False
-        try:
-            self._call("describing the lease table", "describe_table",
-                       expected=("ResourceNotFoundException",), TableName=self.table_name)
-        except botocore.exceptions.ClientError:
-            try:
-                self._call("creating the lease table", "create_table",
-                           expected=("ResourceInUseException",),
-                           TableName=self.table_name,
-                           KeySchema=[{"AttributeName": "leaseKey", "KeyType": "HASH"}],
-                           AttributeDefinitions=[{"AttributeName": "leaseKey", "AttributeType": "S"}],
-                           BillingMode="PAY_PER_REQUEST")
-                created = True
-                log.info("created lease table %s", self.table_name)
-            except botocore.exceptions.ClientError:
-                pass  # another worker created it first
-        poll_until(lambda: self._call("describing the lease table", "describe_table",
-                                      TableName=self.table_name)["Table"]["TableStatus"] == "ACTIVE",
-                   f"lease table {self.table_name} not ACTIVE", timeout_s=timeout_s)
-        return created
+        return create_table_if_not_exists(self.retry, self.client, self.table_name,
+                                          "lease table", [("leaseKey", "HASH", "S")], timeout_s)
 
     # -- reads --------------------------------------------------------------------------
     def list_leases(self) -> list[Lease]:

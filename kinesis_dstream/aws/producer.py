@@ -5,9 +5,7 @@ first record's partition key, so user records with other keys land on whatever s
 key maps to, and a consumer keyed by shard (or a reader that expects a key's records on one
 shard, in order) sees them in the wrong place. The KPL groups user records by the shard whose
 hash range holds MD5(partition key) (or the explicit hash key) and sends each aggregate with
-an ExplicitHashKey in that range; so do we. The aggregate format is the KPL's (MAGIC +
-protobuf ``AggregatedRecord`` + MD5), built from aws-kinesis-agg's protobuf messages, so
-every KPL de-aggregator (ours, the KCL, aws-kinesis-agg) reads it.
+an ExplicitHashKey in that range; so do we. The format itself is ``kpl.py``'s.
 
 Delivery is **at-least-once**: PutRecords is not idempotent, and a retried call or a retried
 Spark task may write a record twice. Nothing is dropped silently: entries that PutRecords
@@ -47,7 +45,7 @@ from ..errors import (
 from ..retry import PERMANENT, THROTTLING, RetryPolicy, classify
 from .clients import call, error_for_code, make_client
 from .kinesis import KinesisClient
-from .kpl import MAGIC, messages_pb2
+from .kpl import Aggregate
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +59,6 @@ MAX_HASH_KEY = 2**128 - 1
 # Kinesis record, small enough that a consumer's GetRecords page stays a sane size.
 DEFAULT_AGGREGATION_MAX_BYTES = 51200
 
-_DIGEST_BYTES = 16
-
 # How failed entries are sent again: up to 10 tries within 2 minutes, waits doubling from
 # 100 ms (the sink's flushWaitTimeMs) to 5 s. Each try is one PutRecords call, itself retried
 # under the Spark retry settings when the whole call fails.
@@ -75,19 +71,6 @@ def hash_key_of(partition_key: str, explicit_hash_key: str | None = None) -> int
     if explicit_hash_key is not None:
         return int(explicit_hash_key)
     return int.from_bytes(hashlib.md5(partition_key.encode("utf-8")).digest(), "big")
-
-
-def _varint_len(value: int) -> int:
-    n = 1
-    while value >= 0x80:
-        value >>= 7
-        n += 1
-    return n
-
-
-def _field_len(payload_len: int) -> int:
-    """A length-delimited protobuf field (tags 1-15 take one byte)."""
-    return 1 + _varint_len(payload_len) + payload_len
 
 
 @dataclass(frozen=True)
@@ -117,72 +100,6 @@ class ShardMap:
         if not shard.start <= hash_key <= shard.end:  # a gap: only while a reshard settles
             raise KinesisDStreamError(f"no open shard holds hash key {hash_key}")
         return shard
-
-
-class _Aggregate:
-    """User records bound for one shard, with the size of their KPL encoding kept exact."""
-
-    __slots__ = ("shard_id", "keys", "hash_keys", "records", "body_bytes", "first_key",
-                 "first_hash_key")
-
-    def __init__(self, shard_id: str) -> None:
-        self.shard_id = shard_id
-        self.keys: dict[str, int] = {}
-        self.hash_keys: dict[str, int] = {}
-        self.records: list[tuple[int, int | None, bytes]] = []
-        self.body_bytes = 0
-        self.first_key = ""
-        self.first_hash_key = 0
-
-    def kinesis_bytes(self, body_bytes: int, first_key: str) -> int:
-        """What Kinesis counts against the 1 MiB record limit: data + partition key."""
-        return len(MAGIC) + body_bytes + _DIGEST_BYTES + len(first_key.encode("utf-8"))
-
-    def try_add(self, partition_key: str, key_bytes: bytes, explicit_hash_key: str | None,
-                data: bytes, hash_key: int, max_bytes: int) -> bool:
-        """Add one user record unless the aggregate would outgrow ``max_bytes``.
-
-        The size is computed, not encoded: protobuf's length-delimited fields and varints,
-        the key tables included (a test compares it with the real encoding).
-        """
-        key_index = self.keys.get(partition_key)
-        grow = 0
-        if key_index is None:
-            grow += _field_len(len(key_bytes))
-        record = 1 + _varint_len(len(self.keys) if key_index is None else key_index)
-        record += _field_len(len(data))
-        ehk_index = None
-        if explicit_hash_key is not None:
-            ehk_index = self.hash_keys.get(explicit_hash_key)
-            if ehk_index is None:
-                grow += _field_len(len(explicit_hash_key))  # ASCII digits: chars == bytes
-            record += 1 + _varint_len(len(self.hash_keys) if ehk_index is None else ehk_index)
-        grow += _field_len(record)
-        first_key = self.first_key if self.records else partition_key
-        if self.kinesis_bytes(self.body_bytes + grow, first_key) > max_bytes:
-            return False
-        if key_index is None:
-            key_index = self.keys[partition_key] = len(self.keys)
-        if explicit_hash_key is not None and ehk_index is None:
-            ehk_index = self.hash_keys[explicit_hash_key] = len(self.hash_keys)
-        if not self.records:
-            self.first_key, self.first_hash_key = partition_key, hash_key
-        self.records.append((key_index, ehk_index, data))
-        self.body_bytes += grow
-        return True
-
-    def encode(self) -> bytes:
-        message = messages_pb2.AggregatedRecord()
-        message.partition_key_table.extend(self.keys)
-        message.explicit_hash_key_table.extend(self.hash_keys)
-        for key_index, ehk_index, data in self.records:
-            record = message.records.add()
-            record.partition_key_index = key_index
-            if ehk_index is not None:
-                record.explicit_hash_key_index = ehk_index
-            record.data = data
-        body = message.SerializeToString()
-        return MAGIC + body + hashlib.md5(body).digest()
 
 
 @dataclass
@@ -245,7 +162,7 @@ class KinesisProducer:
         self._clock = clock
         self._rand = rand
         self._shard_map: ShardMap | None = None
-        self._open: dict[str, _Aggregate] = {}
+        self._open: dict[str, Aggregate] = {}
         self._ready: list[_Entry] = []   # the request being filled
         self._ready_bytes = 0
         self._full: list[list[_Entry]] = []  # requests at a limit, waiting to be sent
@@ -305,13 +222,13 @@ class KinesisProducer:
         shard = self._shards().shard_for(hash_key)
         aggregate = self._open.get(shard.shard_id)
         if aggregate is None:
-            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id)
+            aggregate = self._open[shard.shard_id] = Aggregate(shard.shard_id)
         if aggregate.try_add(partition_key, key_bytes, explicit_hash_key, data, hash_key,
                              self._aggregation_max_bytes):
             return
         if aggregate.records:  # full: close it and start the next one with this record
             self._close_aggregate(aggregate)
-            aggregate = self._open[shard.shard_id] = _Aggregate(shard.shard_id)
+            aggregate = self._open[shard.shard_id] = Aggregate(shard.shard_id)
             if aggregate.try_add(partition_key, key_bytes, explicit_hash_key, data, hash_key,
                                  self._aggregation_max_bytes):
                 return
@@ -319,7 +236,7 @@ class KinesisProducer:
         del self._open[shard.shard_id]
         self._add_plain(data, partition_key, key_bytes, explicit_hash_key, shard.shard_id)
 
-    def _close_aggregate(self, aggregate: _Aggregate) -> None:
+    def _close_aggregate(self, aggregate: Aggregate) -> None:
         if len(aggregate.records) == 1:
             # One user record: plain is smaller and every consumer reads it.
             key_index, ehk_index, data = aggregate.records[0]

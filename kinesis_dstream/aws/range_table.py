@@ -24,8 +24,8 @@ import botocore.exceptions
 
 from ..config import ConsumerConfig
 from ..records import ExtendedSequenceNumber
-from ..retry import RetryPolicy, poll_until
-from .clients import call, make_client
+from ..retry import RetryPolicy
+from .clients import call, create_table_if_not_exists, make_client
 
 log = logging.getLogger(__name__)
 
@@ -128,24 +128,9 @@ class BatchRangeTable:
                     expected=expected, **kwargs)
 
     def create_table_if_not_exists(self, timeout_s: float = 60.0) -> None:
-        try:
-            self._call("describing the batch-range table", "describe_table",
-                       expected=("ResourceNotFoundException",), TableName=self.table_name)
-        except botocore.exceptions.ClientError:
-            try:
-                self._call("creating the batch-range table", "create_table",
-                           expected=("ResourceInUseException",), TableName=self.table_name,
-                           KeySchema=[{"AttributeName": "rangeKey", "KeyType": "HASH"},
-                                      {"AttributeName": "batchTime", "KeyType": "RANGE"}],
-                           AttributeDefinitions=[{"AttributeName": "rangeKey", "AttributeType": "S"},
-                                                 {"AttributeName": "batchTime", "AttributeType": "N"}],
-                           BillingMode="PAY_PER_REQUEST")
-                log.info("created batch-range table %s", self.table_name)
-            except botocore.exceptions.ClientError:
-                pass  # another driver created it first
-        poll_until(lambda: self._call("describing the batch-range table", "describe_table",
-                                      TableName=self.table_name)["Table"]["TableStatus"] == "ACTIVE",
-                   f"table {self.table_name} not ACTIVE", timeout_s=timeout_s)
+        create_table_if_not_exists(self.retry, self.client, self.table_name, "batch-range table",
+                                   [("rangeKey", "HASH", "S"), ("batchTime", "RANGE", "N")],
+                                   timeout_s)
         try:  # not every DynamoDB (dynalite) has TTL: the explicit deletes are what count
             self.client.update_time_to_live(
                 TableName=self.table_name,

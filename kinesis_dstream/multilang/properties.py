@@ -2,11 +2,11 @@
 
 The same file runs under the Java MultiLangDaemon and under ours, so the keys are the
 KCL 2.x and 3.x names (``MultiLangDaemonConfiguration`` bean properties, case-sensitive as
-in the Java daemon) and values are read the way it reads them. Where the Java daemon silently
-ignores a key it does not know, we warn naming it: a typo in ``failoverTimeMilis`` should
-not cost a day. Keys that the Java daemon knows but that mean nothing for our engine
-(metrics buffering, thread pools, ...) are checked for a well-formed value and then
-ignored with a debug line.
+in the Java daemon), declared as the ``PROPERTIES`` front end of the settings engine, which
+reads values by the rules every front end shares. Where the Java daemon silently ignores a
+key it does not know, we warn naming it: a typo in ``failoverTimeMilis`` should not cost a
+day. Keys that mean nothing for our engine (thread pools, KCL 3.x's worker metrics) are
+checked for a well-formed value and then ignored with a debug line.
 """
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from ..config import INITIAL_POSITIONS, METRICS_LEVELS, ConsumerConfig
 from ..errors import ConfigurationError
+from ..settings import BOOLEAN, Choice, Duration, FrontEnd, Number, Option, Text, ValueType, Whole
+from .java_properties import read_properties_file
 
 log = logging.getLogger(__name__)
 
@@ -53,143 +55,16 @@ class MultiLangSettings:
     ignored_keys: tuple[str, ...] = field(default=())
 
 
-# --------------------------------------------------------------------------- file format
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Read java.util.Properties text: ``=``/``:``/space separators, ``#``/``!`` comments,
-    backslash continuations and escapes. Values are stripped of trailing whitespace
-    (the Java daemon's converters trim them too). The last of duplicated keys wins."""
-    result: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip(" \t\f")
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _ends_with_continuation(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip(" \t\f")
-            i += 1
-        if _ends_with_continuation(line):
-            line = line[:-1]
-        key, value = _split_key_value(line)
-        if key in result:
-            log.debug("properties: %s given more than once; the last value wins", key)
-        result[key] = value.rstrip()
-    return result
-
-
-def _ends_with_continuation(line: str) -> bool:
-    backslashes = len(line) - len(line.rstrip("\\"))
-    return backslashes % 2 == 1
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    key_chars: list[str] = []
-    j = 0
-    while j < len(line):
-        c = line[j]
-        if c == "\\" and j + 1 < len(line):
-            key_chars.append(c + line[j + 1])
-            j += 2
-            continue
-        if c in "=: \t\f":
-            break
-        key_chars.append(c)
-        j += 1
-    rest = line[j:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape("".join(key_chars)), _unescape(rest)
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    j = 0
-    while j < len(text):
-        c = text[j]
-        if c != "\\" or j + 1 >= len(text):
-            out.append(c)
-            j += 1
-            continue
-        nxt = text[j + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[j + 2:j + 6] or ""):
-            out.append(chr(int(text[j + 2:j + 6], 16)))
-            j += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        j += 2
-    return "".join(out)
-
-
 # --------------------------------------------------------------------------- value readers
-
-def _text(key: str, value: str) -> str:
-    if not value:
-        raise ConfigurationError(f"{key}: a value is required, got {value!r}")
-    return value
-
-
-def _int(minimum: int) -> Callable[[str, str], int]:
-    def read(key: str, value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise ConfigurationError(f"{key}: not a whole number: {value!r}") from None
-        if number < minimum:
-            raise ConfigurationError(f"{key}: must be at least {minimum}, got {value!r}")
-        return number
-    return read
-
 
 def _any(key: str, value: str) -> str:
     return value
 
 
-def _number(key: str, value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigurationError(f"{key}: not a number: {value!r}") from None
-    if number < 0:
-        raise ConfigurationError(f"{key}: must not be negative, got {value!r}")
-    return number
-
-
-def _duration(key: str, value: str) -> str:
-    """An ISO-8601 duration as java.time.Duration parses it (PT15M, P2D, PT0.5S)."""
-    if not re.fullmatch(r"[-+]?P(?:[-+]?\d+D)?(?:T(?:[-+]?\d+H)?(?:[-+]?\d+M)?(?:[-+]?\d+(?:[.,]\d+)?S)?)?",
-                        value, re.IGNORECASE) or value.upper().rstrip("T").endswith("P"):
-        raise ConfigurationError(f"{key}: not an ISO-8601 duration (PT15M, P2D): {value!r}")
-    return value
-
-
-def _bool(key: str, value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("true", "yes", "on", "1"):
-        return True
-    if lowered in ("false", "no", "off", "0"):
-        return False
-    raise ConfigurationError(f"{key}: not a boolean (true/false): {value!r}")
-
-
-def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
-    def read(key: str, value: str) -> str:
-        if value not in choices:
-            raise ConfigurationError(f"{key}: must be one of {', '.join(choices)}, got {value!r}")
-        return value
-    return read
-
-
 def normalise_endpoint(key: str, value: str) -> str:
     """The Java SDK needs a scheme; users often write ``host:port``. Local hosts get
     ``http://`` (emulators rarely serve TLS), anything else ``https://``."""
-    value = _text(key, value)
+    value = _TEXT.parse(key, value)
     if "://" not in value:
         host = value.split("/")[0].rsplit(":", 1)[0] if not value.startswith("[") else \
             value.split("]")[0] + "]"
@@ -242,100 +117,6 @@ def _credentials_provider(key: str, value: str) -> str:
 
 # --------------------------------------------------------------------------- key table
 
-# key -> (reader, target). Target "config:<field>" sets a ConsumerConfig field,
-# "settings:<name>" a MultiLangSettings one, "special" is handled in _apply.
-_KEYS: dict[str, tuple[Callable[[str, str], Any], str]] = {
-    "streamName": (_text, "config:stream_name"),
-    "streamArn": (_stream_name_from_arn, "special"),
-    "applicationName": (_text, "config:application_name"),
-    "tableName": (_text, "special"),
-    "executableName": (_text, "settings:executable_name"),
-    "processingLanguage": (_text, "settings:processing_language"),
-    "regionName": (_text, "config:region_name"),
-    "initialPositionInStream": (_choice(INITIAL_POSITIONS), "config:initial_position"),
-    "initialPositionInStreamExtended": (_timestamp, "special"),
-    "AWSCredentialsProvider": (_credentials_provider, "none"),
-    "AWSCredentialsProviderDynamoDB": (_credentials_provider, "none"),
-    "AWSCredentialsProviderCloudWatch": (_credentials_provider, "none"),
-    "kinesisEndpoint": (normalise_endpoint, "config:kinesis_endpoint"),
-    "dynamoDBEndpoint": (normalise_endpoint, "config:dynamodb_endpoint"),
-    # Not a Java daemon key (it has no CloudWatch endpoint setting); ours.
-    "cloudWatchEndpoint": (normalise_endpoint, "config:cloudwatch_endpoint"),
-    "maxRecords": (_int(1), "config:max_records"),
-    "idleTimeBetweenReadsInMillis": (_int(0), "config:idle_time_between_reads_ms"),
-    "failoverTimeMillis": (_int(1), "config:failover_time_ms"),
-    "shardSyncIntervalMillis": (_int(1), "config:shard_sync_interval_ms"),
-    "workerId": (_text, "config:worker_id"),
-    "workerIdentifier": (_text, "config:worker_id"),
-    "callProcessRecordsEvenForEmptyRecordList":
-        (_bool, "config:call_process_records_even_for_empty_record_list"),
-    "retrievalMode": (_choice(RETRIEVAL_MODES), "special"),
-    "metricsLevel": (_choice(METRICS_LEVELS), "config:metrics_level"),
-    "metricsBufferTimeMillis": (_int(1), "config:metrics_buffer_time_ms"),
-    "shutdownGraceMillis": (_int(0), "config:shutdown_grace_ms"),
-    "maxLeasesForWorker": (_int(1), "config:max_leases_for_worker"),
-    "maxLeasesToStealAtOneTime": (_int(1), "config:max_leases_to_steal_at_one_time"),
-    "parentShardPollIntervalMillis": (_int(0), "config:parent_shard_poll_interval_ms"),
-    "timeoutInSeconds": (_int(1), "settings:action_timeout_s"),
-    # KCL 3.x: how often its leader assigns leases; here, how often this worker looks for
-    # leases to take (by default we look every renew period, failover / 3).
-    "leaseAssignmentIntervalMillis": (_int(1), "config:lease_taker_interval_ms"),
-    # Known to the Java daemon, no effect here: value checked, then ignored.
-    "maxActiveThreads": (_int(-2**31), "ignore"),
-    "metricsMaxQueueSize": (_int(0), "ignore"),
-    "metricsEnabledDimensions": (_any, "ignore"),
-    "validateSequenceNumberBeforeCheckpointing": (_bool, "ignore"),
-    "taskBackoffTimeMillis": (_int(0), "ignore"),
-    "cleanupLeasesUponShardCompletion": (_bool, "ignore"),
-    "ignoreUnexpectedChildShards": (_bool, "ignore"),
-    "initialLeaseTableReadCapacity": (_int(0), "ignore"),
-    "initialLeaseTableWriteCapacity": (_int(0), "ignore"),
-    "maxLeaseRenewalThreads": (_int(1), "ignore"),
-    "listShardsBackoffTimeInMillis": (_int(0), "ignore"),
-    "maxListShardsRetryAttempts": (_int(0), "ignore"),
-    "logWarningForTaskAfterMillis": (_int(0), "ignore"),
-    "maxGetRecordsThreadPool": (_int(0), "ignore"),
-    "retryGetRecordsInSeconds": (_int(0), "ignore"),
-    "schedulerInitializationBackoffTimeMillis": (_int(0), "ignore"),
-    "shardPrioritization": (_any, "ignore"),
-    "skipShardSyncAtWorkerInitializationIfLeasesExist": (_bool, "ignore"),
-    "consumerArn": (_any, "ignore"),
-    "consumerName": (_any, "ignore"),
-    "maxDescribeStreamConsumerRetries": (_int(0), "ignore"),
-    "maxDescribeStreamSummaryRetries": (_int(0), "ignore"),
-    "registerStreamConsumerRetries": (_int(0), "ignore"),
-    "retryBackoffMillis": (_int(0), "ignore"),
-    # KCL 3.x (MultiLangDaemonConfiguration of 3.1.3). This engine speaks the 2.x lease
-    # protocol, has no leader, no worker metrics and no extra tables; a 3.x file is accepted
-    # as it is, these keys checked and then left to the Java daemon.
-    "clientVersionConfig": (_choice(CLIENT_VERSIONS), "ignore"),
-    "enablePriorityLeaseAssignment": (_bool, "ignore"),
-    "leaseTableDeletionProtectionEnabled": (_bool, "ignore"),
-    "leaseTablePitrEnabled": (_bool, "ignore"),
-    "millisBehindLatestThresholdForReducedTps": (_int(0), "ignore"),
-    "gracefulLeaseHandoffTimeoutMillis": (_int(0), "ignore"),
-    "isGracefulLeaseHandoffEnabled": (_bool, "ignore"),
-    **{f"{table}{name}": reader for table in ("coordinatorState", "workerMetrics")
-       for name, reader in (("TableName", (_text, "ignore")),
-                            ("BillingMode", (_choice(BILLING_MODES), "ignore")),
-                            ("ReadCapacity", (_int(0), "ignore")),
-                            ("WriteCapacity", (_int(0), "ignore")),
-                            ("PointInTimeRecoveryEnabled", (_bool, "ignore")),
-                            ("DeletionProtectionEnabled", (_bool, "ignore")),
-                            ("Tags", (_any, "ignore")))},
-    "inMemoryWorkerMetricsCaptureFrequencyMillis": (_int(0), "ignore"),
-    "workerMetricsReporterFreqInMillis": (_int(0), "ignore"),
-    "noOfPersistedMetricsPerWorkerMetrics": (_int(0), "ignore"),
-    "disableWorkerMetrics": (_bool, "ignore"),
-    "maxThroughputPerHostKBps": (_number, "ignore"),
-    "dampeningPercentage": (_int(0), "ignore"),
-    "reBalanceThresholdPercentage": (_int(0), "ignore"),
-    "allowThroughputOvershoot": (_bool, "ignore"),
-    "varianceBalancingFrequency": (_int(0), "ignore"),
-    "workerMetricsEMAAlpha": (_number, "ignore"),
-    "staleWorkerMetricsEntryCleanupDuration": (_duration, "ignore"),
-}
-KNOWN_KEYS = frozenset(_KEYS)
 _CREDENTIALS_PREFIX = "AWSCredentialsProvider"
 
 
@@ -347,47 +128,181 @@ def canonical_key(key: str) -> str:
     return key
 
 
+
+_TEXT = Text()
+_ANY = ValueType("text", _any)
+_ENDPOINT = ValueType("URL (http(s)://host:port; host:port gets a scheme)", normalise_endpoint)
+_PROVIDER = ValueType("credentials provider class names (one or more, |-separated)",
+                      _credentials_provider)
+_NO_EFFECT = "Known to the Java daemon; the value is checked, then has no effect here."
+_KCL3 = ("KCL 3.x: this engine speaks the 2.x lease protocol (no leader, no worker metrics, "
+         "no extra tables); the value is checked, then left to the Java daemon.")
+
+
+def _ignored(name: str, value_type: ValueType, doc: str = _NO_EFFECT) -> Option:
+    return Option(name, value_type, doc, target="ignore", field=name)
+
+
+def _config(name: str, value_type: ValueType, field_name: str, doc: str, default: str = "",
+            aliases: tuple[str, ...] = ()) -> Option:
+    return Option(name, value_type, doc, default, aliases, target="config", field=field_name)
+
+
+# Target "config" sets a ConsumerConfig field, "settings" a MultiLangSettings one, "special"
+# is resolved in _apply, "ignore" is checked and then ignored.
+PROPERTIES = FrontEnd(
+    name="KCL properties file (multilang daemon, propertiesFile)",
+    doc="The Java MultiLangDaemon's keys (KCL 2.x and 3.x names), read by `python -m "
+        "kinesis_dstream multilang` and by createStream's propertiesFile; the same file runs "
+        "under the Java daemon. The AWSCredentialsProvider keys are read in any case.",
+    case_sensitive=True, noun="property", canonical=canonical_key,
+    logger=__name__,
+    options=(
+        _config("streamName", _TEXT, "stream_name", "The Kinesis stream (or streamArn)."),
+        Option("streamArn", ValueType("Kinesis stream ARN", _stream_name_from_arn),
+               "The stream by ARN; wins over streamName.", target="special", field="streamArn"),
+        _config("applicationName", _TEXT, "application_name",
+                "The application; names the lease table (required)."),
+        Option("tableName", _TEXT, "The lease table: must equal applicationName here.",
+               target="special", field="tableName"),
+        Option("executableName", _TEXT, "The record processor's command (a .py script runs "
+               "with this interpreter); required by the daemon.", target="settings",
+               field="executable_name"),
+        Option("processingLanguage", _TEXT, "Told to the child as the Java daemon does.",
+               target="settings", field="processing_language"),
+        _config("regionName", _TEXT, "region_name", "AWS region.", "AWS_REGION or us-east-1"),
+        _config("initialPositionInStream", Choice(*INITIAL_POSITIONS), "initial_position",
+                "Where a shard without a checkpoint starts.", "LATEST"),
+        Option("initialPositionInStreamExtended", ValueType(
+            "epoch seconds or ISO-8601 time", _timestamp), "A start time: sets "
+            "initialPositionInStream to AT_TIMESTAMP.", target="special",
+            field="initialPositionInStreamExtended"),
+        *(Option(name, _PROVIDER, "Only DefaultAWSCredentialsProviderChain is implemented: "
+                 "boto3's default chain; another provider is warned about.",
+                 "DefaultAWSCredentialsProviderChain", target="none")
+          for name in ("AWSCredentialsProvider", "AWSCredentialsProviderDynamoDB",
+                       "AWSCredentialsProviderCloudWatch")),
+        _config("kinesisEndpoint", _ENDPOINT, "kinesis_endpoint",
+                "The Kinesis endpoint; by default boto3's resolution."),
+        _config("dynamoDBEndpoint", _ENDPOINT, "dynamodb_endpoint",
+                "The DynamoDB endpoint of the lease table."),
+        # Not a Java daemon key (it has no CloudWatch endpoint setting); ours.
+        _config("cloudWatchEndpoint", _ENDPOINT, "cloudwatch_endpoint",
+                "Ours: the CloudWatch endpoint for metrics."),
+        _config("maxRecords", Whole(1), "max_records", "Records per GetRecords call "
+                "(at most 10000).", "10000"),
+        _config("idleTimeBetweenReadsInMillis", Whole(0), "idle_time_between_reads_ms",
+                "Wait between GetRecords calls at a shard's tip, ms.", "1000"),
+        _config("failoverTimeMillis", Whole(1), "failover_time_ms",
+                "A lease not renewed for this long may be taken, ms.", "10000"),
+        _config("shardSyncIntervalMillis", Whole(1), "shard_sync_interval_ms",
+                "How often the shard list is synced with the lease table, ms.", "60000"),
+        _config("workerIdentifier", _TEXT, "worker_id", "This worker's id in the lease table.",
+                "host:pid:random", aliases=("workerId",)),
+        _config("callProcessRecordsEvenForEmptyRecordList", BOOLEAN,
+                "call_process_records_even_for_empty_record_list",
+                "Send processRecords with no records too.", "false"),
+        Option("retrievalMode", Choice(*RETRIEVAL_MODES), "Only POLLING is implemented; "
+               "FANOUT polls with a warning.", "POLLING", target="special",
+               field="retrievalMode"),
+        _config("metricsLevel", Choice(*METRICS_LEVELS), "metrics_level",
+                "CloudWatch metrics published.", "DETAILED"),
+        _config("metricsBufferTimeMillis", Whole(1), "metrics_buffer_time_ms",
+                "CloudWatch publishing period, ms.", "10000"),
+        _config("shutdownGraceMillis", Whole(0), "shutdown_grace_ms",
+                "Time given to record processors at shutdown, ms.", "20000"),
+        _config("maxLeasesForWorker", Whole(1), "max_leases_for_worker",
+                "Most leases this worker holds.", "unlimited"),
+        _config("maxLeasesToStealAtOneTime", Whole(1), "max_leases_to_steal_at_one_time",
+                "Most leases taken from other workers per pass.", "1"),
+        _config("parentShardPollIntervalMillis", Whole(0), "parent_shard_poll_interval_ms",
+                "How often a child shard checks whether its parents finished, ms.", "1000"),
+        Option("timeoutInSeconds", Whole(1), "Longest silence of a child while it handles "
+               "one action, then it is restarted from the last checkpoint.",
+               f"{DEFAULT_ACTION_TIMEOUT_S:g}", target="settings", field="action_timeout_s"),
+        # KCL 3.x: how often its leader assigns leases; here, how often this worker looks for
+        # leases to take (by default we look every renew period, failover / 3).
+        _config("leaseAssignmentIntervalMillis", Whole(1), "lease_taker_interval_ms",
+                "KCL 3.x's lease assignment period; here how often this worker looks for "
+                "leases to take, ms.", "failoverTimeMillis / 3"),
+        _ignored("maxActiveThreads", Whole(-2**31)),
+        _ignored("metricsMaxQueueSize", Whole(0)),
+        _ignored("metricsEnabledDimensions", _ANY),
+        _ignored("validateSequenceNumberBeforeCheckpointing", BOOLEAN),
+        _ignored("taskBackoffTimeMillis", Whole(0)),
+        _ignored("cleanupLeasesUponShardCompletion", BOOLEAN),
+        _ignored("ignoreUnexpectedChildShards", BOOLEAN),
+        _ignored("initialLeaseTableReadCapacity", Whole(0)),
+        _ignored("initialLeaseTableWriteCapacity", Whole(0)),
+        _ignored("maxLeaseRenewalThreads", Whole(1)),
+        _ignored("listShardsBackoffTimeInMillis", Whole(0)),
+        _ignored("maxListShardsRetryAttempts", Whole(0)),
+        _ignored("logWarningForTaskAfterMillis", Whole(0)),
+        _ignored("maxGetRecordsThreadPool", Whole(0)),
+        _ignored("retryGetRecordsInSeconds", Whole(0)),
+        _ignored("schedulerInitializationBackoffTimeMillis", Whole(0)),
+        _ignored("shardPrioritization", _ANY),
+        _ignored("skipShardSyncAtWorkerInitializationIfLeasesExist", BOOLEAN),
+        _ignored("consumerArn", _ANY),
+        _ignored("consumerName", _ANY),
+        _ignored("maxDescribeStreamConsumerRetries", Whole(0)),
+        _ignored("maxDescribeStreamSummaryRetries", Whole(0)),
+        _ignored("registerStreamConsumerRetries", Whole(0)),
+        _ignored("retryBackoffMillis", Whole(0)),
+        # KCL 3.x (MultiLangDaemonConfiguration of 3.1.3): a 3.x file is accepted as it is.
+        _ignored("clientVersionConfig", Choice(*CLIENT_VERSIONS), _KCL3),
+        _ignored("enablePriorityLeaseAssignment", BOOLEAN, _KCL3),
+        _ignored("leaseTableDeletionProtectionEnabled", BOOLEAN, _KCL3),
+        _ignored("leaseTablePitrEnabled", BOOLEAN, _KCL3),
+        _ignored("millisBehindLatestThresholdForReducedTps", Whole(0), _KCL3),
+        _ignored("gracefulLeaseHandoffTimeoutMillis", Whole(0), _KCL3),
+        _ignored("isGracefulLeaseHandoffEnabled", BOOLEAN, _KCL3),
+        *(_ignored(f"{table}{name}", value_type, _KCL3)
+          for table in ("coordinatorState", "workerMetrics")
+          for name, value_type in (("TableName", _TEXT), ("BillingMode", Choice(*BILLING_MODES)),
+                                   ("ReadCapacity", Whole(0)), ("WriteCapacity", Whole(0)),
+                                   ("PointInTimeRecoveryEnabled", BOOLEAN),
+                                   ("DeletionProtectionEnabled", BOOLEAN), ("Tags", _ANY))),
+        _ignored("inMemoryWorkerMetricsCaptureFrequencyMillis", Whole(0), _KCL3),
+        _ignored("workerMetricsReporterFreqInMillis", Whole(0), _KCL3),
+        _ignored("noOfPersistedMetricsPerWorkerMetrics", Whole(0), _KCL3),
+        _ignored("disableWorkerMetrics", BOOLEAN, _KCL3),
+        _ignored("maxThroughputPerHostKBps", Number(0), _KCL3),
+        _ignored("dampeningPercentage", Whole(0), _KCL3),
+        _ignored("reBalanceThresholdPercentage", Whole(0), _KCL3),
+        _ignored("allowThroughputOvershoot", BOOLEAN, _KCL3),
+        _ignored("varianceBalancingFrequency", Whole(0), _KCL3),
+        _ignored("workerMetricsEMAAlpha", Number(0), _KCL3),
+        _ignored("staleWorkerMetricsEntryCleanupDuration", Duration(None), _KCL3),
+    ))
+KNOWN_KEYS = frozenset(key for option in PROPERTIES.options
+                       for key in (option.name, *option.aliases))
+
+
 def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read every key; returns (ConsumerConfig changes, MultiLangSettings changes)."""
-    config: dict[str, Any] = {}
-    settings: dict[str, Any] = {}
-    ignored: list[str] = []
-    arn_stream: str | None = None
-    table_name: str | None = None
-    for written, raw in props.items():
-        key = canonical_key(written)
-        if key not in _KEYS:
-            near = [k for k in _KEYS if k.lower() == key.lower()]
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            log.warning("%s: unknown property %r ignored%s", source, written, hint)
-            continue
-        reader, target = _KEYS[key]
-        value = reader(written, raw)
-        if target.startswith("config:"):
-            config[target[7:]] = value
-        elif target.startswith("settings:"):
-            settings[target[9:]] = value
-        elif target == "ignore":
-            log.debug("%s: %s has no effect on this engine; ignored", source, key)
-            ignored.append(key)
-        elif key == "streamArn":
-            arn_stream = value
-        elif key == "tableName":
-            table_name = value
-        elif key == "initialPositionInStreamExtended":
-            config["initial_position_timestamp"] = value
-            config["initial_position"] = "AT_TIMESTAMP"
-        elif key == "retrievalMode":
-            if value != "POLLING":
-                log.warning("%s: retrievalMode = %s (enhanced fan-out) is not implemented; "
-                            "polling with GetRecords instead", source, value)
-            settings["retrieval_mode"] = value
+    read = PROPERTIES.read(props, source=source)
+    config, settings, special = read.of("config"), read.of("settings"), read.of("special")
+    ignored = list(read.of("ignore"))
+    for key in ignored:
+        log.debug("%s: %s has no effect on this engine; ignored", source, key)
+    if "initialPositionInStreamExtended" in special:
+        config["initial_position_timestamp"] = special["initialPositionInStreamExtended"]
+        config["initial_position"] = "AT_TIMESTAMP"
+    mode = special.get("retrievalMode")
+    if mode is not None:
+        if mode != "POLLING":
+            log.warning("%s: retrievalMode = %s (enhanced fan-out) is not implemented; "
+                        "polling with GetRecords instead", source, mode)
+        settings["retrieval_mode"] = mode
+    arn_stream = special.get("streamArn")
     if arn_stream is not None:
         # As the Java daemon: streamArn takes precedence over streamName.
         if config.get("stream_name") not in (None, arn_stream):
             log.warning("%s: streamArn names stream %r, streamName %r; using the ARN's",
                         source, arn_stream, config["stream_name"])
         config["stream_name"] = arn_stream
+    table_name = special.get("tableName")
     if table_name is not None and table_name != config.get("application_name", table_name):
         raise ConfigurationError(
             f"tableName: {table_name!r} differs from applicationName "
@@ -398,14 +313,6 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
 
 
 # --------------------------------------------------------------------------- public API
-
-def read_properties_file(path: str | os.PathLike) -> dict[str, str]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read properties file {str(path)!r}: {exc}") from exc
-    return parse_properties(text)
-
 
 def _build_config(config_changes: dict[str, Any], overrides: Mapping[str, Any],
                   source: str) -> ConsumerConfig:
@@ -420,8 +327,8 @@ def _build_config(config_changes: dict[str, Any], overrides: Mapping[str, Any],
         raise ConfigurationError(f"{source}: {exc}") from exc
     except ConfigurationError as exc:
         # ConsumerConfig's cross-field checks name its fields; name the file's keys too.
-        keys = [key for key, (_, target) in _KEYS.items()
-                if target.startswith("config:") and str(exc).startswith(target[7:])]
+        keys = [option.name for option in PROPERTIES.options
+                if option.target == "config" and str(exc).startswith(option.field)]
         prefix = f"{keys[0]}: " if keys else ""
         raise ConfigurationError(f"{source}: {prefix}{exc}") from None
 

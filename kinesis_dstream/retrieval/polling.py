@@ -39,7 +39,7 @@ from ..records import (
     GetRecordsResult,
     Record,
 )
-from .aggregation import deaggregate
+from ..aws.kpl import deaggregate
 from .data_loss import TrimmedRange, report_data_loss
 
 log = logging.getLogger(__name__)

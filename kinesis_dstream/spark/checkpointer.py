@@ -19,9 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from ..records import ExtendedSequenceNumber
-
-SHARD_END = ExtendedSequenceNumber.SHARD_END  # type: ignore[attr-defined]
+from ..records import SHARD_END, ExtendedSequenceNumber
 
 
 @dataclass

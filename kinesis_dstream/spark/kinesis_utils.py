@@ -19,7 +19,7 @@ from pyspark.storagelevel import StorageLevel
 from pyspark.streaming import DStream, StreamingContext
 from pyspark.streaming import kinesis as _pyspark_kinesis  # pure Python: needs no ASL jar
 
-from ..config import ConsumerConfig
+from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
 from .coordinator import coordinators
 from .dstream import attach, make_batch_function, planner_for
@@ -78,16 +78,10 @@ def _initial_position(value: Any, timestamp: Any) -> tuple[str, float | None]:
                              f"got {timestamp!r}")
 
 
-def _check_credentials(key: Any, secret: Any, role: Any, session: Any, external: Any) -> None:
-    """The rules of Spark's KinesisUtilsPythonHelper, with its wording."""
-    if key is not None and secret is None:
-        raise ConfigurationError("awsAccessKeyId is set but awsSecretKey is null")
-    if key is None and secret is not None:
-        raise ConfigurationError("awsSecretKey is set but awsAccessKeyId is null")
-    sts = (role, session, external)
-    if any(v is not None for v in sts) and not all(v is not None for v in sts):
-        raise ConfigurationError("stsAssumeRoleArn, stsSessionName, and stsExternalId "
-                                 "must all be defined or all be null")
+# createStream's argument names, for the credentials rule's messages.
+_CREDENTIAL_ARGUMENTS = {"aws_access_key_id": "awsAccessKeyId", "aws_secret_key": "awsSecretKey",
+                         "sts_assume_role_arn": "stsAssumeRoleArn",
+                         "sts_session_name": "stsSessionName", "sts_external_id": "stsExternalId"}
 
 
 def _batch_interval_ms(ssc: StreamingContext) -> int:
@@ -141,8 +135,11 @@ class KinesisUtils:
         configOverrides: ConsumerConfig fields by name (e.g. max_records,
             failover_time_ms), for tuning.
         """
-        _check_credentials(awsAccessKeyId, awsSecretKey, stsAssumeRoleArn, stsSessionName,
-                           stsExternalId)
+        # Spark's rule for the positional STS arguments: all three or none.
+        check_credentials(dict(aws_access_key_id=awsAccessKeyId, aws_secret_key=awsSecretKey,
+                               sts_assume_role_arn=stsAssumeRoleArn,
+                               sts_session_name=stsSessionName, sts_external_id=stsExternalId),
+                          _CREDENTIAL_ARGUMENTS, sts_all_or_none=True)
         if not isinstance(storageLevel, StorageLevel):
             raise ConfigurationError(f"storageLevel must be a pyspark StorageLevel, got {storageLevel!r}")
         if decoder is not None and not callable(decoder):

@@ -10,13 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..config import SPARK_BACKPRESSURE_ENABLED, SPARK_RECEIVER_MAX_RATE
-
-SPARK_BACKPRESSURE_INITIAL_RATE = "spark.streaming.backpressure.initialRate"
-SPARK_PID_PROPORTIONAL = "spark.streaming.backpressure.pid.proportional"
-SPARK_PID_INTEGRAL = "spark.streaming.backpressure.pid.integral"
-SPARK_PID_DERIVED = "spark.streaming.backpressure.pid.derived"
-SPARK_PID_MIN_RATE = "spark.streaming.backpressure.pid.minRate"
+from ..config import SPARK_CONF
 
 
 @dataclass(frozen=True)
@@ -31,19 +25,11 @@ class RateSettings:
 
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str]) -> "RateSettings":
-        def number(key: str, default: float | None) -> float | None:
-            return float(conf[key]) if key in conf else default
-
-        max_rate = number(SPARK_RECEIVER_MAX_RATE, None)
-        return cls(
-            max_rate=max_rate if max_rate and max_rate > 0 else None,
-            backpressure=str(conf.get(SPARK_BACKPRESSURE_ENABLED, "false")).lower() == "true",
-            initial_rate=number(SPARK_BACKPRESSURE_INITIAL_RATE, None),
-            proportional=number(SPARK_PID_PROPORTIONAL, 1.0),
-            integral=number(SPARK_PID_INTEGRAL, 0.2),
-            derived=number(SPARK_PID_DERIVED, 0.0),
-            min_rate=number(SPARK_PID_MIN_RATE, 100.0),
-        )
+        """The rate keys as ``config.SPARK_CONF`` declares and reads them (unknown keys are
+        warned about once, by ``ConsumerConfig.with_spark_conf``)."""
+        values = SPARK_CONF.read(conf, source="Spark conf", warn=False).of("rate")
+        max_rate = values.pop("max_rate", None)
+        return cls(max_rate=max_rate if max_rate and max_rate > 0 else None, **values)
 
 
 class RateController:

@@ -1,32 +1,28 @@
-"""The ``format("aws-kinesis")`` options: the awslabs connector's names, one parser for source
-and sink.
+"""The ``format("aws-kinesis")`` options: the awslabs connector's names, declared once for the
+settings engine (``kinesis_dstream/settings.py``) as two front ends, ``SQL_SOURCE`` and
+``SQL_SINK``, which share the connection options (endpoint, region, stream, credentials, STS).
 
-Why one table of specs: the source and the sink share the connection options (endpoint,
-region, stream, credentials, STS), so they are read and checked by the same code, and a user
-who passes a sink option to the source (or the other way round), or mistypes one, hears
-about it by name instead of having it silently ignored. Each role adds its own specs
-(``SINK_OPTIONS``, ``SOURCE_OPTIONS``); ``parse_options`` (sink) and ``parse_source_options``
-(source) validate the connection specs and their role's in one pass: an invalid value raises
-``ConfigurationError`` naming the option, on the driver, before anything starts; an unknown
-one is logged as a warning naming it rather than refused, because Spark passes every
-``.option()`` the user set and jobs often carry options of other connectors.
-
-Keys are case-insensitive (Spark hands data sources a lower-cased dict); values are strings.
-Error messages use the awslabs spelling of the name (``kinesis.streamName``).
+An invalid value raises ``ConfigurationError`` naming the option, on the driver, before
+anything starts. An unknown option is warned about by name (and a sink option given to the
+source, or the other way round, is said to be one) rather than refused, because Spark passes
+every ``.option()`` the user set and jobs often carry options of other connectors. Keys are
+case-insensitive (Spark hands data sources a lower-cased dict); messages use the awslabs
+spelling (``kinesis.streamName``).
 """
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from ..config import ConsumerConfig, parse_duration_ms
+from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
+from ..settings import (BOOLEAN, Choice, Duration, FrontEnd, Option, Read, Text, ValueType, Whole,
+                        parse_choice)
 
 log = logging.getLogger(__name__)
 
@@ -80,83 +76,8 @@ DEFAULT_TABLE_PREFIX = "spark-kinesis-source"
 MAX_RECORDS_PER_GET = 10_000
 
 
-# -- value parsers: (option name, text) -> value, raising ConfigurationError naming it --------
-def _text(key: str, value: str) -> str:
-    text = str(value).strip()
-    if not text:
-        raise ConfigurationError(f"{key}: must not be empty")
-    return text
-
-
-def _boolean(key: str, value: str) -> bool:
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise ConfigurationError(f"{key}: expected true or false, got {value!r}")
-
-
-def _whole_number(key: str, value: str, minimum: int, maximum: int | None = None) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise ConfigurationError(f"{key}: not a whole number: {value!r}") from None
-    if number < minimum:
-        raise ConfigurationError(f"{key}: must be at least {minimum}, got {number}")
-    if maximum is not None and number > maximum:
-        raise ConfigurationError(f"{key}: must be at most {maximum}, got {number}")
-    return number
-
-
-def _positive_int(key: str, value: str) -> int:
-    return _whole_number(key, value, 1)
-
-
-def _records_per_fetch(key: str, value: str) -> int:
-    return _whole_number(key, value, 1, MAX_RECORDS_PER_GET)
-
-
-def _attempts(key: str, value: str) -> int:
-    """The awslabs option counts retries; ``ConsumerConfig`` counts attempts (one more)."""
-    return _whole_number(key, value, 0) + 1
-
-
-def _duration_ms(key: str, value: str) -> int:
-    number = parse_duration_ms(value, key)
-    if number < 0:
-        raise ConfigurationError(f"{key}: must not be negative, got {value!r}")
-    return number
-
-
-def _positive_duration_ms(key: str, value: str) -> int:
-    """For waits between retries: 0 would make every retry a hot loop against the service."""
-    number = _duration_ms(key, value)
-    if number < 1:
-        raise ConfigurationError(f"{key}: must be at least 1 ms, got {value!r}")
-    return number
-
-
-def _seconds(key: str, value: str) -> float:
-    return _duration_ms(key, value) / 1000
-
-
-def _one_of(*choices: str) -> Callable[[str, str], str]:
-    """A parser accepting ``choices`` in any case and returning the one spelled as here."""
-    by_lower = {choice.lower(): choice for choice in choices}
-
-    def parse(key: str, value: str) -> str:
-        text = str(value).strip()
-        if text.lower() not in by_lower:
-            raise ConfigurationError(
-                f"{key}: expected {' or '.join(choices)}, got {value!r}")
-        return by_lower[text.lower()]
-    return parse
-
-
-_committer_type = _one_of("HDFS", "DYNAMODB")
-
-
 def _consumer_type(key: str, value: str) -> str:
-    kind = _one_of("GetRecords", "SubscribeToShard")(key, value)
+    kind = parse_choice(key, value, ("GetRecords", "SubscribeToShard"))
     if kind == "SubscribeToShard":
         raise ConfigurationError(
             f"{key}: SubscribeToShard (enhanced fan-out) is not supported yet by this source; "
@@ -197,82 +118,114 @@ def parse_starting_position(text: str, key: str = STARTING_POSITION) -> Starting
         f"got {text!r}")
 
 
-def _starting_position(key: str, value: str) -> StartingPosition:
-    return parse_starting_position(value, key)
+# -- the tables ------------------------------------------------------------------------------
+_TEXT = Text()
+_ATTEMPTS = Whole(0, then=lambda retries: retries + 1)  # awslabs counts retries, we attempts
+_NO_EFFECT = ValueType("text", _accepted)
+_CONSUMER_TYPE = ValueType("GetRecords (SubscribeToShard is not supported yet)", _consumer_type)
+_STARTING_POSITION = ValueType(
+    "LATEST, TRIM_HORIZON, EARLIEST or AT_TIMESTAMP <ISO 8601 time> (any case)",
+    lambda key, value: parse_starting_position(value, key))
 
-
-# -- the table -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OptionSpec:
-    """One option: its awslabs name, how to read it, and where the value goes.
-
-    ``target`` is ``"config"`` (a ``ConsumerConfig`` field) or the role whose options object
-    takes it (``"sink"``, ``"source"``); ``field`` is the field there, or ``""`` for an option
-    that is validated and then has no effect. ``aliases`` are the qubole kinesis-sql names of
-    the options that mean exactly the same there, so jobs written for that jar (and for
-    ``format("kinesis")``) run unchanged.
-    """
-
-    name: str
-    parse: Callable[[str, str], Any]
-    target: str
-    field: str
-    aliases: tuple[str, ...] = ()
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """The lower-cased keys this option is found under."""
-        return tuple(key.lower() for key in (self.name, *self.aliases))
-
-
-CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec(ENDPOINT_URL, _text, "config", "kinesis_endpoint", ("endpointUrl",)),
-    OptionSpec(REGION, _text, "config", "region_name", ("regionName",)),
-    OptionSpec(STREAM_NAME, _text, "config", "stream_name", ("streamName",)),
-    OptionSpec(ACCESS_KEY_ID, _text, "config", "aws_access_key_id", ("awsAccessKeyId",)),
-    OptionSpec(SECRET_KEY, _text, "config", "aws_secret_key", ("awsSecretKey",)),
-    OptionSpec(STS_ROLE_ARN, _text, "config", "sts_assume_role_arn", ("awsSTSRoleARN",)),
-    OptionSpec(STS_SESSION_NAME, _text, "config", "sts_session_name", ("awsSTSSessionName",)),
-    OptionSpec(STS_EXTERNAL_ID, _text, "config", "sts_external_id"),
-    OptionSpec(STS_ENDPOINT_URL, _text, "config", "sts_endpoint"),
+# The qubole kinesis-sql names of options that mean exactly the same there are aliases, so
+# jobs written for that jar (and for format("kinesis")) run unchanged.
+CONNECTION_OPTIONS: tuple[Option, ...] = (
+    Option(ENDPOINT_URL, _TEXT, "The Kinesis endpoint. Required by the source; the sink "
+           "uses boto3's resolution without it.", aliases=("endpointUrl",),
+           field="kinesis_endpoint"),
+    Option(REGION, _TEXT, "AWS region; by default the one in the endpoint's host name, else "
+           "AWS_REGION.", aliases=("regionName",), field="region_name"),
+    Option(STREAM_NAME, _TEXT, "The Kinesis stream (required).", aliases=("streamName",),
+           field="stream_name"),
+    Option(ACCESS_KEY_ID, _TEXT, "Static credentials: the key id, with kinesis.awsSecretKey; "
+           "without both, boto3's default chain.", aliases=("awsAccessKeyId",),
+           field="aws_access_key_id"),
+    Option(SECRET_KEY, _TEXT, "Static credentials: the secret key, with "
+           "kinesis.awsAccessKeyId.", aliases=("awsSecretKey",), field="aws_secret_key"),
+    Option(STS_ROLE_ARN, _TEXT, "A role to assume (needs kinesis.stsSessionName).",
+           aliases=("awsSTSRoleARN",), field="sts_assume_role_arn"),
+    Option(STS_SESSION_NAME, _TEXT, "The RoleSessionName STS records for the assumed role.",
+           aliases=("awsSTSSessionName",), field="sts_session_name"),
+    Option(STS_EXTERNAL_ID, _TEXT, "Ours: the ExternalId for roles whose trust policy "
+           "asks for one (only with kinesis.stsRoleArn).", field="sts_external_id"),
+    Option(STS_ENDPOINT_URL, _TEXT, "The STS endpoint; by default boto3's resolution.",
+           field="sts_endpoint"),
 )
 
-SINK_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec(SINK_FLUSH_WAIT_TIME_MS, _positive_duration_ms, "sink", "flush_wait_time_ms"),
-    OptionSpec(SINK_RECORD_MAX_BUFFERED_TIME_MS, _duration_ms, "sink",
-               "record_max_buffered_time_ms"),
-    OptionSpec(SINK_MAX_CONNECTIONS, _positive_int, "sink", "max_connections"),
-    OptionSpec(SINK_AGGREGATION_ENABLED, _boolean, "sink", "aggregation_enabled"),
+SINK_OPTIONS: tuple[Option, ...] = (
+    Option(SINK_FLUSH_WAIT_TIME_MS, Duration(1), "First wait before failed entries are sent "
+           "again (doubling, jittered).", "100", target="sink", field="flush_wait_time_ms"),
+    Option(SINK_RECORD_MAX_BUFFERED_TIME_MS, Duration(0), "Longest a record waits in the "
+           "buffer before it is sent.", "1000", target="sink",
+           field="record_max_buffered_time_ms"),
+    Option(SINK_MAX_CONNECTIONS, Whole(1), "Full PutRecords requests sent concurrently.", "1",
+           target="sink", field="max_connections"),
+    Option(SINK_AGGREGATION_ENABLED, BOOLEAN, "Write KPL aggregates (grouped by the shard "
+           "each user record belongs on) instead of one Kinesis record per row.", "true",
+           target="sink", field="aggregation_enabled"),
 )
 
-SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
+SOURCE_OPTIONS: tuple[Option, ...] = (
     # kinesis.region wins over it: resolved in parse_source_options.
-    OptionSpec(KINESIS_REGION, _text, "source", "kinesis_region"),
-    OptionSpec(DYNAMODB_TABLE_NAME, _text, "config", "application_name"),
-    OptionSpec(DYNAMODB_ENDPOINT_URL, _text, "config", "dynamodb_endpoint"),
-    OptionSpec(RECORDS_PER_FETCH, _records_per_fetch, "config", "max_records"),
-    OptionSpec(FETCH_INTERVAL_MS, _duration_ms, "config", "idle_time_between_reads_ms"),
-    OptionSpec(CLIENT_NUM_RETRIES, _attempts, "config", "retry_max_attempts"),
-    OptionSpec(CLIENT_RETRY_INTERVALS_MS, _positive_duration_ms, "config", "retry_wait_time_ms"),
-    OptionSpec(SHARDS_PER_TASK, _positive_int, "config", "shards_per_task", ("shardsPerTask",)),
-    OptionSpec(STARTING_POSITION, _starting_position, "source", "starting_position",
-               ("startingPosition",)),
-    OptionSpec(FAIL_ON_DATA_LOSS, _boolean, "source", "fail_on_data_loss"),
-    OptionSpec(MAX_FETCH_RECORDS_PER_SHARD, _positive_int, "source",
-               "max_fetch_records_per_shard"),
-    OptionSpec(MAX_RECORDS_PER_TRIGGER, _positive_int, "source", "max_records_per_trigger"),
-    OptionSpec(MAX_FETCH_TIME_PER_SHARD_MS, _seconds, "source", "max_fetch_time_per_shard_s"),
-    OptionSpec(DESCRIBE_SHARD_INTERVAL, _seconds, "source", "describe_shard_interval_s"),
-    OptionSpec(METADATA_COMMITTER_TYPE, _committer_type, "source", "metadata_committer_type"),
-    OptionSpec(ARROW_BATCHES, _boolean, "source", "arrow_batches"),
-    OptionSpec(CONSUMER_TYPE, _consumer_type, "source", ""),
-    OptionSpec(METADATA_PATH, _accepted, "source", ""),
-    *(OptionSpec(name, _accepted, "source", "") for name in ACCEPTED_WITHOUT_EFFECT),
+    Option(KINESIS_REGION, _TEXT, "The region, when kinesis.region is not given (awslabs "
+           "name).", target="source", field="kinesis_region"),
+    Option(DYNAMODB_TABLE_NAME, _TEXT, "Names the DynamoDB table of batch ranges "
+           "(<name>-kinesis-dstream-ranges).", DEFAULT_TABLE_PREFIX, field="application_name"),
+    Option(DYNAMODB_ENDPOINT_URL, _TEXT, "Ours: the DynamoDB endpoint; by default "
+           "AWS_ENDPOINT_URL_DYNAMODB as the driver sees it, else boto3's resolution.",
+           field="dynamodb_endpoint"),
+    Option(RECORDS_PER_FETCH, Whole(1, MAX_RECORDS_PER_GET), "Records asked for per "
+           "GetRecords call.", str(MAX_RECORDS_PER_GET), field="max_records"),
+    Option(FETCH_INTERVAL_MS, Duration(0), "Wait between GetRecords calls on a shard at its "
+           "tip.", "200", field="idle_time_between_reads_ms"),
+    Option(CLIENT_NUM_RETRIES, _ATTEMPTS, "Retries of a failed AWS call.", "5",
+           field="retry_max_attempts"),
+    Option(CLIENT_RETRY_INTERVALS_MS, Duration(1), "First wait between retries of a failed "
+           "AWS call (doubling).", "1000", field="retry_wait_time_ms"),
+    Option(SHARDS_PER_TASK, Whole(1), "How many shards one Spark task reads, concurrently "
+           "(the Databricks connector's name).", "32", aliases=("shardsPerTask",),
+           field="shards_per_task"),
+    Option(STARTING_POSITION, _STARTING_POSITION, "Where a new query starts.", "LATEST",
+           aliases=("startingPosition",), target="source", field="starting_position"),
+    Option(FAIL_ON_DATA_LOSS, BOOLEAN, "A start trimmed by the stream's retention fails the "
+           "query (true) or goes on from the oldest record (false).", "false",
+           target="source", field="fail_on_data_loss"),
+    Option(MAX_FETCH_RECORDS_PER_SHARD, Whole(1), "Most records one shard gives one "
+           "micro-batch.", "100000", target="source", field="max_fetch_records_per_shard"),
+    Option(MAX_RECORDS_PER_TRIGGER, Whole(1), "Ours: most records of one micro-batch, all "
+           "shards together (Spark's ReadMaxRows).", "unlimited", target="source",
+           field="max_records_per_trigger"),
+    Option(MAX_FETCH_TIME_PER_SHARD_MS, Duration(0, unit_ms=1000), "Ours: longest one shard's "
+           "read of a micro-batch may take.", f"{int(MAX_FETCH_TIME_PER_SHARD_S * 1000)}",
+           target="source", field="max_fetch_time_per_shard_s"),
+    Option(DESCRIBE_SHARD_INTERVAL, Duration(0, unit_ms=1000), "Shortest time between two "
+           "looks at the stream's shards.", "1s", target="source",
+           field="describe_shard_interval_s"),
+    Option(METADATA_COMMITTER_TYPE, Choice("HDFS", "DYNAMODB"), "Accepted for the awslabs "
+           "connector's jobs: batch ranges are kept in DynamoDB either way.", "HDFS",
+           target="source", field="metadata_committer_type"),
+    Option(ARROW_BATCHES, BOOLEAN, "Ours: read() yields Arrow batches (true) or tuples.",
+           "true", target="source", field="arrow_batches"),
+    Option(CONSUMER_TYPE, _CONSUMER_TYPE, "Only GetRecords (polling) is implemented.",
+           "GetRecords", target="source"),
+    Option(METADATA_PATH, _NO_EFFECT, "Not used: ranges are keyed by the query id kept in "
+           "the checkpoint's offset log.", target="source"),
+    *(Option(name, _NO_EFFECT, "Accepted for the awslabs connector's jobs; no effect here.",
+             target="source") for name in ACCEPTED_WITHOUT_EFFECT),
 )
 
-# Every role's table, by the name the warnings use.
-ROLE_OPTIONS: Mapping[str, tuple[OptionSpec, ...]] = {"sink": SINK_OPTIONS,
-                                                      "source": SOURCE_OPTIONS}
+_SQL_DOC = ("Options of {what} with format(\"aws-kinesis\") (also format(\"kinesis\")): "
+            "the awslabs connector's names; the qubole kinesis-sql names are aliases.")
+SQL_SOURCE = FrontEnd(
+    name="SQL source (readStream)", doc=_SQL_DOC.format(what="spark.readStream"),
+    options=CONNECTION_OPTIONS + SOURCE_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS,
+    logger=__name__)
+SQL_SINK = FrontEnd(
+    name="SQL sink (write, writeStream)", doc=_SQL_DOC.format(what="df.write and writeStream"),
+    options=CONNECTION_OPTIONS + SINK_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS,
+    logger=__name__)
+# Every role's front end, by the name the warnings use.
+_ROLES: Mapping[str, FrontEnd] = {"sink": SQL_SINK, "source": SQL_SOURCE}
 _ROLE_DOING = {"sink": "writing", "source": "reading"}
 
 # ConsumerConfig values the source starts from (the awslabs defaults where it has one). The
@@ -346,49 +299,17 @@ def region_from_endpoint(endpoint: str | None) -> str | None:
 
 
 # -- the one pass ----------------------------------------------------------------------------
-@dataclass
-class _Read:
-    values: dict[str, dict[str, Any]]
-    given: frozenset[str]
-    unknown: tuple[str, ...]
-
-
-def _read(options: Mapping[str, Any], role: str) -> _Read:
-    """Parse every option that the connection table or ``role``'s table knows; warn about
-    the rest by name, saying so when an option belongs to the other role."""
-    specs = {key: spec for table in (CONNECTION_OPTIONS, ROLE_OPTIONS[role])
-             for spec in table for key in spec.keys}
-    elsewhere = {key: (other, spec) for other, table in ROLE_OPTIONS.items()
-                 if other != role for spec in table for key in spec.keys}
-    values: dict[str, dict[str, Any]] = {}
-    given: dict[str, str] = {}  # option name -> the key it was given under
-    unknown = []
-    for raw_key, value in options.items():
-        key = str(raw_key)
-        spec = specs.get(key.lower())
-        if spec is None:
-            if key.lower() not in SPARK_KEYS:
-                unknown.append(key)
-            continue
-        if spec.name in given:
-            # Both spellings of one option: which one wins would depend on dict order.
-            raise ConfigurationError(
-                f"{spec.name}: given twice, as {given[spec.name]!r} and as {key!r}; keep one")
-        given[spec.name] = key
-        label = spec.name if key.lower() == spec.name.lower() else f"{spec.name} (as {key})"
-        parsed = spec.parse(label, value)
-        if spec.field:
-            values.setdefault(spec.target, {})[spec.field] = parsed
-    for key in unknown:
-        if key.lower() in elsewhere:
-            other, spec = elsewhere[key.lower()]
-            log.warning("option %r is a %s option (%s): it does not apply to %s with format "
-                        "aws-kinesis; ignored", key, other, spec.name, _ROLE_DOING[role])
-            continue
-        close = difflib.get_close_matches(key.lower(), list(specs), n=1, cutoff=0.8)
-        log.warning("unknown option %r for format aws-kinesis (%s): ignored%s", key,
-                    _ROLE_DOING[role], f"; did you mean {specs[close[0]].name}?" if close else "")
-    return _Read(values, frozenset(given), tuple(unknown))
+def _read(options: Mapping[str, Any], role: str) -> Read:
+    """Parse every option ``role``'s front end knows; warn about the rest by name, saying
+    so when an option belongs to the other role."""
+    front = _ROLES[role]
+    own = front.by_key
+    elsewhere = {key: f"is a {other} option ({option.name}): it does not apply to "
+                      f"{_ROLE_DOING[role]} with format aws-kinesis"
+                 for other, other_front in _ROLES.items() if other != role
+                 for key, option in other_front.by_key.items() if key not in own}
+    return front.read(options, source=f"format aws-kinesis ({_ROLE_DOING[role]})",
+                      elsewhere=elsewhere)
 
 
 def _check_connection(config_values: dict[str, Any]) -> None:
@@ -400,18 +321,10 @@ def _check_connection(config_values: dict[str, Any]) -> None:
         region = region_from_endpoint(config_values.get("kinesis_endpoint"))
         if region:
             config_values["region_name"] = region
-    if ("aws_access_key_id" in config_values) != ("aws_secret_key" in config_values):
-        raise ConfigurationError(f"{ACCESS_KEY_ID} and {SECRET_KEY} must be given together")
-    if "sts_assume_role_arn" in config_values:
-        if "sts_session_name" not in config_values:
-            raise ConfigurationError(f"{STS_ROLE_ARN} needs {STS_SESSION_NAME} as well")
-        return
-    without_role = [name for name, key in ((STS_SESSION_NAME, "sts_session_name"),
-                                           (STS_EXTERNAL_ID, "sts_external_id"))
-                    if key in config_values]
-    if without_role:
-        raise ConfigurationError(
-            f"{' and '.join(without_role)} given without {STS_ROLE_ARN}, the role to assume")
+    check_credentials(config_values, _CREDENTIAL_NAMES)
+
+
+_CREDENTIAL_NAMES = {option.field: option.name for option in CONNECTION_OPTIONS}
 
 
 def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> KinesisOptions:
@@ -421,12 +334,12 @@ def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> Kinesi
     ``ConfigurationError`` naming the option for a missing stream name or a bad value.
     """
     read = _read(options, "sink")
-    config_values = read.values.get("config", {})
+    config_values = read.of("config")
     _check_connection(config_values)
     config_values.setdefault("application_name", SQL_APPLICATION_NAME)
     config_values.update(config_overrides)
     return KinesisOptions(config=ConsumerConfig(**config_values),
-                          sink=SinkOptions(**read.values.get("sink", {})), unknown=read.unknown)
+                          sink=SinkOptions(**read.of("sink")), unknown=read.unknown)
 
 
 def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
@@ -436,8 +349,8 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     (both required, as in the awslabs connector) or a bad value.
     """
     read = _read(options, "source")
-    config_values = read.values.get("config", {})
-    source_values = read.values.get("source", {})
+    config_values = read.of("config")
+    source_values = read.of("source")
     kinesis_region = source_values.pop("kinesis_region", None)
     if kinesis_region and "region_name" not in config_values:
         config_values["region_name"] = kinesis_region

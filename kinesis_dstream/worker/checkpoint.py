@@ -106,15 +106,15 @@ class ShardCheckpointer:
                 sub_sequence_number: int | None) -> ExtendedSequenceNumber:
         if sequence_number is None:
             if self._shard_ended:
-                return ExtendedSequenceNumber(SHARD_END)
+                return SHARD_END
             if self._largest_permitted is None:
                 return self._last_checkpoint
             return self._largest_permitted
-        if sequence_number == SHARD_END:
+        if sequence_number == SHARD_END.sequence_number:
             if not self._shard_ended:
                 raise CheckpointError("IllegalArgumentException",
                                       f"shard {self.shard_id} has not ended")
-            return ExtendedSequenceNumber(SHARD_END)
+            return SHARD_END
         if not is_valid_sequence_number(sequence_number):
             raise CheckpointError("IllegalArgumentException",
                                   f"not a sequence number: {sequence_number!r}")
