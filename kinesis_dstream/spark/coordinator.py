@@ -36,8 +36,8 @@ from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
 from .checkpointer import SHARD_END, KinesisCheckpointer
-from .lease_period import LeasePeriods, checkpointed_ranges
-from .planning import BatchPlan, PlannedShard
+from .lease_period import LeasePeriods, ShardState
+from .planning import BatchPlan
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class ShardCoordinator:
                 shard = self._shards.get(shard_id)
                 if shard is not None and shard.held:
                     self.periods.close(shard, "released")
-                    doomed += checkpointed_ranges(shard, keep_newest=False)
+                    doomed += self._checkpointed_ranges(shard, keep_newest=False)
         self._delete_ranges(doomed)
         self.leases.stop()
         if self.publisher is not None:
@@ -167,11 +167,11 @@ class ShardCoordinator:
         policy), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
-        self.leases.drop_lapsed()  # a lease not renewed for failover time is read no more
+        # A lease not renewed for failover time is read no more.
+        leases = self.leases.known_leases(drop_lapsed=True)
         planned = []
         now = time.time()
         with self._lock:
-            leases = self.leases.known_leases()
             for shard_id, shard in sorted(self._shards.items()):
                 if shard.member != member or shard.ended or shard.lapsed:
                     continue
@@ -182,15 +182,7 @@ class ShardCoordinator:
                     log.info("%s: shard %s sits out batch %d: where batch %d ended is not "
                              "known yet", self.name, shard_id, batch_ms, shard.unsettled_ms)
                     continue
-                if shard.since_ms is None:
-                    shard.since_ms = batch_ms
-                start, timestamp, iterator = shard.next_read(now)
-                weight = shard.last_read.batch_range.records if shard.last_read else 0
-                assert shard.floor is not None
-                planned.append(PlannedShard(shard_id, shard.floor, shard.floor_timestamp,
-                                            shard.since_ms, start, timestamp, iterator, weight))
-                shard.last_planned_ms = shard.unsettled_ms = batch_ms
-                shard.planned.add((member, batch_ms))
+                planned.append(shard.plan(member, batch_ms, now))
             self.checkpointer.batch_generated(batch_ms, [p.shard_id for p in planned])
         return BatchPlan(planned, self.config.worker_id, self.leases.wanted_more)
 
@@ -200,28 +192,11 @@ class ShardCoordinator:
         Not a completion: nothing is checkpointed before the batch completes."""
         with self._lock:
             for shard_id, report in reads.items():
-                shard = self.periods.shard(shard_id)
-                shard.records += report.batch_range.records
-                shard.data_bytes += report.data_bytes
-                shard.read_by_pids.add(report.reader_pid)
-                if report.millis_behind_latest is not None:
-                    shard.millis_behind_latest = report.millis_behind_latest
-                if shard.member != member or shard.since_ms is None or batch_ms < shard.since_ms:
-                    continue  # a report of an earlier lease period
-                shard.settle(batch_ms)
-                if shard.last_read is None or shard.last_read.batch_range.batch_ms <= batch_ms:
-                    shard.last_read = report
-                if report.batch_range.shard_end:
-                    shard.ended = True
-                    shard.child_shard_ids = report.batch_range.child_shard_ids
+                self._shard(shard_id).read(member, batch_ms, report)
 
     def batch_completed(self, member: str, batch_ms: int, succeeded: bool,
                         reads: dict[str, ReadReport]) -> None:
         """Batch ``batch_ms`` of input stream ``member`` completed (or failed)."""
-        with self._lock:  # the reads the read-ahead did not report (recomputed, unread)
-            unknown = {s: r for s, r in reads.items() if not self._known(s, batch_ms)}
-            if unknown:
-                self.batch_read(member, batch_ms, unknown)
         reached = {shard_id: (r.batch_range.end, r.batch_range.shard_end)
                    for shard_id, r in reads.items()}
         if succeeded and self.publisher is not None:
@@ -233,28 +208,18 @@ class ShardCoordinator:
                 recorder.processed(r.batch_range.records, r.data_bytes,
                                    r.millis_behind_latest, None)
         with self._lock:
-            for shard_id, r in reads.items():  # every computation's refusals (RangeReports)
-                shard = self.periods.shard(shard_id)
-                shard.throttled += r.throttled
-                shard.faults += r.faults
-            shard_ids = []
-            for shard in self._shards.values():
-                if (member, batch_ms) in shard.planned:
-                    shard.planned.discard((member, batch_ms))
-                    shard_ids.append(shard.shard_id)
-                    shard.settle(batch_ms)  # its range is recorded now, or never will be
-                    report = reads.get(shard.shard_id)
-                    if report is not None and report.recorded:
-                        shard.recorded.add((member, batch_ms))
+            shard_ids = [shard_id for shard_id, shard in self._shards.items()
+                         if shard_id in reads or (member, batch_ms) in shard.planned]
+            shard_ids += [shard_id for shard_id in reads if shard_id not in self._shards]
+            shard_ids = [shard_id for shard_id in shard_ids
+                         if self._shard(shard_id).complete(member, batch_ms, reads.get(shard_id))]
             touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)
         if touched:
             self._wake.set()
 
-    def _known(self, shard_id: str, batch_ms: int) -> bool:
-        """The read-ahead already reported this read (its counters are in)."""
+    def _shard(self, shard_id: str) -> ShardState:
         shard = self._shards.get(shard_id)
-        return shard is not None and shard.last_read is not None and \
-            shard.last_read.batch_range.batch_ms >= batch_ms
+        return shard if shard is not None else self.periods.shard(shard_id)
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -293,7 +258,7 @@ class ShardCoordinator:
                 shard = self._shards.get(shard_id)
                 if shard is not None:
                     shard.last_checkpoint = position
-                    doomed += checkpointed_ranges(shard, keep_newest=True)
+                    doomed += self._checkpointed_ranges(shard, keep_newest=True)
             log.debug("%s: checkpointed %s at %s", self.name, shard_id, position)
             if position.sequence_number == SHARD_END.sequence_number:
                 self._shard_ended(shard_id)
@@ -311,7 +276,7 @@ class ShardCoordinator:
                     if len(shard.recorded) > 1 and self.checkpointer.all_written(shard.shard_id)]
             if not idle or (not force and sum(len(s.recorded) - 1 for s in idle) < 25):
                 return []
-            return [r for shard in idle for r in checkpointed_ranges(shard, keep_newest=True)]
+            return [r for shard in idle for r in self._checkpointed_ranges(shard, keep_newest=True)]
 
     def _shard_ended(self, shard_id: str) -> None:
         with self._lock:
@@ -323,11 +288,25 @@ class ShardCoordinator:
         if shard is not None:
             with self._lock:
                 self.periods.close(shard, "ended")
-                doomed = checkpointed_ranges(shard, keep_newest=False)
+                doomed = self._checkpointed_ranges(shard, keep_newest=False)
             self._delete_ranges(doomed)
         self.leases.release(shard_id)
         self.leases.refresh()
         self.lease_manager.sync_soon()
+
+    @staticmethod
+    def _checkpointed_ranges(shard: ShardState, keep_newest: bool) -> list[tuple[str, str, int]]:
+        """The recorded ranges of the shard's completed batches, whose positions are
+        checkpointed, taken off the books for ``_delete_ranges``.
+
+        While the shard is read here the newest one stays: a batch planned before its
+        predecessor's range was known looks that range up to find where it starts.
+        """
+        doomed = set(shard.recorded)
+        if keep_newest and doomed:
+            doomed.discard(max(doomed, key=lambda r: r[1]))
+        shard.recorded -= doomed
+        return [(member, shard.shard_id, t) for member, t in sorted(doomed)]
 
     def _delete_ranges(self, doomed: list[tuple[str, str, int]]) -> None:
         """One deletion for every shard's ranges (25 to a call), not a call per shard."""

@@ -23,6 +23,20 @@ from .checkpointer import KinesisCheckpointer
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PlannedShard:
+    """One shard of a batch's plan (``planning.BatchPlan``)."""
+
+    shard_id: str
+    floor: ExtendedSequenceNumber
+    floor_timestamp: float | None
+    since_ms: int
+    start: ExtendedSequenceNumber | None  # None: the task finds it in the range table
+    start_timestamp: float | None
+    iterator: str | None
+    weight: float  # records its previous batch read: heavy shards get tasks of their own
+
+
 @dataclass
 class ShardState:
     """Everything the driver knows of one shard, in one place.
@@ -81,7 +95,19 @@ class ShardState:
         if self.unsettled_ms == batch_ms:
             self.unsettled_ms = None
 
-    def next_read(self, now: float) -> tuple[ExtendedSequenceNumber | None, float | None, str | None]:
+    def plan(self, member: str, batch_ms: int, now: float) -> PlannedShard:
+        """Plan the shard into ``member``'s batch ``batch_ms``: where its read starts."""
+        if self.since_ms is None:
+            self.since_ms = batch_ms
+        start, timestamp, iterator = self._next_read(now)
+        weight = self.last_read.batch_range.records if self.last_read else 0
+        assert self.floor is not None
+        self.last_planned_ms = self.unsettled_ms = batch_ms
+        self.planned.add((member, batch_ms))
+        return PlannedShard(self.shard_id, self.floor, self.floor_timestamp, self.since_ms,
+                            start, timestamp, iterator, weight)
+
+    def _next_read(self, now: float) -> tuple[ExtendedSequenceNumber | None, float | None, str | None]:
         """(start, its timestamp, an iterator at it) of the shard's next batch; start None
         when the previous batch's end is not known here (the task looks it up)."""
         assert self.floor is not None
@@ -96,6 +122,40 @@ class ShardState:
         if iterator is not None and now - report.iterator_time > ITERATOR_TTL_S:
             iterator = None
         return start, timestamp, iterator
+
+    def read(self, member: str, batch_ms: int, report: ReadReport) -> None:
+        """A read of the shard in ``member``'s batch ``batch_ms`` (at its read-ahead, or
+        recomputed later): counters, where its next batch starts, and its end."""
+        self.records += report.batch_range.records
+        self.data_bytes += report.data_bytes
+        self.read_by_pids.add(report.reader_pid)
+        if report.millis_behind_latest is not None:
+            self.millis_behind_latest = report.millis_behind_latest
+        if self.member != member or self.since_ms is None or batch_ms < self.since_ms:
+            return  # a report of an earlier lease period
+        self.settle(batch_ms)
+        if self.last_read is None or self.last_read.batch_range.batch_ms <= batch_ms:
+            self.last_read = report
+        if report.batch_range.shard_end:
+            self.ended = True
+            self.child_shard_ids = report.batch_range.child_shard_ids
+
+    def complete(self, member: str, batch_ms: int, report: ReadReport | None) -> bool:
+        """``member``'s batch ``batch_ms`` completed, with the shard's read in it if any (the
+        read-ahead's was reported already, a later computation's was not). True when the
+        batch had planned the shard."""
+        if report is not None:
+            if self.last_read is None or self.last_read.batch_range.batch_ms < batch_ms:
+                self.read(member, batch_ms, report)
+            self.throttled += report.throttled  # every computation's (RangeReports)
+            self.faults += report.faults
+        if (member, batch_ms) not in self.planned:
+            return False
+        self.planned.discard((member, batch_ms))
+        self.settle(batch_ms)  # its range is recorded now, or never will be
+        if report is not None and report.recorded:
+            self.recorded.add((member, batch_ms))
+        return True
 
     def view(self, owner: str, completed: ExtendedSequenceNumber | None) -> dict[str, Any]:
         """The shard's line in ``metrics()``."""
@@ -199,16 +259,3 @@ class LeasePeriods:
         log.warning("%s: lost the lease of shard %s; no further checkpoint of it here",
                     self.name, shard_id)
 
-
-def checkpointed_ranges(shard: ShardState, keep_newest: bool) -> list[tuple[str, str, int]]:
-    """The recorded ranges of the shard's completed batches, whose positions are
-    checkpointed, taken off the books for deletion.
-
-    While the shard is read here the newest one stays: a batch planned before its
-    predecessor's range was known looks that range up to find where it starts.
-    """
-    doomed = set(shard.recorded)
-    if keep_newest and doomed:
-        doomed.discard(max(doomed, key=lambda r: r[1]))
-    shard.recorded -= doomed
-    return [(member, shard.shard_id, t) for member, t in sorted(doomed)]

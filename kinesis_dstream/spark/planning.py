@@ -11,19 +11,7 @@ from typing import Protocol
 
 from ..config import ConsumerConfig
 from ..executor.shard_reader import ReadReport
-from ..records import ExtendedSequenceNumber
-
-
-@dataclass(frozen=True)
-class PlannedShard:
-    shard_id: str
-    floor: ExtendedSequenceNumber
-    floor_timestamp: float | None
-    since_ms: int
-    start: ExtendedSequenceNumber | None  # None: the task finds it in the range table
-    start_timestamp: float | None
-    iterator: str | None
-    weight: float  # records its previous batch read: heavy shards get tasks of their own
+from .lease_period import PlannedShard
 
 
 @dataclass(frozen=True)
