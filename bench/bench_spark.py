@@ -433,9 +433,9 @@ class PlanTimer:
         def timed_plan(coordinator: Any, member: str, batch_ms: int) -> Any:
             began = time.perf_counter()
             planned = plan(coordinator, member, batch_ms)
-            if planned:
+            if planned.shards:
                 timer.plan_s.append(time.perf_counter() - began)
-                timer.planned_shards.append(len(planned))
+                timer.planned_shards.append(len(planned.shards))
             return planned
 
         def timed_batch_rdd(planner: Any, sc: Any, batch_ms: int, values: Any) -> Any:

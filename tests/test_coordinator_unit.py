@@ -57,23 +57,23 @@ def coordinator() -> ShardCoordinator:
     for shard_id in SHARDS:
         lease = Lease(shard_id, lease_owner=config.worker_id, lease_counter=1)
         coordinator.leases._owned[shard_id] = lease
-        coordinator._open_period(lease)
+        coordinator.periods.open(lease)
     return coordinator
 
 
 def _reports(coordinator: ShardCoordinator, member: str, batch_ms: int,
-             end: int) -> dict[tuple[str, str, int], ReadReport]:
-    planned = coordinator.plan(member, batch_ms)
-    return {(member, p.shard_id, batch_ms): ReadReport(BatchRange(
+             end: int) -> dict[str, ReadReport]:
+    planned = coordinator.plan(member, batch_ms).shards
+    return {p.shard_id: ReadReport(BatchRange(
         member, p.shard_id, batch_ms, p.start or TRIM, end=ESN(str(end)), records=1))
         for p in planned}
 
 
 def _read_ahead(coordinator: ShardCoordinator, member: str, batch_ms: int,
-                end: int) -> dict[tuple[str, str, int], ReadReport]:
+                end: int) -> dict[str, ReadReport]:
     """Plan a batch and report its read-ahead: the reads are known, nothing completed."""
     reports = _reports(coordinator, member, batch_ms, end)
-    coordinator.batch_read(reports)
+    coordinator.batch_read(member, batch_ms, reports)
     return reports
 
 
@@ -83,8 +83,8 @@ def _written(coordinator: ShardCoordinator) -> dict[str, ESN]:
 
 
 def test_the_members_split_the_shards_and_plan_each_shard_once(coordinator) -> None:
-    one = {p.shard_id for p in coordinator.plan("m1", 1000)}
-    two = {p.shard_id for p in coordinator.plan("m2", 1000)}
+    one = {p.shard_id for p in coordinator.plan("m1", 1000).shards}
+    two = {p.shard_id for p in coordinator.plan("m2", 1000).shards}
     assert one and two and not one & two and one | two == set(SHARDS)
 
 
@@ -92,15 +92,16 @@ def test_a_read_ahead_report_is_not_a_completion(coordinator) -> None:
     reports = _read_ahead(coordinator, "m1", 1000, end=7)
     assert _written(coordinator) == {}
     coordinator.batch_completed("m1", 1000, True, reports)
-    assert _written(coordinator) == {shard: ESN("7") for (_, shard, _) in reports}
+    assert _written(coordinator) == {shard: ESN("7") for shard in reports}
 
 
 def test_a_completed_batch_is_checkpointed_only_for_its_own_member(coordinator) -> None:
     first = _reports(coordinator, "m1", 1000, end=7)
     second = _reports(coordinator, "m2", 1000, end=9)
-    coordinator.batch_read({**first, **second})
+    coordinator.batch_read("m1", 1000, first)
+    coordinator.batch_read("m2", 1000, second)
     coordinator.batch_completed("m2", 1000, True, second)
-    assert _written(coordinator) == {shard: ESN("9") for (_, shard, _) in second}
+    assert _written(coordinator) == {shard: ESN("9") for shard in second}
 
 
 def test_a_failed_batch_stops_its_shards_checkpoints_for_good(coordinator) -> None:
@@ -111,7 +112,7 @@ def test_a_failed_batch_stops_its_shards_checkpoints_for_good(coordinator) -> No
     assert _written(coordinator) == {}  # records of batch 1000 come again after a restart
     other = _reports(coordinator, "m2", 1000, end=9)
     coordinator.batch_completed("m2", 1000, True, other)
-    assert set(_written(coordinator)) == {shard for (_, shard, _) in other}
+    assert set(_written(coordinator)) == set(other)
 
 
 def test_batches_are_checkpointed_in_order_whatever_order_they_complete_in(coordinator) -> None:
@@ -120,21 +121,21 @@ def test_batches_are_checkpointed_in_order_whatever_order_they_complete_in(coord
     coordinator.batch_completed("m1", 2000, True, second)
     assert _written(coordinator) == {}  # batch 1000 is still running
     coordinator.batch_completed("m1", 1000, True, first)
-    assert _written(coordinator) == {shard: ESN("8") for (_, shard, _) in second}
+    assert _written(coordinator) == {shard: ESN("8") for shard in second}
 
 
 def test_the_next_batch_starts_where_the_reported_read_ended_with_its_iterator(coordinator) -> None:
-    planned = coordinator.plan("m1", 1000)
+    planned = coordinator.plan("m1", 1000).shards
     shard = planned[0].shard_id
     report = ReadReport(BatchRange("m1", shard, 1000, TRIM, end=ESN("7"), records=1),
                         next_iterator="iterator-after-7", iterator_time=__import__("time").time())
-    coordinator.batch_read({("m1", shard, 1000): report})
-    again = {p.shard_id: p for p in coordinator.plan("m1", 2000)}
+    coordinator.batch_read("m1", 1000, {shard: report})
+    again = {p.shard_id: p for p in coordinator.plan("m1", 2000).shards}
     assert (again[shard].start, again[shard].iterator) == (ESN("7"), "iterator-after-7")
     stale = replace(report, batch_range=replace(report.batch_range, batch_ms=2000),
                     iterator_time=0.0)
-    coordinator.batch_read({("m1", shard, 2000): stale})
-    later = {p.shard_id: p for p in coordinator.plan("m1", 3000)}
+    coordinator.batch_read("m1", 2000, {shard: stale})
+    later = {p.shard_id: p for p in coordinator.plan("m1", 3000).shards}
     assert (later[shard].start, later[shard].iterator) == (ESN("7"), None)  # expired: none
 
 
@@ -207,12 +208,12 @@ def test_get_records_success_counts_answered_calls_not_refused_shard_iterators(c
     published = Recorded()
     coordinator.publisher = published  # type: ignore[assignment]
     shard = SHARDS[0]
-    planned = {p.shard_id for p in coordinator.plan("m1", 1000)}
+    planned = {p.shard_id for p in coordinator.plan("m1", 1000).shards}
     assert shard in planned
     report = ReadReport(BatchRange("m1", shard, 1000, TRIM, end=ESN("7"), records=1),
                         get_records_calls=2, get_records_ms=4.0, throttled=2,
                         get_records_served=1)
-    coordinator.batch_completed("m1", 1000, True, {("m1", shard, 1000): report})
+    coordinator.batch_completed("m1", 1000, True, {shard: report})
     success = [v for name, v, s in published.data if name == m.GET_RECORDS_SUCCESS and s == shard]
     assert sorted(success) == [0, 0, 1]
 
@@ -256,7 +257,7 @@ def test_with_storage_level_none_the_next_batch_waits_for_the_previous_ones_comp
     import threading
     import time
 
-    caplog.set_level("DEBUG", logger="kinesis_dstream.spark.planner")
+    caplog.set_level("DEBUG", logger="kinesis_dstream.spark")
     sc = _SparkContext()
     planner = _unstored_planner(coordinator)
     assert planner.batch_rdd(sc, 1000, None) == 1000
@@ -269,7 +270,7 @@ def test_with_storage_level_none_the_next_batch_waits_for_the_previous_ones_comp
         assert time.monotonic() < deadline, "batch 2000 did not wait"
         time.sleep(0.01)
     assert 2000 not in sc.ranges
-    planner._reports.value.update({("m1", r.shard_id, 1000): ReadReport(BatchRange(
+    planner.reports.value.update({("m1", r.shard_id, 1000): ReadReport(BatchRange(
         "m1", r.shard_id, 1000, TRIM, end=ESN("7"), records=1)) for r in first})
     planner.batch_completed(1000, True, 10, 0, None)
     second.join(30)
@@ -281,12 +282,12 @@ def test_with_storage_level_none_the_next_batch_waits_for_the_previous_ones_comp
     planner.batch_rdd(sc, 3000, None)
     assert {r.shard_id: r.start for r in sc.ranges[3000]} == {r.shard_id: None for r in first}
     # 3000 never completes: 4000 gives up waiting (its shards sit out), 5000 does not wait
-    assert not planner.wait_for_completions(4000, 0.01)
+    assert not planner.unread.wait(4000, 0.01)
     assert planner.batch_rdd(sc, 4000, None) == "empty"
-    assert planner.wait_for_completions(5000, 600)
-    planner._waited_out = 0
+    assert planner.unread.wait(5000, 600)
+    planner.unread.waited_out = 0
     planner.stopping = True
-    assert not planner.wait_for_completions(5000, 600)  # at once: a stop waits for nothing
+    assert not planner.unread.wait(5000, 600)  # at once: a stop waits for nothing
 
 
 class _ReadAheadContext:
@@ -360,7 +361,7 @@ def _cached_planner(coordinator: ShardCoordinator) -> Any:
 
 
 def _early_read_done(planner: Any) -> None:
-    assert planner._early_reads_idle(30)
+    assert planner.read_ahead.idle(30)
 
 
 def test_a_backlog_is_read_one_batch_ahead_of_sparks_clock_and_no_further(coordinator) -> None:
@@ -428,8 +429,8 @@ def test_nothing_is_read_early_without_a_cache_or_while_stopping(coordinator) ->
     sc, values = _ReadAheadContext(), list
     unstored = _unstored_planner(coordinator)
     unstored.read_early(sc, 1000, values)
-    assert unstored._early is None
+    assert unstored.read_ahead.thread is None
     planner = _cached_planner(coordinator)
     planner.stopping = True
     planner.read_early(sc, 1000, values)
-    assert planner._early is None and sc.counted == []
+    assert planner.read_ahead.thread is None and sc.counted == []

@@ -98,9 +98,9 @@ def driver(table: Table, clock: Clock) -> ShardCoordinator:
     coordinator.leases._clock = clock
     coordinator.add_member("m")
     for shard_id in SHARDS:
-        coordinator._open_period(hold(coordinator.leases, clock, shard_id))
-    assert [p.shard_id for p in coordinator.plan("m", 1000)] == SHARDS
-    coordinator.batch_read({("m", s, 1000): ReadReport(BatchRange(
+        coordinator.periods.open(hold(coordinator.leases, clock, shard_id))
+    assert [p.shard_id for p in coordinator.plan("m", 1000).shards] == SHARDS
+    coordinator.batch_read("m", 1000, {s: ReadReport(BatchRange(
         "m", s, 1000, ESN("TRIM_HORIZON"), end=ESN("5"), records=5)) for s in SHARDS})
     return coordinator
 
@@ -117,7 +117,7 @@ def test_a_shard_whose_renewal_hangs_past_failover_is_planned_no_more():
         # One lease was renewed in time (before the outage): it is read on.
         coordinator.leases._last_renewed[SHARDS[1]] = clock()
         clock.now += FAILOVER_MS / 1000 / 2
-        assert [p.shard_id for p in coordinator.plan("m", 2000)] == [SHARDS[1]]
+        assert [p.shard_id for p in coordinator.plan("m", 2000).shards] == [SHARDS[1]]
         assert coordinator.metrics()[SHARDS[0]]["state"] == "lapsed"
         assert coordinator.metrics()[SHARDS[0]]["owner"] is None
     finally:
@@ -132,10 +132,10 @@ def test_a_lapsed_lease_taken_by_another_worker_ends_the_period():
     table = Table()
     coordinator = driver(table, clock)
     clock.now += FAILOVER_MS / 1000
-    assert coordinator.plan("m", 2000) == []
+    assert coordinator.plan("m", 2000).shards == []
     table.leases[SHARDS[0]] = Lease(SHARDS[0], lease_owner="other", lease_counter=2)
     coordinator.leases.refresh()
-    coordinator._reconcile()
+    coordinator.periods.reconcile()
     assert coordinator.metrics()[SHARDS[0]]["state"] == "lost"
     assert coordinator.checkpointer.track(SHARDS[0]) is None  # no checkpoint of it here
     assert coordinator.metrics()[SHARDS[1]]["state"] == "lapsed"
@@ -148,15 +148,15 @@ def test_a_lapsed_lease_taken_back_untouched_reads_on_where_it_stood():
     table = Table()
     coordinator = driver(table, clock)
     clock.now += FAILOVER_MS / 1000
-    assert coordinator.plan("m", 2000) == []
+    assert coordinator.plan("m", 2000).shards == []
     coordinator.leases.take_leases()  # the counter stood still for failover on our clock:
     clock.now += FAILOVER_MS / 1000 + 1
     assert sorted(coordinator.leases.take_leases()) == SHARDS  # expired, taken back
-    coordinator._reconcile()
-    planned = coordinator.plan("m", 3000)
+    coordinator.periods.reconcile()
+    planned = coordinator.plan("m", 3000).shards
     assert [(p.shard_id, p.start, p.since_ms) for p in planned] == \
         [(s, ESN("5"), 1000) for s in SHARDS]
-    reports = {("m", s, 1000): ReadReport(BatchRange("m", s, 1000, ESN("TRIM_HORIZON"),
+    reports = {s: ReadReport(BatchRange("m", s, 1000, ESN("TRIM_HORIZON"),
                                                      end=ESN("5"), records=5)) for s in SHARDS}
     coordinator.batch_completed("m", 1000, True, reports)
     assert all(coordinator.checkpointer.completed_position(s) == ESN("5") for s in SHARDS)

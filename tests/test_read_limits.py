@@ -210,7 +210,7 @@ def test_a_partition_computed_twice_reports_the_refusals_of_both_computations():
     range at the limits (storageLevel NONE) is throttled too, and is counted."""
     from kinesis_dstream.aws.range_table import BatchRange
     from kinesis_dstream.retrieval import ReadReport
-    from kinesis_dstream.spark.planner import RangeReports
+    from kinesis_dstream.spark.task import RangeReports
 
     key = ("stream-r", SHARD, 1000)
     batch_range = BatchRange("stream-r", SHARD, 1000, ExtendedSequenceNumber("TRIM_HORIZON"))

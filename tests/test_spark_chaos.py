@@ -20,7 +20,7 @@ from pyspark import TaskContext
 from emulators import _put_entries, client, wait_stream_active
 from spark_helpers import create, executor_jvm_of, make_ssc, wait_until
 
-from kinesis_dstream.spark.planner import READ_AHEAD
+from kinesis_dstream.spark.task import READ_AHEAD
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 

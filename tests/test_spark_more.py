@@ -19,7 +19,7 @@ from spark_helpers import count_words, create, leases, make_ssc, wait_until, wor
 
 from kinesis_dstream import KinesisUtils
 from kinesis_dstream.config import SPARK_RECEIVER_MAX_RATE
-from kinesis_dstream.spark.dstream import planners
+from kinesis_dstream.spark.registry import planners
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
@@ -269,7 +269,7 @@ def test_receiver_max_rate_caps_every_batch(sc, env, make_stream, put_records, u
     capped one (one batch ahead of its clock); the first is read at the context's start."""
     from kinesis_dstream.spark.dstream import _first_batch_ms
 
-    caplog.set_level("DEBUG", logger="kinesis_dstream.spark.planner")
+    caplog.set_level("DEBUG", logger="kinesis_dstream.spark")
     stream = make_stream(2)
     total = 1000
     put_records(stream, [(f"k{i}", f"r{i}") for i in range(total)])

@@ -158,14 +158,14 @@ def test_backpressure_follows_processing_rate() -> None:
 def test_batches_are_cached_with_one_replica_and_nothing_else_changed() -> None:
     from pyspark import StorageLevel
 
-    from kinesis_dstream.spark.planner import _unreplicated
+    from kinesis_dstream.spark.storage_level import unreplicated
 
-    level = _unreplicated(StorageLevel.MEMORY_AND_DISK_2)
+    level = unreplicated(StorageLevel.MEMORY_AND_DISK_2)
     assert (level.useDisk, level.useMemory, level.useOffHeap, level.deserialized,
             level.replication) == (True, True, False, False, 1)
-    assert _unreplicated(StorageLevel.DISK_ONLY) is StorageLevel.DISK_ONLY
-    assert _unreplicated(StorageLevel.NONE) is None
-    assert _unreplicated(None) is None
+    assert unreplicated(StorageLevel.DISK_ONLY) is StorageLevel.DISK_ONLY
+    assert unreplicated(StorageLevel.NONE) is None
+    assert unreplicated(None) is None
 
 
 def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> None:
@@ -183,17 +183,17 @@ def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> N
     coordinator = ShardCoordinator(config, kinesis=object(), lease_table=object(),
                                    range_table=object())
     coordinator.add_member("m")
-    coordinator._open_period(Lease("shardId-0", lease_owner=config.worker_id))
+    coordinator.periods.open(Lease("shardId-0", lease_owner=config.worker_id))
 
     def shards(batch_ms: int) -> list[tuple[str, ESN | None]]:
-        return [(p.shard_id, p.start) for p in coordinator.plan("m", batch_ms)]
+        return [(p.shard_id, p.start) for p in coordinator.plan("m", batch_ms).shards]
 
     assert shards(1000) == [("shardId-0", TRIM)]  # a period's first batch starts at its floor
     assert shards(2000) == []  # batch 1000's read-ahead reported nothing
     coordinator.batch_completed("m", 1000, False, {})
     assert shards(3000) == [("shardId-0", None)]  # its end unknown here: the task looks it up
     report = ReadReport(BatchRange("m", "shardId-0", 3000, TRIM, end=ESN("5"), records=1))
-    coordinator.batch_read({("m", "shardId-0", 3000): report})
+    coordinator.batch_read("m", 3000, {"shardId-0": report})
     assert shards(4000) == [("shardId-0", ESN("5"))]  # a read-ahead report settles it at once
 
 
@@ -240,13 +240,13 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
                                    range_table=ranges)
     coordinator.add_member("m")
     for shard_id in ("shardId-0", "shardId-1"):
-        coordinator._open_period(Lease(shard_id, lease_owner=config.worker_id))
+        coordinator.periods.open(Lease(shard_id, lease_owner=config.worker_id))
 
     def empty_batch(batch_ms: int) -> None:
-        planned = coordinator.plan("m", batch_ms)
-        reports = {("m", p.shard_id, batch_ms): ReadReport(BatchRange(
+        planned = coordinator.plan("m", batch_ms).shards
+        reports = {p.shard_id: ReadReport(BatchRange(
             "m", p.shard_id, batch_ms, TRIM, end=None, records=0)) for p in planned}
-        coordinator.batch_read(reports)
+        coordinator.batch_read("m", batch_ms, reports)
         coordinator.batch_completed("m", batch_ms, True, reports)
 
     for n in range(1, 13):

@@ -23,40 +23,19 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from datetime import datetime
 from typing import Any, Callable
 
 from pyspark.streaming import StreamingContext
 from pyspark.streaming.listener import StreamingListener
 
-from .coordinator import coordinator_for
 from .planner import BatchPlanner, StreamSpec
 from .records import RecordValues
+from .registry import planner_for
 
 log = logging.getLogger(__name__)
 
 _HOOKS_ATTR = "_kinesis_dstream_planners"
-
-_planners: dict[str, BatchPlanner] = {}
-_planners_lock = threading.Lock()
-
-
-def planner_for(spec: StreamSpec) -> BatchPlanner:
-    """The live planner of this input stream, made fresh in a new (recovered) driver."""
-    with _planners_lock:
-        planner = _planners.get(spec.key)
-        if planner is None or planner.coordinator.stopped:
-            coordinator = coordinator_for(spec.consumer_config)
-            coordinator.add_member(spec.key)
-            planner = _planners[spec.key] = BatchPlanner(spec, coordinator)
-        return planner
-
-
-def planners() -> list[BatchPlanner]:
-    with _planners_lock:
-        return list(_planners.values())
-
 
 class BatchListener(StreamingListener):
     """Tells the planners of one StreamingContext when their batches complete."""

@@ -196,8 +196,12 @@ class LeaseCoordinator:
                 return True
             return False
 
-    def known_leases(self) -> dict[str, Lease]:
-        """Every lease as of the last table scan, ours as we hold them."""
+    def known_leases(self, drop_lapsed: bool = False) -> dict[str, Lease]:
+        """Every lease as of the last table scan, ours as we hold them; ``drop_lapsed``
+        first lets go of those not renewed for failover time (``drop_lapsed``), as a reader
+        about to plan reads does."""
+        if drop_lapsed:
+            self.drop_lapsed()
         with self._lock:
             return {**self._all, **self._owned}
 
