@@ -62,8 +62,8 @@ _TRANSIENT = {"InternalFailure", "InternalServerError", "ServiceUnavailable",
 
 
 # botocore's endpoint and service models, parsed once per process. A session's own loader
-# would keep a copy per client: about 29 MB for a reader's three clients, again for every
-# stream (configuration) an executor's Python worker reads. The models are read-only data.
+# would keep a copy per client, and again for every stream (configuration) an executor's
+# Python worker reads; the models are large and read-only, so one copy serves them all.
 _MODELS = botocore.loaders.create_loader()
 
 
@@ -165,8 +165,8 @@ def _botocore_config(config: ConsumerConfig) -> botocore.config.Config:
 class _KinesisParserFactory(botocore.parsers.ResponseParserFactory):
     """botocore's parsers, with a direct path for successful GetRecords answers.
 
-    botocore walks the output shape field by field for every record (about 18 us each, half
-    of a reader's CPU in bench_spark's drain). A GetRecords answer is flat JSON whose only
+    botocore walks the output shape field by field for every record, which costs a reader
+    more CPU than anything else it does. A GetRecords answer is flat JSON whose only
     non-JSON field is the base64 ``Data``, so ``json.loads`` plus one decode per record gives
     the same dictionary. Errors and every other operation take botocore's own path.
     """
@@ -211,8 +211,8 @@ def make_client(config: ConsumerConfig, service: str) -> Any:
     session = _session(config)
     if service == "kinesis":
         # Keep ApproximateArrivalTimestamp as the epoch seconds on the wire: botocore would
-        # build a tz-aware datetime per record (~10 us each, the largest CPU cost of a
-        # drain) only for us to turn it back into epoch milliseconds.
+        # build a tz-aware datetime per record only for us to turn it back into epoch
+        # milliseconds.
         factory = _KinesisParserFactory()
         factory.set_parser_defaults(timestamp_parser=lambda value: value)
         session._session.register_component("response_parser_factory", factory)
