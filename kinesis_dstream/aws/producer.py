@@ -367,7 +367,7 @@ class KinesisProducer:
         """
         failed: list[_Entry] = []
         codes: dict[str, int] = {}
-        for entry, result in zip(sent, results):
+        for entry, result in zip(sent, results, strict=False):
             code = result.get("ErrorCode")
             if code:
                 failed.append(entry)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 
 from ..aws.kinesis import KinesisClient
+from ..aws.kpl import deaggregate
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError, ExpiredIteratorError
 from ..records import (
@@ -39,7 +40,6 @@ from ..records import (
     GetRecordsResult,
     Record,
 )
-from ..aws.kpl import deaggregate
 from .data_loss import TrimmedRange, report_data_loss
 
 log = logging.getLogger(__name__)

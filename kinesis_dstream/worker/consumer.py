@@ -25,8 +25,14 @@ from ..retrieval.source import RecordSource
 from ..retry import Backoff, FaultLog, is_throttling
 from .checkpoint import ShardCheckpointer
 from .metrics import MetricsPublisher, ShardMetricsRecorder
-from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
-                        ShardEndedInput, ShutdownRequestedInput)
+from .processor import (
+    InitializeInput,
+    LeaseLostInput,
+    ProcessorFactory,
+    ProcessRecordsInput,
+    ShardEndedInput,
+    ShutdownRequestedInput,
+)
 
 log = logging.getLogger(__name__)
 

@@ -233,7 +233,8 @@ class LeaseCoordinator:
             except KinesisDStreamError as exc:
                 log.warning("could not take lease %s: %s", lease.lease_key, exc)
                 continue
-            verb = "stole" if lease.lease_owner and not self.taker.is_expired(lease, self._clock()) else "took"
+            stolen = lease.lease_owner and not self.taker.is_expired(lease, self._clock())
+            verb = "stole" if stolen else "took"
             log.info("%s %s lease %s (counter %d, checkpoint %s)", self.worker_id, verb,
                      lease.lease_key, new.lease_counter, new.checkpoint)
             with self._lock:

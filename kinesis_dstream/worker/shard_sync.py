@@ -110,7 +110,7 @@ class ShardSyncer:
                 with ThreadPoolExecutor(min(CREATE_THREADS, len(generation)),
                                         thread_name_prefix="kinesis-dstream-sync") as pool:
                     made = list(pool.map(self.table.create_lease_if_not_exists, generation))
-            for lease, new in zip(generation, made):
+            for lease, new in zip(generation, made, strict=True):
                 if new:
                     created += 1
                     log.info("created lease %s at %s (parents %s)", lease.lease_key,
