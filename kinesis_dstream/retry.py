@@ -218,7 +218,8 @@ class RetryPolicy:
                 if wait_ms is None or (deadline is not None
                                        and wait_ms / 1000 > deadline.remaining_s()):
                     counts.gave_up()
-                    within = "" if wait_ms is None else f" within {self.deadline_ms / 1000:g} s"
+                    within = ("" if wait_ms is None or self.deadline_ms is None
+                              else f" within {self.deadline_ms / 1000:g} s")
                     raise RetriesExhaustedError(
                         f"Gave up after {attempt} attempts{within} while {what}: {exc}", exc
                     ) from exc

@@ -13,7 +13,7 @@ import logging
 import platform
 import random
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, overload
 
 import boto3
 import botocore.config
@@ -37,6 +37,7 @@ from ..errors import (
     UnreachableAfterRetriesError,
 )
 from ..retry import RetryPolicy, poll_until
+from .protocols import CloudWatchAPI, DynamoDBAPI, KinesisAPI
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +115,18 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
     sts = base.client("sts", endpoint_url=config.sts_endpoint or None,
                       config=_botocore_config(config))
     arn = config.sts_assume_role_arn
+    session_name = config.sts_session_name
+    # ConsumerConfig names a session whenever it names a role (config.check_credentials)
+    assert arn is not None and session_name is not None
 
     # ExternalId is optional in AssumeRole: sent only when the config has one, since STS
     # refuses an empty one and a role whose trust policy names none needs none.
-    extra = {} if config.sts_external_id is None else {"ExternalId": config.sts_external_id}
+    extra: dict[str, Any] = ({} if config.sts_external_id is None
+                             else {"ExternalId": config.sts_external_id})
 
-    def assume() -> dict[str, Any]:
+    def assume() -> Mapping[str, Any]:
         try:
-            reply = sts.assume_role(RoleArn=arn, RoleSessionName=config.sts_session_name,
+            reply = sts.assume_role(RoleArn=arn, RoleSessionName=session_name,
                                     DurationSeconds=config.sts_duration_s, **extra)
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate_error(exc, f"assuming role {arn}") from exc
@@ -197,6 +202,12 @@ class _GetRecordsParser:
         return getattr(self._parser, name)
 
 
+@overload
+def make_client(config: ConsumerConfig, service: Literal["kinesis"]) -> KinesisAPI: ...
+@overload
+def make_client(config: ConsumerConfig, service: Literal["dynamodb"]) -> DynamoDBAPI: ...
+@overload
+def make_client(config: ConsumerConfig, service: Literal["cloudwatch"]) -> CloudWatchAPI: ...
 def make_client(config: ConsumerConfig, service: str) -> Any:
     """A boto3 client for ``kinesis``, ``dynamodb`` or ``cloudwatch``.
 
@@ -222,7 +233,8 @@ def make_client(config: ConsumerConfig, service: str) -> Any:
             "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an instance role"
         )
     try:
-        return session.client(service, endpoint_url=endpoint or None,
+        # boto3-stubs types session.client per literal service name; the overloads above do
+        return session.client(service, endpoint_url=endpoint or None,  # type: ignore[call-overload]
                               config=_botocore_config(config))
     except ValueError as exc:
         raise ConfigurationError(f"bad {service} endpoint {endpoint!r}: {exc}") from exc
@@ -316,7 +328,7 @@ def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
         raise
 
 
-def create_table_if_not_exists(policy: RetryPolicy, client: Any, table_name: str, what: str,
+def create_table_if_not_exists(policy: RetryPolicy, client: DynamoDBAPI, table_name: str, what: str,
                                keys: Sequence[tuple[str, str, str]],
                                timeout_s: float = 60.0) -> bool:
     """Create an on-demand DynamoDB table unless it exists, then wait until it is ACTIVE;

@@ -70,9 +70,10 @@ def epoch_ms(value: Any) -> int:
 def _split(data: bytes, sequence_number: str, arrival_ms: int,
            shard_id: str) -> list[Record] | None:
     """The user records of an aggregate, or None (after a warning) when it is malformed."""
-    def malformed(why: str) -> None:
+    def malformed(why: str) -> list[Record] | None:
         log.warning("malformed KPL aggregate in shard %s at sequence number %s (%s, %d bytes): "
                     "delivered as one plain record", shard_id, sequence_number, why, len(data))
+        return None
 
     if len(data) <= _MIN_AGGREGATE_LEN:
         return malformed("truncated: shorter than magic and checksum")

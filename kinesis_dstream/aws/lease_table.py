@@ -23,6 +23,7 @@ from ..errors import LeaseLostError
 from ..records import ExtendedSequenceNumber
 from ..retry import RetryPolicy
 from .clients import call, create_table_if_not_exists, make_client
+from .protocols import DynamoDBAPI
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class LeaseTable:
     """``LeaseRefresher`` in the KCL: table lifecycle plus guarded item writes."""
 
     config: ConsumerConfig
-    client: Any = None
+    client: DynamoDBAPI | None = None
     retry: RetryPolicy = field(init=False)
 
     def __post_init__(self) -> None:
@@ -120,6 +121,7 @@ class LeaseTable:
     # -- table --------------------------------------------------------------------------
     def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
         """Create the table in the KCL 2.x shape; True if this call created it."""
+        assert self.client is not None  # set in __post_init__
         return create_table_if_not_exists(self.retry, self.client, self.table_name,
                                           "lease table", [("leaseKey", "HASH", "S")], timeout_s)
 

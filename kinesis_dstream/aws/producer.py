@@ -46,6 +46,7 @@ from ..retry import PERMANENT, THROTTLING, RetryPolicy, classify
 from .clients import call, error_for_code, make_client
 from .kinesis import KinesisClient
 from .kpl import Aggregate
+from .protocols import KinesisAPI
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class KinesisProducer:
     def __init__(self, config: ConsumerConfig, *, aggregation: bool = True,
                  aggregation_max_bytes: int = DEFAULT_AGGREGATION_MAX_BYTES,
                  record_max_buffered_time_ms: int = 1000, max_connections: int = 1,
-                 retry: RetryPolicy = PUT_RECORDS_RETRY, client: Any = None,
+                 retry: RetryPolicy = PUT_RECORDS_RETRY, client: KinesisAPI | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
                  rand: Callable[[], float] = random.random) -> None:
