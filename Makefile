@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 # Set by .ci/run so it can report pytest's own exit code (make itself only says 2).
 PYTEST_EXIT_FILE ?=
 
-.PHONY: setup test demo bench local clean docs
+.PHONY: setup test demo bench local clean docs lint
 
 setup: $(PY_STAMP) $(NPM_STAMP) $(KCL3_STAMP)
 
@@ -68,6 +68,18 @@ $(DOCS_STAMP): setup.cfg pyproject.toml
 
 docs: $(DOCS_STAMP)
 	$(PY) -m mkdocs build --strict
+
+# ruff and mypy over the library (settings in pyproject.toml). The `lint` extra goes into .venv on
+# first use, over the test extra: mypy follows the imports of pyspark, moto and kclpy too.
+LINT_STAMP := $(VENV)/.kinesis-dstream-lint
+
+$(LINT_STAMP): $(PY_STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[lint]'
+	touch $@
+
+lint: $(LINT_STAMP)
+	@rc=0; $(PY) -m ruff check kinesis_dstream || rc=$$?; \
+	$(PY) -m mypy || rc=$$?; exit $$rc
 
 # Emulators in the foreground; prints `export ...` lines for another shell.
 local: setup

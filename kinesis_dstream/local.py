@@ -3,7 +3,7 @@
 Emulators run as child processes bound to 127.0.0.1 on free ports; ``start()`` returns only once
 the emulator answers HTTP, so callers never race its start-up. The children exit on their own
 when the Python process that started them dies (a ``kill -9`` of a test run leaves no stray
-node process). Facts about each emulator are in ../shared/notes/emulators.md.
+node process). docs/operations.md ("Local emulators") says how to use them.
 
 ``kinesis-dstream local`` (``main``) starts one Kinesis and one DynamoDB emulator, prints
 ``export`` lines for a shell, and stays in the foreground until SIGINT or SIGTERM.

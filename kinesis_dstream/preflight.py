@@ -113,7 +113,7 @@ def check_executors(sc: Any, modules: Iterable[str] = DSTREAM_MODULES, *,
             sc.pythonExec = python
             try:
                 rdd = sc.parallelize([0], 1).mapPartitions(_probe_function(modules))
-                rdd._jrdd  # the Python function is wrapped (with its interpreter) here
+                rdd._jrdd  # noqa: B018 - the Python function is wrapped (with its interpreter) here
             finally:
                 sc.pythonExec = previous
             outcome["result"] = rdd.collect()

@@ -1,27 +1,14 @@
 """The one retry vocabulary: what is worth retrying, how long to wait, and how to say so.
 
-botocore's ``retries`` shape: a retry policy is a checker (``classify``: is this error
-throttling, transient or permanent?) plus a backoff (capped exponential, jittered). The
-random source, the clock and the sleep are parameters everywhere, so tests control time.
+As botocore's ``retries``: a policy is a checker (``classify``: throttling, transient or
+permanent, read from error classes that ``aws/clients.py`` makes of AWS codes) plus a jittered
+backoff. ``RetryPolicy`` bounds one call; ``Backoff`` paces loops that outlive a policy;
+``FaultLog`` and ``RetryCounts`` say what happened without flooding the log. Random source,
+clock and sleep are parameters everywhere, so tests control time.
 
-- ``classify`` / ``is_transient``: the one reading of an error's kind. AWS error codes become
-  error classes in ``aws/clients.py`` (the only table of codes); each class carries its kind.
-- ``RetryPolicy``: one call tried at most ``max_attempts`` times and, optionally, within a
-  deadline (Spark's kinesis-asl: ``retry_wait_time_ms`` doubling, ``retry_max_attempts``).
-- ``Backoff``: waits without an attempt limit, after a policy gave up (shard consumers,
-  scheduler loops): they grow while the fault lasts and start again after a success.
-- ``throttle_wait_s``: the wait after Kinesis refused a read for throughput (about 1 s, as
-  AWS advises), not an exponential that hammers a shard in debt or overshoots its recovery.
-- ``poll_until``: "wait until the table is ACTIVE" loops: a deadline and a bounded interval.
-- ``wait_out``: one call that must happen (a range written before its records leave a
-  task), with an outage waited out for up to a patience, logged by a ``FaultLog``.
-- ``FaultLog``: a lasting fault logged at most once a minute, counting every failure.
-- ``RetryCounts``: retries made in this process, by kind: a throttle that clears inside the
-  retries logs nothing, and this is where it is counted.
-
-Every wait is "equal jitter": between half and all of its ceiling. Half is kept so the
-configured wait still bounds it from below (full jitter could retry a throttled shard at
-once); the other half spreads workers that failed together apart.
+Every wait is "equal jitter", between half and all of its ceiling: the configured wait still
+bounds it from below (full jitter could retry a throttled shard at once), and workers that
+failed together spread apart.
 """
 from __future__ import annotations
 
@@ -218,7 +205,8 @@ class RetryPolicy:
                 if wait_ms is None or (deadline is not None
                                        and wait_ms / 1000 > deadline.remaining_s()):
                     counts.gave_up()
-                    within = "" if wait_ms is None else f" within {self.deadline_ms / 1000:g} s"
+                    within = ("" if wait_ms is None or self.deadline_ms is None
+                              else f" within {self.deadline_ms / 1000:g} s")
                     raise RetriesExhaustedError(
                         f"Gave up after {attempt} attempts{within} while {what}: {exc}", exc
                     ) from exc

@@ -66,7 +66,7 @@ def parse_duration_ms(value: str | int | float, key: str) -> int:
         total = ((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000
         return int(-total if iso.group(1) == "-" else total)
     lowered = text.lower()
-    for suffix, factor in _SPARK_UNITS:
+    for suffix, factor in _SPARK_UNITS:  # noqa: B007 - factor is read after the break
         if lowered.endswith(suffix):
             number = lowered[: -len(suffix)].strip()
             break

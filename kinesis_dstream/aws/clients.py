@@ -13,7 +13,7 @@ import logging
 import platform
 import random
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, overload
 
 import boto3
 import botocore.config
@@ -37,6 +37,7 @@ from ..errors import (
     UnreachableAfterRetriesError,
 )
 from ..retry import RetryPolicy, poll_until
+from .protocols import CloudWatchAPI, DynamoDBAPI, KinesisAPI
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,8 @@ _TRANSIENT = {"InternalFailure", "InternalServerError", "ServiceUnavailable",
 
 
 # botocore's endpoint and service models, parsed once per process. A session's own loader
-# would keep a copy per client: about 29 MB for a reader's three clients, again for every
-# stream (configuration) an executor's Python worker reads. The models are read-only data.
+# would keep a copy per client, and again for every stream (configuration) an executor's
+# Python worker reads; the models are large and read-only, so one copy serves them all.
 _MODELS = botocore.loaders.create_loader()
 
 
@@ -114,14 +115,18 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
     sts = base.client("sts", endpoint_url=config.sts_endpoint or None,
                       config=_botocore_config(config))
     arn = config.sts_assume_role_arn
+    session_name = config.sts_session_name
+    # ConsumerConfig names a session whenever it names a role (config.check_credentials)
+    assert arn is not None and session_name is not None
 
     # ExternalId is optional in AssumeRole: sent only when the config has one, since STS
     # refuses an empty one and a role whose trust policy names none needs none.
-    extra = {} if config.sts_external_id is None else {"ExternalId": config.sts_external_id}
+    extra: dict[str, Any] = ({} if config.sts_external_id is None
+                             else {"ExternalId": config.sts_external_id})
 
-    def assume() -> dict[str, Any]:
+    def assume() -> Mapping[str, Any]:
         try:
-            reply = sts.assume_role(RoleArn=arn, RoleSessionName=config.sts_session_name,
+            reply = sts.assume_role(RoleArn=arn, RoleSessionName=session_name,
                                     DurationSeconds=config.sts_duration_s, **extra)
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate_error(exc, f"assuming role {arn}") from exc
@@ -165,8 +170,8 @@ def _botocore_config(config: ConsumerConfig) -> botocore.config.Config:
 class _KinesisParserFactory(botocore.parsers.ResponseParserFactory):
     """botocore's parsers, with a direct path for successful GetRecords answers.
 
-    botocore walks the output shape field by field for every record (about 18 us each, half
-    of a reader's CPU in bench_spark's drain). A GetRecords answer is flat JSON whose only
+    botocore walks the output shape field by field for every record, which costs a reader
+    more CPU than anything else it does. A GetRecords answer is flat JSON whose only
     non-JSON field is the base64 ``Data``, so ``json.loads`` plus one decode per record gives
     the same dictionary. Errors and every other operation take botocore's own path.
     """
@@ -197,6 +202,12 @@ class _GetRecordsParser:
         return getattr(self._parser, name)
 
 
+@overload
+def make_client(config: ConsumerConfig, service: Literal["kinesis"]) -> KinesisAPI: ...
+@overload
+def make_client(config: ConsumerConfig, service: Literal["dynamodb"]) -> DynamoDBAPI: ...
+@overload
+def make_client(config: ConsumerConfig, service: Literal["cloudwatch"]) -> CloudWatchAPI: ...
 def make_client(config: ConsumerConfig, service: str) -> Any:
     """A boto3 client for ``kinesis``, ``dynamodb`` or ``cloudwatch``.
 
@@ -211,8 +222,8 @@ def make_client(config: ConsumerConfig, service: str) -> Any:
     session = _session(config)
     if service == "kinesis":
         # Keep ApproximateArrivalTimestamp as the epoch seconds on the wire: botocore would
-        # build a tz-aware datetime per record (~10 us each, the largest CPU cost of a
-        # drain) only for us to turn it back into epoch milliseconds.
+        # build a tz-aware datetime per record only for us to turn it back into epoch
+        # milliseconds.
         factory = _KinesisParserFactory()
         factory.set_parser_defaults(timestamp_parser=lambda value: value)
         session._session.register_component("response_parser_factory", factory)
@@ -222,7 +233,8 @@ def make_client(config: ConsumerConfig, service: str) -> Any:
             "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an instance role"
         )
     try:
-        return session.client(service, endpoint_url=endpoint or None,
+        # boto3-stubs types session.client per literal service name; the overloads above do
+        return session.client(service, endpoint_url=endpoint or None,  # type: ignore[call-overload]
                               config=_botocore_config(config))
     except ValueError as exc:
         raise ConfigurationError(f"bad {service} endpoint {endpoint!r}: {exc}") from exc
@@ -316,7 +328,7 @@ def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
         raise
 
 
-def create_table_if_not_exists(policy: RetryPolicy, client: Any, table_name: str, what: str,
+def create_table_if_not_exists(policy: RetryPolicy, client: DynamoDBAPI, table_name: str, what: str,
                                keys: Sequence[tuple[str, str, str]],
                                timeout_s: float = 60.0) -> bool:
     """Create an on-demand DynamoDB table unless it exists, then wait until it is ACTIVE;

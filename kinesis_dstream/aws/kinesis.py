@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..config import ConsumerConfig
 from ..retry import RetryPolicy
 from .clients import call, make_client
+from .protocols import KinesisAPI
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class KinesisClient:
     executors' reads pace throttles themselves).
     """
 
-    def __init__(self, config: ConsumerConfig, client: Any = None,
+    def __init__(self, config: ConsumerConfig, client: KinesisAPI | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  rand: Callable[[], float] = random.random,
                  policy: RetryPolicy | None = None) -> None:

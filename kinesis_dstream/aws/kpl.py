@@ -1,20 +1,13 @@
 """The KPL aggregate format, both ways: de-aggregation for every reader and the aggregates
 the producer writes.
 
-Format (amazon-kinesis-producer aggregation-format.md): MAGIC (4 bytes) + protobuf
-``AggregatedRecord`` + MD5 of the protobuf (16 bytes), built from aws-kinesis-agg's generated
-messages, so every KPL de-aggregator (ours, the KCL, aws-kinesis-agg) reads what we write.
-
-Why not aws-kinesis-agg's own modules: they import ``six`` (undeclared) and put the package's
-directory first on ``sys.path`` so that ``messages_pb2``'s plain ``import config_pb2``
-resolves; we make ``config_pb2`` importable under its plain name for that one import only.
-Its ``iter_deaggregate_records`` prints an exception to stderr and drops the records of an
-aggregate it cannot split; ours delivers a malformed aggregate (KPL magic present but bad
-checksum, bad protobuf, truncated, out-of-range key index, no user records) whole as ONE
-plain record with a warning naming the shard and sequence number, so a consumer sees it and
-can decide. Its ``RecordAggregator`` puts a whole aggregate under its first record's
-partition key; ``Aggregate`` holds the user records bound for one shard (the producer groups
-them by shard, as the KPL does) and keeps the size of their encoding exact.
+MAGIC + protobuf ``AggregatedRecord`` + its MD5 (amazon-kinesis-producer's
+aggregation-format.md), from aws-kinesis-agg's generated messages, so every KPL
+de-aggregator reads what we write. Not aws-kinesis-agg's own modules: they import ``six``
+(undeclared) and put their directory first on ``sys.path``; their de-aggregator drops an
+aggregate it cannot split, where ours delivers it whole as one plain record with a warning,
+so a consumer sees it. ``Aggregate`` holds the user records bound for one shard and keeps the
+size of their encoding exact.
 """
 from __future__ import annotations
 
@@ -37,6 +30,8 @@ log = logging.getLogger(__name__)
 
 
 def _load_messages() -> ModuleType:
+    """aws-kinesis-agg's ``messages_pb2``, whose plain ``import config_pb2`` is made to
+    resolve for that one import only, not by putting its directory on ``sys.path``."""
     loaded = sys.modules.get("aws_kinesis_agg.messages_pb2")
     if loaded is not None:
         return loaded
@@ -70,9 +65,10 @@ def epoch_ms(value: Any) -> int:
 def _split(data: bytes, sequence_number: str, arrival_ms: int,
            shard_id: str) -> list[Record] | None:
     """The user records of an aggregate, or None (after a warning) when it is malformed."""
-    def malformed(why: str) -> None:
+    def malformed(why: str) -> list[Record] | None:
         log.warning("malformed KPL aggregate in shard %s at sequence number %s (%s, %d bytes): "
                     "delivered as one plain record", shard_id, sequence_number, why, len(data))
+        return None
 
     if len(data) <= _MIN_AGGREGATE_LEN:
         return malformed("truncated: shorter than magic and checksum")

@@ -5,10 +5,11 @@ worker and ours can share one table. KCL 3.x writes to the same table: it adds a
 we leave alone (``throughputKBps``), one we clear on every take and eviction as it does
 (``checkpointOwner``, its owner-in-waiting during a graceful handoff), and, from 3.5 on,
 items that are not leases at all (coordinator state, worker metrics, marked by
-``entityType``): every read here skips those, so nothing above sees them as leases. Every write is guarded by ``leaseCounter``, which the
-holder bumps on each take, renew and checkpoint: a failed guard means someone else wrote
-the lease since we last saw it, i.e. we lost it. This module only reads and writes items;
-who takes what and when is decided in ``worker.leases``.
+``entityType``): every read here skips those, so nothing above sees them as leases. Every
+write is guarded by ``leaseCounter``, which the holder bumps on each take, renew and
+checkpoint: a failed guard means someone else wrote the lease since we last saw it, i.e. we
+lost it. This module only reads and writes items; who takes what and when is decided in
+``worker.leases``.
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import botocore.exceptions
 
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
-from ..retry import RetryPolicy
 from ..records import ExtendedSequenceNumber
+from ..retry import RetryPolicy
 from .clients import call, create_table_if_not_exists, make_client
+from .protocols import DynamoDBAPI
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class LeaseTable:
     """``LeaseRefresher`` in the KCL: table lifecycle plus guarded item writes."""
 
     config: ConsumerConfig
-    client: Any = None
+    client: DynamoDBAPI | None = None
     retry: RetryPolicy = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +121,7 @@ class LeaseTable:
     # -- table --------------------------------------------------------------------------
     def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
         """Create the table in the KCL 2.x shape; True if this call created it."""
+        assert self.client is not None  # set in __post_init__
         return create_table_if_not_exists(self.retry, self.client, self.table_name,
                                           "lease table", [("leaseKey", "HASH", "S")], timeout_s)
 

@@ -1,28 +1,13 @@
 """A Kinesis producer for one stream: KPL aggregation, PutRecords limits, per-entry retries.
 
-Why not aws-kinesis-agg's ``RecordAggregator`` as is: it puts a whole aggregate under its
-first record's partition key, so user records with other keys land on whatever shard that
-key maps to, and a consumer keyed by shard (or a reader that expects a key's records on one
-shard, in order) sees them in the wrong place. The KPL groups user records by the shard whose
-hash range holds MD5(partition key) (or the explicit hash key) and sends each aggregate with
-an ExplicitHashKey in that range; so do we. The format itself is ``kpl.py``'s.
+Not aws-kinesis-agg's ``RecordAggregator``: it sends a whole aggregate under its first record's
+partition key, so records with other keys land on the wrong shard. As the KPL does, user
+records are grouped by the shard whose hash range holds MD5(partition key) (or the explicit
+hash key), and each aggregate goes with an ExplicitHashKey in that range (the format is
+``kpl.py``'s). Shard ranges come from ListShards, again when an answer reveals a reshard.
 
-Delivery is **at-least-once**: PutRecords is not idempotent, and a retried call or a retried
-Spark task may write a record twice. Nothing is dropped silently: entries that PutRecords
-rejects are sent again under a ``retry.RetryPolicy`` (``PUT_RECORDS_RETRY``: 10 tries within
-2 minutes, waits doubling from 100 ms to 5 s, jittered) when their error code is throttling or
-transient (``aws/clients.py`` reads the codes); after that ``PutRecordsFailedError`` names the
-stream and the number of user records not written.
-
-Shard ranges come from ListShards (open shards) when the first record arrives and again after
-a PutRecords answer puts an aggregate on another shard than planned (a reshard): as with the
-KPL, aggregates built before that answer may land whole on one child shard; later ones are
-placed right.
-
-The producer is synchronous and single-threaded from the caller's side (Spark's ``write``
-runs one per task): ``put`` buffers, and sends when a PutRecords request is full or the
-oldest buffered record is older than ``record_max_buffered_time_ms``; ``flush`` sends the
-rest. ``max_connections`` > 1 sends full requests concurrently.
+Delivery is at-least-once: PutRecords is not idempotent, so a retried call or Spark task may
+write a record twice; refused entries are retried, never dropped silently.
 """
 from __future__ import annotations
 
@@ -46,6 +31,7 @@ from ..retry import PERMANENT, THROTTLING, RetryPolicy, classify
 from .clients import call, error_for_code, make_client
 from .kinesis import KinesisClient
 from .kpl import Aggregate
+from .protocols import KinesisAPI
 
 log = logging.getLogger(__name__)
 
@@ -127,19 +113,21 @@ class ProducerStats:
 class KinesisProducer:
     """Writes user records to one stream, KPL-aggregated by default; at-least-once.
 
-    ``put`` may send (when a request fills up or records waited long enough); ``flush``
-    sends everything buffered and returns only when it is written, or raises
-    ``PutRecordsFailedError``. Use as a context manager or call ``close`` (which flushes);
-    a block left by an exception sends nothing more, so the caller's retry (a Spark task
-    retry) decides.
-    ``retry`` governs failed entries (``PUT_RECORDS_RETRY``). ``client``, ``sleep``,
-    ``clock`` and ``rand`` exist for tests.
+    Synchronous, for one caller (Spark's ``write`` runs one per task); ``max_connections`` > 1
+    sends full requests concurrently. After a reshard, aggregates built before the answer
+    that revealed it may land whole on one child shard, as with the KPL.
+    ``put`` may send (when a request fills up or records waited ``record_max_buffered_time_ms``);
+    ``flush`` sends everything buffered and returns only when it is written, or raises
+    ``PutRecordsFailedError`` naming the records not written. Use as a context manager or
+    call ``close`` (which flushes); a block left by an exception sends nothing more, so the
+    caller's retry (a Spark task retry) decides. ``retry`` governs failed entries
+    (``PUT_RECORDS_RETRY``). ``client``, ``sleep``, ``clock`` and ``rand`` exist for tests.
     """
 
     def __init__(self, config: ConsumerConfig, *, aggregation: bool = True,
                  aggregation_max_bytes: int = DEFAULT_AGGREGATION_MAX_BYTES,
                  record_max_buffered_time_ms: int = 1000, max_connections: int = 1,
-                 retry: RetryPolicy = PUT_RECORDS_RETRY, client: Any = None,
+                 retry: RetryPolicy = PUT_RECORDS_RETRY, client: KinesisAPI | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
                  rand: Callable[[], float] = random.random) -> None:
@@ -367,7 +355,7 @@ class KinesisProducer:
         """
         failed: list[_Entry] = []
         codes: dict[str, int] = {}
-        for entry, result in zip(sent, results):
+        for entry, result in zip(sent, results, strict=False):
             code = result.get("ErrorCode")
             if code:
                 failed.append(entry)

@@ -26,6 +26,7 @@ from ..config import ConsumerConfig
 from ..records import ExtendedSequenceNumber
 from ..retry import RetryPolicy
 from .clients import call, create_table_if_not_exists, make_client
+from .protocols import DynamoDBAPI
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ def _range(item: dict[str, Any]) -> BatchRange:
 class BatchRangeTable:
     """Conditional writes and consistent reads of batch ranges; no policy."""
 
-    def __init__(self, config: ConsumerConfig, client: Any = None) -> None:
+    def __init__(self, config: ConsumerConfig, client: DynamoDBAPI | None = None) -> None:
         self.config = config
         self.table_name = range_table_name(config.application_name)
         self.client = client if client is not None else make_client(config, "dynamodb")

@@ -125,7 +125,7 @@ class CheckpointMessage(Message):
     def from_dict(cls, data: Mapping[str, Any]) -> "CheckpointMessage":
         # Jackson turns a numeric sequence number into its string; so do we. A value of
         # a wrong type is left for the checkpointer to refuse (IllegalArgumentException).
-        seq = data.get("sequenceNumber")
+        seq: Any = data.get("sequenceNumber")
         if isinstance(seq, int) and not isinstance(seq, bool):
             seq = str(seq)
         error = data.get("error")

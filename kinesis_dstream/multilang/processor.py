@@ -47,9 +47,11 @@ class ChildProcess:
             stderr=subprocess.PIPE, cwd=cwd, env=dict(env) if env is not None else None,
             start_new_session=True)
         self.shard_id = shard_id
-        self.stdin = io.TextIOWrapper(self.proc.stdin, encoding="utf-8", write_through=True)
-        self.stdout = io.TextIOWrapper(self.proc.stdout, encoding="utf-8", errors="replace")
-        self._drain = StderrDrain(self.proc.stderr, shard_id)
+        stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+        assert stdin is not None and stdout is not None and stderr is not None  # all PIPEs
+        self.stdin = io.TextIOWrapper(stdin, encoding="utf-8", write_through=True)
+        self.stdout = io.TextIOWrapper(stdout, encoding="utf-8", errors="replace")
+        self._drain = StderrDrain(stderr, shard_id)
         log.info("shard %s: started child pid %d: %s", shard_id, self.proc.pid, " ".join(command))
 
     def describe(self) -> str:

@@ -5,8 +5,8 @@ through this package; it reads Kinesis through ``aws/``. Its parts, one role eac
 
 - ``model``: what a batch reads of a shard (``ShardRange``) and what it read (``ReadReport``);
 - ``source``: the record-source interface (``RecordSource``, ``open_source``), and
-  ``polling``, the source that polls (``KinesisDataFetcher``), with ``aggregation`` (KPL
-  de-aggregation) and ``data_loss`` (records trimmed before they were read);
+  ``polling``, the source that polls (``KinesisDataFetcher``, de-aggregating with
+  ``aws.kpl``), with ``data_loss`` (records trimmed before they were read);
 - ``pacer``: how every read loop waits after a refused or failed call;
 - ``read_loop``: the executors' read of one shard; ``shard_reader``: the range decision,
   the same records every time a partition is computed; ``shard_groups``: which shards a

@@ -1,34 +1,21 @@
-"""KinesisDataFetcher: the polling record source; one shard's iterator, GetRecords and
-de-aggregation (the KCL's role).
+"""KinesisDataFetcher: the polling record source (the KCL's role): one shard's iterator,
+GetRecords and de-aggregation.
 
-Positions are extended sequence numbers (sequence, sub-sequence). A checkpoint inside a KPL
-aggregate cannot be expressed as a shard iterator, so, as the KCL does, we read AT the
-checkpointed sequence number and drop the user records at or before the checkpoint. The same
-trick re-creates an expired iterator after the last delivered record without losing or
-repeating a user record of a half-delivered aggregate.
+A checkpoint inside a KPL aggregate is no shard iterator, so, as the KCL does, we read AT its
+sequence number and drop the user records at or before it; an expired iterator is re-made the
+same way. The fetcher never sleeps and never swallows an error: the caller waits and retries.
 
-The fetcher never sleeps and never swallows an error: throttling that outlasts the retry
-policy propagates, with the iterator kept, so the caller can wait and call again and nothing
-is skipped.
-
-A start older than the stream's retention (a checkpoint of a consumer that stopped for longer
-than that) meets one of two answers, both reported by peers: GetShardIterator refuses the
-sequence number (InvalidArgumentException; harlow/kinesis-consumer falls back to TRIM_HORIZON),
-or Kinesis silently hands out an iterator at the oldest record it holds (as telegraf's consumer
-met it). The fetcher reads AT the start's sequence number, so the first record of the first
-page must be that record: a later one means the records between were trimmed, in either
-shape. A refusal is told apart from one for another reason (a sequence number of another
-shard) by its error code and by what TRIM_HORIZON then holds, never by the message: if the
-oldest record held is not after the start, the start was not trimmed, and the refusal is
-raised as it came. A fetcher made with ``reports_data_loss`` hands a trimmed range to
-``report_data_loss`` (fail, or log it once and go on); the KCL just goes on. Others find it
-in ``data_lost`` (the executors' reader reports it once its range is recorded).
+A start older than the retention is either refused by GetShardIterator or silently moved to
+the oldest record held; either way the first record is later than the start. A refusal is told
+from others by its error code and what TRIM_HORIZON holds, never by the message. With
+``reports_data_loss`` a trimmed range goes to ``report_data_loss``; others read ``data_lost``.
 """
 from __future__ import annotations
 
 import logging
 
 from ..aws.kinesis import KinesisClient
+from ..aws.kpl import deaggregate
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError, ExpiredIteratorError
 from ..records import (
@@ -39,7 +26,6 @@ from ..records import (
     GetRecordsResult,
     Record,
 )
-from ..aws.kpl import deaggregate
 from .data_loss import TrimmedRange, report_data_loss
 
 log = logging.getLogger(__name__)

@@ -71,7 +71,8 @@ class ShardCheckpointer:
                     self._last_sub_of[record.sequence_number] = record.sub_sequence_number
             self._largest_permitted = records[-1].extended_sequence_number
             if len(self._last_sub_of) > 4096:
-                floor = int(self._last_checkpoint.sequence_number) if not self._last_checkpoint.is_sentinel else -1
+                last = self._last_checkpoint
+                floor = int(last.sequence_number) if not last.is_sentinel else -1
                 self._last_sub_of = {k: v for k, v in self._last_sub_of.items() if int(k) > floor}
 
     def reached_shard_end(self) -> None:

@@ -25,8 +25,15 @@ from ..retrieval.source import RecordSource
 from ..retry import Backoff, FaultLog, is_throttling
 from .checkpoint import ShardCheckpointer
 from .metrics import MetricsPublisher, ShardMetricsRecorder
-from .processor import (InitializeInput, LeaseLostInput, ProcessRecordsInput, ProcessorFactory,
-                        ShardEndedInput, ShutdownRequestedInput)
+from .processor import (
+    InitializeInput,
+    LeaseLostInput,
+    ProcessorFactory,
+    ProcessRecordsInput,
+    ShardEndedInput,
+    ShardRecordProcessor,
+    ShutdownRequestedInput,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +162,7 @@ class ShardConsumer:
         except _ProcessorFailed as failure:
             return self._processor_failed(processor, failure)
 
-    def _processor_failed(self, processor: Any, failure: "_ProcessorFailed") -> bool:
+    def _processor_failed(self, processor: ShardRecordProcessor, failure: "_ProcessorFailed") -> bool:
         """After a callback raised: restart from the checkpoint, unless the lease is gone.
 
         A lease lost before or during the back-off ends the shard here with lease_lost to
@@ -164,10 +171,12 @@ class ShardConsumer:
         failed mid-batch checkpoint records it never finished.
         """
         if self._reason is None:
+            checkpointer = self.checkpointer
+            assert checkpointer is not None  # made before the processor that failed
             wait = self._restart_backoff.next_wait_s()
             log.error("record processor for %s failed (%s); restarting it from checkpoint %s "
                       "in %.3g s", self.shard_id, failure.__cause__,
-                      self.checkpointer.last_checkpoint, wait)
+                      checkpointer.last_checkpoint, wait)
             self._sleep(wait)
         else:
             log.warning("record processor for %s failed (%s) while its lease was ending (%s)",
@@ -202,7 +211,7 @@ class ShardConsumer:
         assert wait is not None  # no deadline: the pacer always says how long
         self._sleep(wait)
 
-    def _process_loop(self, fetcher: RecordSource, processor: Any) -> bool:
+    def _process_loop(self, fetcher: RecordSource, processor: ShardRecordProcessor) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
         pacer = self._pacer("GetRecords")
@@ -247,7 +256,7 @@ class ShardConsumer:
         except Exception as exc:  # noqa: BLE001 - re-raised as a restart request
             raise _ProcessorFailed() from exc
 
-    def _shard_end(self, processor: Any, child_shard_ids: list[str]) -> bool:
+    def _shard_end(self, processor: ShardRecordProcessor, child_shard_ids: list[str]) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
         self.state = ConsumerState.SHUTTING_DOWN
@@ -266,7 +275,7 @@ class ShardConsumer:
             self._sleep(backoff.next_wait_s())
         return self._shut_down(processor)
 
-    def _shut_down(self, processor: Any) -> bool:
+    def _shut_down(self, processor: ShardRecordProcessor) -> bool:
         self.state = ConsumerState.SHUTTING_DOWN
         checkpointer = self.checkpointer
         assert checkpointer is not None
@@ -281,7 +290,7 @@ class ShardConsumer:
             log.exception("record processor of %s failed while shutting down", self.shard_id)
         return True
 
-    def _close_quietly(self, processor: Any) -> None:
+    def _close_quietly(self, processor: ShardRecordProcessor) -> None:
         close = getattr(processor, "close", None)
         if callable(close):
             try:

@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Callable
 
+from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retry import Backoff, FaultLog
-from ..config import ConsumerConfig
 from .leases import LeaseManager
 
 log = logging.getLogger(__name__)

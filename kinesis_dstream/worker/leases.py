@@ -16,13 +16,20 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, Protocol
 
 from ..aws.lease_table import Lease, LeaseTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
-from .metrics import CURRENT_LEASES, RENEW_ALL_LEASES, TAKE_LEASES, TAKEN_LEASES, TOTAL_LEASES
+from .metrics import (
+    CURRENT_LEASES,
+    RENEW_ALL_LEASES,
+    TAKE_LEASES,
+    TAKEN_LEASES,
+    TOTAL_LEASES,
+    MetricsPublisher,
+)
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +244,8 @@ class LeaseCoordinator:
             except KinesisDStreamError as exc:
                 log.warning("could not take lease %s: %s", lease.lease_key, exc)
                 continue
-            verb = "stole" if lease.lease_owner and not self.taker.is_expired(lease, self._clock()) else "took"
+            stolen = lease.lease_owner and not self.taker.is_expired(lease, self._clock())
+            verb = "stole" if stolen else "took"
             log.info("%s %s lease %s (counter %d, checkpoint %s)", self.worker_id, verb,
                      lease.lease_key, new.lease_counter, new.checkpoint)
             with self._lock:
@@ -401,13 +409,19 @@ class LeaseCoordinator:
             self._renew_pool.shutdown(wait=False)
 
 
+class ShardSync(Protocol):
+    """Creates the leases of new shards (``shard_sync.ShardSyncer``); returns how many."""
+
+    def sync(self) -> int: ...
+
+
 class LeaseManager:
     """The lease side of a worker's loop: shard sync on its interval (or when asked), lease
     taking at the pace of ``TakingPace``, and, while a held child waits for its parents, a
     table refresh every ``parent_shard_poll_interval_ms``. The Scheduler and the Spark
     driver's coordinator both run it; what they do with the leases is theirs."""
 
-    def __init__(self, config: ConsumerConfig, coordinator: "LeaseCoordinator", syncer: Any,
+    def __init__(self, config: ConsumerConfig, coordinator: "LeaseCoordinator", syncer: ShardSync,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.coordinator = coordinator
@@ -416,7 +430,7 @@ class LeaseManager:
         self._sync_now = threading.Event()
         self._next_sync = clock() + config.shard_sync_interval_ms / 1000.0
         self._next_parent_poll = 0.0
-        self.metrics: Any = None  # a MetricsPublisher, set by whoever owns one
+        self.metrics: MetricsPublisher | None = None  # set by whoever owns one
         self._next_lease_report = 0.0
         self._taken_since_report = 0
         self._clock = clock

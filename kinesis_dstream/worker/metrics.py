@@ -20,10 +20,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..config import ConsumerConfig
 from ..retry import FaultLog
+
+if TYPE_CHECKING:
+    from ..aws.protocols import CloudWatchAPI
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ class MetricsPublisher:
     batch, not per record. ``close`` publishes what is buffered and stops the thread.
     """
 
-    def __init__(self, config: ConsumerConfig, client: Any = None, *,
+    def __init__(self, config: ConsumerConfig, client: CloudWatchAPI | None = None, *,
                  flush_interval_s: float | None = None,
                  clock: Callable[[], float] = time.time):
         self.namespace = config.application_name
@@ -94,7 +97,7 @@ class MetricsPublisher:
         self._fault = FaultLog(log, f"publishing metrics to CloudWatch namespace {self.namespace}")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client = None
+        self._client: CloudWatchAPI | None = None
         if not self.enabled:
             return
         if client is None:
@@ -142,11 +145,13 @@ class MetricsPublisher:
             "StatisticValues": {"SampleCount": float(s.count), "Sum": s.total,
                                 "Minimum": s.minimum, "Maximum": s.maximum},
         } for (name, unit, dimensions), s in buffered.items()]
+        client = self._client
+        assert client is not None  # made in __init__ whenever metrics are enabled
         with self._publish_lock:
             for start in range(0, len(datums), MAX_DATUMS_PER_CALL):
                 batch = datums[start:start + MAX_DATUMS_PER_CALL]
                 try:
-                    self._client.put_metric_data(Namespace=self.namespace, MetricData=batch)
+                    client.put_metric_data(Namespace=self.namespace, MetricData=batch)
                 except Exception as exc:  # noqa: BLE001 - metrics never stop a consumer
                     from ..aws.clients import translate_error
 

@@ -152,7 +152,7 @@ def spawn_worker(config: ConsumerConfig, config_path: str | os.PathLike | None, 
                  **popen_kwargs: Any) -> subprocess.Popen:
     """Write ``config`` to ``config_path`` (0600) and start a worker process on it.
 
-    Used by the Spark glue, the tests and the benchmarks, so all start workers one way.
+    Used by the tests and the benchmarks, so both start workers one way.
     ``config_path`` None means a fresh ``private_path()`` in the temp directory. Files a
     killed run left there (and next to ``config_path``) are removed first.
     """

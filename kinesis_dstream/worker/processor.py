@@ -78,5 +78,15 @@ class RecordProcessor:
         pass
 
 
+class ShardRecordProcessor(Protocol):
+    """What a worker calls on a processor: ``RecordProcessor``'s methods, subclassed or not."""
+
+    def initialize(self, initialize_input: InitializeInput) -> None: ...
+    def process_records(self, process_records_input: ProcessRecordsInput) -> None: ...
+    def lease_lost(self, lease_lost_input: LeaseLostInput) -> None: ...
+    def shard_ended(self, shard_ended_input: ShardEndedInput) -> None: ...
+    def shutdown_requested(self, shutdown_requested_input: ShutdownRequestedInput) -> None: ...
+
+
 # Called once per shard lease, with the shard id, to make that shard's processor.
-ProcessorFactory = Callable[[str], RecordProcessor]
+ProcessorFactory = Callable[[str], ShardRecordProcessor]

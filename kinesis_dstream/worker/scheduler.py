@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
@@ -25,13 +25,16 @@ from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
 
+if TYPE_CHECKING:
+    from ..aws.kinesis import KinesisClient
+
 log = logging.getLogger(__name__)
 
 
 
 class Scheduler:
     def __init__(self, config: ConsumerConfig, processor_factory: ProcessorFactory, *,
-                 kinesis: Any = None, lease_table: LeaseTable | None = None,
+                 kinesis: KinesisClient | None = None, lease_table: LeaseTable | None = None,
                  metrics: MetricsPublisher | None = None):
         from ..aws.kinesis import KinesisClient  # the AWS layer, built when we start
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable
+from typing import Iterable, Protocol
 
 from ..aws.kinesis import Shard
 from ..aws.lease_table import Lease, LeaseTable
@@ -88,8 +88,14 @@ def parents_done(lease: Lease, leases: dict[str, Lease]) -> bool:
                for parent in lease.parent_shard_ids)
 
 
+class ShardLister(Protocol):
+    """Where the shards come from: a ``KinesisClient``, or a test's fixed list."""
+
+    def list_shards(self) -> list[Shard]: ...
+
+
 class ShardSyncer:
-    def __init__(self, config: ConsumerConfig, kinesis: Any, table: LeaseTable):
+    def __init__(self, config: ConsumerConfig, kinesis: ShardLister, table: LeaseTable):
         self.config = config
         self.kinesis = kinesis
         self.table = table
@@ -110,7 +116,7 @@ class ShardSyncer:
                 with ThreadPoolExecutor(min(CREATE_THREADS, len(generation)),
                                         thread_name_prefix="kinesis-dstream-sync") as pool:
                     made = list(pool.map(self.table.create_lease_if_not_exists, generation))
-            for lease, new in zip(generation, made):
+            for lease, new in zip(generation, made, strict=True):
                 if new:
                     created += 1
                     log.info("created lease %s at %s (parents %s)", lease.lease_key,
