@@ -24,7 +24,8 @@ EPILOG = "exit codes: 0 done; 2 usage, or DIR is not a Structured Streaming chec
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="kinesis-dstream checkpoint", epilog=EPILOG,
                                   description="Read a Structured Streaming checkpoint.")
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # No required=True: amazon-kclpy pulls in the PyPI argparse 1.4, which lacks it.
+    commands = top.add_subparsers(dest="command", metavar="COMMAND")
     show = commands.add_parser("show", epilog=EPILOG,
                                help="last committed batch, shard positions, a batch in flight")
     show.add_argument("dir", metavar="DIR", help="the query's checkpointLocation (a local path)")
@@ -36,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     try:
         args = parser().parse_args(argv)
+        if args.command is None:
+            parser().error("a COMMAND is required")
     except SystemExit as exc:
         return int(exc.code or 0) and EXIT_BAD_INPUT
     return run(args.handler, args)

@@ -22,7 +22,6 @@ from ..config import ConsumerConfig
 from ..errors import (ConfigurationError, CredentialsError, EndpointUnreachableError,
                       KinesisDStreamError, StreamNotFoundError)
 
-log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FINDING = 1      # the command worked and found something to act on (expired leases)
@@ -97,7 +96,11 @@ def list_shards(connection: Connection, stream: str) -> dict[str, Shard]:
 
 
 def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run a sub-command; its errors become one line on stderr and an exit code."""
+    """Run a sub-command; its errors become one line on stderr and an exit code.
+
+    botocore's INFO lines (where it found credentials and endpoints) would bury the answer."""
+    for name in ("botocore", "boto3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return handler(args)
     except BadInput as exc:

@@ -20,7 +20,8 @@ EPILOG = ("exit codes: 0 done; 1 a finding (status --expiry: expired leases); 2 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="kinesis-dstream leases", epilog=EPILOG,
                                   description="Read and move the leases of a KCL application.")
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # No required=True: amazon-kclpy pulls in the PyPI argparse 1.4, which lacks it.
+    commands = top.add_subparsers(dest="command", metavar="COMMAND")
     status.add_parser(commands)
     reset.add_parsers(commands)
     for name in ("status", "reset", "release"):
@@ -31,6 +32,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     try:
         args = parser().parse_args(argv)
+        if args.command is None:
+            parser().error("a COMMAND is required")
     except SystemExit as exc:  # argparse: --help is 0, a usage error 2
         return int(exc.code or 0) and EXIT_BAD_INPUT
     return run(args.handler, args)
