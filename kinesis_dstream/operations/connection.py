@@ -19,8 +19,7 @@ from ..aws.clients import call
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
-from ..errors import (ConfigurationError, CredentialsError, EndpointUnreachableError,
-                      KinesisDStreamError, StreamNotFoundError)
+from ..errors import ConfigurationError, KinesisDStreamError, StreamNotFoundError
 
 
 EXIT_OK = 0
@@ -103,13 +102,10 @@ def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return handler(args)
-    except BadInput as exc:
+    except (BadInput, ConfigurationError) as exc:
         sys.stderr.write(f"kinesis-dstream: {exc}\n")
         return EXIT_BAD_INPUT
-    except ConfigurationError as exc:
-        sys.stderr.write(f"kinesis-dstream: {exc}\n")
-        return EXIT_BAD_INPUT
-    except (EndpointUnreachableError, CredentialsError, KinesisDStreamError) as exc:
+    except KinesisDStreamError as exc:  # unreachable, credentials refused, retries spent
         sys.stderr.write(f"kinesis-dstream: {exc}\n")
         return EXIT_SERVICE
 
