@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
 
 SHARED = {"config", "errors", "retry", "records", "settings"}
 TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
-EVERYTHING = SHARED | {"aws", "retrieval", "worker", "multilang", "local", "preflight"} | TOP | {"cli", "pyspark"}
+EVERYTHING = (SHARED | {"aws", "retrieval", "worker", "multilang", "local", "preflight",
+                        "operations"} | TOP | {"cli", "pyspark"})
 # part of the package -> what it may import at module level (parts of kinesis_dstream, or
 # "pyspark"). Lazy imports (inside a function) are held to the same rule except in
 # __init__, whose lazy imports of the Spark names are its way of not importing pyspark.
@@ -28,12 +29,15 @@ ALLOWED: dict[str, set[str]] = {
     "worker": SHARED | {"aws", "retrieval", "worker"},
     "multilang": SHARED | {"aws", "retrieval", "worker", "multilang"},
     "local": set(SHARED),
+    # The operator's command line: the lease table and Kinesis clients, no pyspark (and no
+    # sql/, whose offset format it reads as text), so it runs wherever the package does.
+    "operations": SHARED | {"aws", "operations"},
     # Driver-side Spark glue both APIs use (it is handed a SparkContext; imports no pyspark).
     "preflight": set(SHARED),
     # The DStream glue must not need the sql package (pyspark >= 4.0): DStream users on 3.5.
     # The two Spark APIs share the retrieval package, not each other's modules.
-    "spark": EVERYTHING - {"cli", "sql"},
-    "sql": EVERYTHING - {"cli", "spark"},
+    "spark": EVERYTHING - {"cli", "sql", "operations"},
+    "sql": EVERYTHING - {"cli", "spark", "operations"},
     "cli": EVERYTHING,
     "__main__": {"cli"},
     "__init__": set(SHARED),
@@ -160,6 +164,12 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
      "retrieval/bad.py:1 (retrieval) imports multilang"),
     ({"retrieval/bad.py": "from ..worker.consumer import ShardConsumer\n"},
      "retrieval/bad.py:1 (retrieval) imports worker"),
+    ({"operations/bad.py": "from ..sql.source import KinesisSource\n"},
+     "operations/bad.py:1 (operations) imports sql"),
+    ({"operations/bad.py": "def f():\n    import pyspark\n"},
+     "operations/bad.py:2 (operations) lazily imports pyspark"),
+    ({"operations/bad.py": "from ..worker.leases import LeaseTaker\n"},
+     "operations/bad.py:1 (operations) imports worker"),
 ])
 def test_the_checker_flags_a_forbidden_import(tmp_path, files, expected):
     assert expected in layer_violations(_package(tmp_path, files))
@@ -178,5 +188,6 @@ def test_the_checker_accepts_what_the_layers_allow(tmp_path):
         "__init__.py": "from .config import ConsumerConfig\n"
                       "def __getattr__(name):\n    from .spark import kinesis_utils\n",
         "cli.py": "from .spark import z\n",
+        "operations/ok.py": "from ..aws.lease_table import LeaseTable\nfrom . import connection\n",
     })
     assert layer_violations(root) == []

@@ -567,3 +567,26 @@ def test_take_and_evict_remove_checkpoint_owner_as_kcl3_does(aws, table, app):
     table.evict_lease(lease)
     item = raw(aws, app, "shard-0")
     assert "checkpointOwner" not in item and "leaseOwner" not in item
+
+
+def test_an_operators_reset_takes_the_lease_from_its_holder_and_keeps_the_new_checkpoint(
+        aws, table, app):
+    """``leases reset``: one write guarded on the counter moves the checkpoint, drops the
+    owner (and a pending checkpoint); the holder's next renew and checkpoint are lease lost."""
+    table.create_lease_if_not_exists(Lease("s"))
+    held = table.update_checkpoint(table.take_lease(table.get_lease("s"), "A"), ESN(SEQ, 2))
+    aws.update_item(TableName=app, Key={"leaseKey": {"S": "s"}},
+                    UpdateExpression="SET pendingCheckpoint = :p",
+                    ExpressionAttributeValues={":p": {"S": SEQ}})
+    reset = table.reset_checkpoint(table.get_lease("s"), ESN("TRIM_HORIZON"))
+    assert (reset.lease_owner, reset.lease_counter) == (None, held.lease_counter + 1)
+    item = raw(aws, app, "s")
+    assert item["checkpoint"] == {"S": "TRIM_HORIZON"}
+    assert item["checkpointSubSequenceNumber"] == {"N": "0"}
+    assert "leaseOwner" not in item and "pendingCheckpoint" not in item
+    for write in (table.renew_lease, lambda lease: table.update_checkpoint(lease, ESN(SEQ, 2))):
+        with pytest.raises(LeaseLostError):
+            write(held)
+    with pytest.raises(LeaseLostError):  # a reset planned on a stale read writes nothing
+        table.reset_checkpoint(held, ESN("LATEST"))
+    assert raw(aws, app, "s") == item

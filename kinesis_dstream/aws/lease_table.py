@@ -233,5 +233,25 @@ class LeaseTable:
                              require_owner=lease.lease_owner)
         return replace(lease, lease_owner=None, lease_counter=lease.lease_counter + 1)
 
+    def reset_checkpoint(self, lease: Lease, checkpoint: ExtendedSequenceNumber) -> Lease:
+        """An operator's move of the checkpoint (``kinesis-dstream leases reset``), guarded
+        on the counter alone: the owner goes with it, so the holder's next guarded write
+        fails (it has lost the lease) and whoever takes the now unowned lease reads
+        ``checkpoint``, never the position the holder had."""
+        self._guarded_update(
+            lease, "resetting",
+            "SET #cp = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero,"
+            " leaseCounter = :counter"
+            " REMOVE leaseOwner, checkpointOwner, pendingCheckpoint,"
+            " pendingCheckpointSubSequenceNumber, pendingCheckpointState",
+            {":cp": {"S": checkpoint.sequence_number},
+             ":sub": {"N": str(checkpoint.sub_sequence_number)},
+             ":zero": {"N": "0"},
+             ":counter": {"N": str(lease.lease_counter + 1)}},
+            names={"#cp": "checkpoint"})
+        return replace(lease, lease_owner=None, checkpoint=checkpoint,
+                       owner_switches_since_checkpoint=0,
+                       lease_counter=lease.lease_counter + 1, pending_checkpoint=None)
+
     def delete_table(self) -> None:
         self._call("deleting the lease table", "delete_table", TableName=self.table_name)

@@ -1,0 +1,43 @@
+"""``kinesis-dstream leases``: ``status``, ``reset`` and ``release`` on a KCL lease table.
+
+Exit codes (every sub-command of the operator's command line):
+0 done; 1 done, and found something to act on (``status --expiry``: expired leases);
+2 usage or bad input (an unknown application, table, stream or shard, a malformed position),
+nothing written; 3 the service could not be reached, refused the credentials or failed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import reset, status
+from .connection import EXIT_BAD_INPUT, run
+
+EPILOG = ("exit codes: 0 done; 1 a finding (status --expiry: expired leases); 2 usage or "
+          "bad input, nothing written; 3 service unreachable, credentials refused or failing")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="kinesis-dstream leases", epilog=EPILOG,
+                                  description="Read and move the leases of a KCL application.")
+    # No required=True: amazon-kclpy pulls in the PyPI argparse 1.4, which lacks it.
+    commands = top.add_subparsers(dest="command", metavar="COMMAND")
+    status.add_parser(commands)
+    reset.add_parsers(commands)
+    for name in ("status", "reset", "release"):
+        commands.choices[name].epilog = EPILOG
+    return top
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parser().parse_args(argv)
+        if args.command is None:
+            parser().error("a COMMAND is required")
+    except SystemExit as exc:  # argparse: --help is 0, a usage error 2
+        return int(exc.code or 0) and EXIT_BAD_INPUT
+    return run(args.handler, args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

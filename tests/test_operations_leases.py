@@ -1,0 +1,273 @@
+"""``kinesis-dstream leases`` against the emulators, on tables our worker wrote.
+
+Most tests share one table: a worker read a two-shard stream to its end, checkpointed, and
+was killed -9, so the items stand still and a test can compare them before and after. The
+reset test runs its own worker, as the reset must be safe while one runs.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emulators
+from recording_processor import read_events, start_worker
+
+from kinesis_dstream import cli
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+from kinesis_dstream.records import ExtendedSequenceNumber
+
+pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
+
+
+def items(dynamodb: str, table: str) -> dict[str, dict]:
+    found = emulators.client("dynamodb", dynamodb).scan(TableName=table, ConsistentRead=True)
+    return {item["leaseKey"]["S"]: item for item in found["Items"]}
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str, float]:
+    started = time.monotonic()
+    code = cli.main(list(argv))
+    elapsed = time.monotonic() - started
+    out, err = capsys.readouterr()
+    return code, out, err, elapsed
+
+
+def config_for(kinesis_local: str, dynamodb: str, app: str, stream: str) -> ConsumerConfig:
+    """As conftest's make_config: short timings, TRIM_HORIZON."""
+    return ConsumerConfig(
+        application_name=app, stream_name=stream, region_name=DUMMY_REGION,
+        kinesis_endpoint=kinesis_local, dynamodb_endpoint=dynamodb,
+        aws_access_key_id=DUMMY_ACCESS_KEY_ID, aws_secret_key=DUMMY_SECRET_ACCESS_KEY,
+        initial_position="TRIM_HORIZON", failover_time_ms=3000, idle_time_between_reads_ms=100,
+        shard_sync_interval_ms=2000, parent_shard_poll_interval_ms=200,
+        checkpoint_interval_ms=1000, shutdown_grace_ms=5000, metrics_level="NONE")
+
+
+def last_checkpoints(events: list[dict]) -> dict[str, ExtendedSequenceNumber]:
+    last: dict[str, ExtendedSequenceNumber] = {}
+    for event in events:
+        if event["event"] == "checkpoint":
+            last[event["shard"]] = ExtendedSequenceNumber(event["seq"], event["sub"])
+    return last
+
+
+def run_until_checkpointed(config: ConsumerConfig, records: dict[str, str], tmp: Path,
+                           name: str) -> tuple[Any, Path]:
+    """A worker that has delivered and checkpointed every record (still running)."""
+    log_path = tmp / f"{name}.jsonl"
+    worker = start_worker(config.replace(worker_id=name), log_path, tmp, name)
+    wait_for(lambda: {e["data"] for e in read_events(str(log_path))
+                      if e["event"] == "record"} >= set(records), 60, "every record")
+    wait_for(lambda: {e["shard"] for e in read_events(str(log_path))
+                      if e["event"] == "checkpoint"} == set(emulators.list_shard_ids(
+                          config.kinesis_endpoint, config.stream_name)), 30, "checkpoints")
+    return worker, log_path
+
+
+@dataclass
+class StoppedApp:
+    stream: str
+    app: str
+    kinesis: str
+    dynamodb: str
+    checkpoints: dict[str, ExtendedSequenceNumber]
+
+    def flags(self) -> list[str]:
+        return ["--app", self.app, "--stream", self.stream, "--kinesis-endpoint", self.kinesis,
+                "--dynamodb-endpoint", self.dynamodb]
+
+
+@pytest.fixture(scope="module")
+def stopped(kinesis_local: str, dynamodb: str, tmp_path_factory) -> Any:
+    """A table our worker (worker-a) wrote, the worker then killed -9: nothing moves."""
+    stream, app = emulators.unique_name("ops-stream"), emulators.unique_name("app-ops")
+    emulators.create_stream(kinesis_local, stream, 2)
+    records = emulators.put_batch(kinesis_local, stream, "r", 40)
+    tmp = tmp_path_factory.mktemp("stopped")
+    worker, log_path = run_until_checkpointed(
+        config_for(kinesis_local, dynamodb, app, stream), records, tmp, "worker-a")
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    yield StoppedApp(stream, app, kinesis_local, dynamodb,
+                     last_checkpoints(read_events(str(log_path))))
+    emulators.delete_stream(kinesis_local, stream)
+    emulators.client("dynamodb", dynamodb).delete_table(TableName=app)
+
+
+def test_status_of_a_table_our_worker_wrote(stopped, local_env, capsys):
+    """Endpoints from AWS_ENDPOINT_URL_*: no endpoint flag."""
+    code, out, _, _ = run_cli(capsys, "leases", "status", "--app", stopped.app,
+                              "--stream", stopped.stream, "--json")
+    assert code == 0
+    report = json.loads(out)
+    rows = {row["shard"]: row for row in report["shards"]}
+    assert set(rows) == set(stopped.checkpoints)
+    for shard, row in rows.items():
+        assert row["owner"] == "worker-a" and row["stream"] == stopped.stream
+        assert ExtendedSequenceNumber(**row["checkpoint"]) == stopped.checkpoints[shard]
+        assert isinstance(row["lag_ms"], int) and row["lag_ms"] >= 0, row
+        assert row["live"] is None and row["parents"] == []
+    assert report["summary"] | {"max_lag_ms": None, "max_lag_shard": None} == {
+        "shards": 2, "owned": 2, "unowned": 0, "finished": 0, "expired": None,
+        "workers": {"worker-a": 2}, "max_lag_ms": None, "max_lag_shard": None, "stalled": None}
+
+    code, out, _, _ = run_cli(capsys, "leases", "status", "--app", stopped.app,
+                              "--stream", stopped.stream)
+    assert code == 0
+    for shard, checkpoint in stopped.checkpoints.items():
+        assert shard in out and str(checkpoint) in out
+    assert "workers: worker-a: 2" in out and "largest lag:" in out
+
+
+def test_status_expiry_and_no_lag(stopped, aws_env, capsys):
+    """The killed worker's leases: counter still over the interval -> expired, exit 1.
+    --no-lag with a closed Kinesis endpoint: no Kinesis call, or it would fail."""
+    flags = stopped.flags()
+    flags[flags.index("--kinesis-endpoint") + 1] = "http://127.0.0.1:9"
+    code, out, _, _ = run_cli(capsys, "leases", "status", *flags, "--no-lag", "--expiry",
+                              "--failover-ms", "300", "--json")
+    assert code == 1
+    report = json.loads(out)
+    assert [row["live"] for row in report["shards"]] == [False, False]
+    assert [row["lag_ms"] for row in report["shards"]] == [None, None]
+    assert report["summary"]["expired"] == 2 and report["liveness"]["checked"]
+
+
+def test_dry_run_and_bad_input_write_nothing(stopped, aws_env, capsys):
+    before = items(stopped.dynamodb, stopped.app)
+    shard = sorted(stopped.checkpoints)[0]
+    code, out, _, _ = run_cli(capsys, "leases", "reset", *stopped.flags(), "--all",
+                              "--to", "TRIM_HORIZON", "--dry-run")
+    assert code == 0 and "would write 2 of 2" in out and "dry run: nothing written" in out
+    flags = stopped.flags()
+    bad = [
+        (["--app", "no-such-app-ops"] + flags[2:] + ["--all", "--to", "LATEST"],
+         "no lease table 'no-such-app-ops'"),
+        (flags + ["--shard", "shardId-000000000042", "--to", "LATEST"],
+         "no lease for shard 'shardId-000000000042'"),
+        (flags[:3] + ["no-such-stream-ops"] + flags[4:] + ["--all", "--to", "LATEST"],
+         "no stream 'no-such-stream-ops'"),
+        (flags + ["--shard", shard, "--to", "1"], "is before shard"),
+        (flags + ["--shard", shard, "--to", "AT_TIMESTAMP:noon"], "not an ISO 8601 time"),
+    ]
+    for argv, says in bad:
+        code, _, err, elapsed = run_cli(capsys, "leases", "reset", *argv)
+        assert code == 2 and says in err, (argv, err)
+        assert elapsed < 10
+    for command in (["status"], ["release", "--worker", "worker-a"]):
+        code, _, err, elapsed = run_cli(capsys, "leases", *command, "--app", "no-such-app-ops",
+                                        *flags[2:])
+        assert code == 2 and "no lease table 'no-such-app-ops'" in err and elapsed < 10
+    assert items(stopped.dynamodb, stopped.app) == before
+
+
+def test_release_hands_back_a_dead_workers_leases(stopped, aws_env, capsys):
+    before = items(stopped.dynamodb, stopped.app)
+    code, _, err, _ = run_cli(capsys, "leases", "release", *stopped.flags(), "--worker", "nobody")
+    assert code == 2 and "holds no lease" in err
+    code, out, _, _ = run_cli(capsys, "leases", "release", *stopped.flags(),
+                              "--worker", "worker-a", "--json")
+    assert code == 0
+    assert [lease["written"] for lease in json.loads(out)["leases"]] == [True, True]
+    after = items(stopped.dynamodb, stopped.app)
+    for key, item in after.items():
+        assert "leaseOwner" not in item
+        assert int(item["leaseCounter"]["N"]) == int(before[key]["leaseCounter"]["N"]) + 1
+        assert item["checkpoint"] == before[key]["checkpoint"]
+
+
+def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamodb,
+                                     kinesis_local, capsys, tmp_path):
+    """One shard back to a sequence number, the other to a time between two puts: reading
+    resumes right after the one and at the first record after the other, and no checkpoint
+    the table holds after the reset is one the worker had before it (they only grow again
+    from the new position, with records read after the reset)."""
+    stream = make_stream(2)
+    first = emulators.put_records(kinesis_local, stream, [(f"k{i}", f"a-{i}") for i in range(30)])
+    time.sleep(1.5)
+    moment = time.time()
+    time.sleep(1.5)
+    second = emulators.put_records(kinesis_local, stream, [(f"k{i}", f"b-{i}") for i in range(30)])
+    config = make_config(stream)
+    worker, log_path = run_until_checkpointed(
+        config, {p.data.decode(): "" for p in first + second}, tmp_path, "worker-a")
+    try:
+        shard_a, shard_b = sorted(emulators.list_shard_ids(kinesis_local, stream))
+        of_a = [p for p in first + second if p.shard_id == shard_a]
+        of_b = [p for p in first + second if p.shard_id == shard_b]
+        assert len(of_a) > 3 and of_b, "the keys must spread over both shards"
+        old = last_checkpoints(read_events(str(log_path)))
+        mark = len(read_events(str(log_path)))
+        samples: list[tuple[str, str, int]] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                for key, item in items(dynamodb, config.application_name).items():
+                    samples.append((key, item["checkpoint"]["S"],
+                                    int(item["checkpointSubSequenceNumber"]["N"])))
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        target = of_a[2]
+        at = _dt.datetime.fromtimestamp(moment, tz=_dt.timezone.utc).isoformat()
+        base = ["leases", "reset", "--app", config.application_name, "--stream", stream, "--json"]
+        code, out, _, _ = run_cli(capsys, *base, "--shard", shard_a, "--to", target.sequence_number)
+        assert code == 0, out
+        code, out, _, _ = run_cli(capsys, *base, "--shard", shard_b, "--to", f"AT_TIMESTAMP:{at}")
+        assert code == 0, out
+        sampler.start()
+        (moved,) = json.loads(out)["leases"]
+        assert moved["owner_before"] == "worker-a" and moved["written"]
+
+        expected_a = {p.data.decode() for p in of_a[3:]}
+        later = [p for p in of_b if p in second]
+        expected_b = {p.data.decode() for p in later}
+
+        def again() -> dict[str, set[str]]:
+            seen: dict[str, set[str]] = {shard_a: set(), shard_b: set()}
+            for e in read_events(str(log_path))[mark:]:
+                if e["event"] == "record":
+                    seen[e["shard"]].add(e["data"])
+            return seen
+
+        wait_for(lambda: again()[shard_a] >= expected_a and again()[shard_b] >= expected_b,
+                 60, "reading again from the new positions")
+        wait_for(lambda: last_checkpoints(read_events(str(log_path))[mark:]).keys() == {
+            shard_a, shard_b}, 30, "checkpoints after the reset")
+        time.sleep(2)  # a few more renewals and checkpoints in the samples
+        stop.set()
+        sampler.join(timeout=10)
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
+    assert again() == {shard_a: expected_a, shard_b: expected_b}
+    new_checkpoints = {(e["shard"], e["seq"], e["sub"])
+                       for e in read_events(str(log_path))[mark:] if e["event"] == "checkpoint"}
+    resets = {(shard_a, target.sequence_number, 0),
+              (shard_b, min(later, key=lambda p: int(p.sequence_number)).sequence_number, -1)}
+    assert samples
+    per_shard: dict[str, list[ExtendedSequenceNumber]] = {}
+    for key, seq, sub in samples:
+        assert (key, seq, sub) in new_checkpoints | resets, (key, seq, sub, old[key])
+        per_shard.setdefault(key, []).append(ExtendedSequenceNumber(seq, sub))
+    for key, seen in per_shard.items():
+        assert seen == sorted(seen), f"{key}: the checkpoint went back: {seen}"
