@@ -21,14 +21,13 @@ from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError, KinesisDStreamError, StreamNotFoundError
 
-
 EXIT_OK = 0
 EXIT_FINDING = 1      # the command worked and found something to act on (expired leases)
 EXIT_BAD_INPUT = 2    # usage, or a name or position that does not exist or does not parse
 EXIT_SERVICE = 3      # AWS (or the emulator) unreachable, refusing our credentials, or failing
 
 # Two tries, short timeouts: an unreachable endpoint fails in a few seconds, not minutes.
-OPERATOR_RETRY = {"retry_max_attempts": 2, "retry_wait_time_ms": 200,
+OPERATOR_RETRY: dict[str, Any] = {"retry_max_attempts": 2, "retry_wait_time_ms": 200,
                   "connect_timeout_s": 2.0, "read_timeout_s": 5.0}
 
 
@@ -66,11 +65,12 @@ class Connection:
     def check_table(self) -> None:
         """The table exists, or BadInput naming it (the application has no lease table)."""
         try:
+            assert self.table.client is not None
             call(self.table.retry, self.table.client.describe_table,
                  f"describing lease table {self.table_name}",
                  expected=("ResourceNotFoundException",), TableName=self.table_name)
         except botocore.exceptions.ClientError:
-            where = self.table.client.meta.endpoint_url
+            where = self.config.dynamodb_endpoint or "AWS"
             raise BadInput(f"no lease table {self.table_name!r} for application {self.app!r} "
                            f"at {where} (region {self.config.region_name}); is --app or "
                            "--table right?") from None
@@ -118,5 +118,6 @@ def emit_table(headers: list[str], rows: list[list[str]]) -> None:
     """Columns padded to their widest cell, for people."""
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     for line in [headers] + rows:
-        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() + "\n")
+        cells = (cell.ljust(w) for cell, w in zip(line, widths, strict=True))
+        sys.stdout.write("  ".join(cells).rstrip() + "\n")
 

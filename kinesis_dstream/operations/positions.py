@@ -12,8 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
-from ..records import (AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber,
-                       is_valid_sequence_number)
+from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber, is_valid_sequence_number
 from .connection import BadInput
 
 SEQUENCE = "SEQUENCE"

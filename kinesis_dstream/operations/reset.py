@@ -20,8 +20,16 @@ from ..aws.kinesis import KinesisClient, Shard
 from ..aws.lease_table import Lease, LeaseTable
 from ..errors import LeaseLostError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber
-from .connection import (EXIT_OK, BadInput, Connection, add_connection_flags, connect, emit_json,
-                         emit_table, list_shards)
+from .connection import (
+    EXIT_OK,
+    BadInput,
+    Connection,
+    add_connection_flags,
+    connect,
+    emit_json,
+    emit_table,
+    list_shards,
+)
 from .positions import SEQUENCE, Target, parse_position, split_lease_key
 
 GUARD_ATTEMPTS = 5
@@ -97,8 +105,10 @@ def reset_leases(args: argparse.Namespace) -> int:
         moves.append(Move(lease, shard_id, to, note))
     if not args.dry_run:
         for move in moves:
-            _write(connection.table, move, lambda lease, m=move: connection.table.reset_checkpoint(
-                lease, m.to))
+            def reset(lease: Lease, to: ExtendedSequenceNumber = move.to) -> Lease:
+                return connection.table.reset_checkpoint(lease, to)
+
+            _write(connection.table, move, reset)
     _report(args, connection, moves, {"to": str(target)})
     return EXIT_OK
 
@@ -132,8 +142,11 @@ def _resolve(kinesis: KinesisClient, shard: Shard,
         return target.position, ""
     if target.kind != AT_TIMESTAMP:
         return ExtendedSequenceNumber(target.kind), ""
-    iterator = kinesis.get_shard_iterator(shard.shard_id, AT_TIMESTAMP, timestamp=target.timestamp)
+    iterator: str | None = kinesis.get_shard_iterator(shard.shard_id, AT_TIMESTAMP,
+                                                      timestamp=target.timestamp)
     for _ in range(TIMESTAMP_PAGES):
+        if iterator is None:
+            break
         answer = kinesis.get_records(iterator, 1, shard_id=shard.shard_id)
         if answer.get("Records"):
             first = str(answer["Records"][0]["SequenceNumber"])

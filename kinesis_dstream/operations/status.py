@@ -24,8 +24,15 @@ from typing import Any
 from ..aws.lease_table import Lease
 from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON
-from .connection import (EXIT_FINDING, EXIT_OK, Connection, add_connection_flags, connect,
-                         emit_json, emit_table)
+from .connection import (
+    EXIT_FINDING,
+    EXIT_OK,
+    Connection,
+    add_connection_flags,
+    connect,
+    emit_json,
+    emit_table,
+)
 from .positions import split_lease_key
 
 LAG_THREADS = 16
@@ -158,7 +165,7 @@ def measure_lag(connection: Connection, rows: list[ShardStatus]) -> None:
         return
     with ThreadPoolExecutor(max_workers=min(LAG_THREADS, len(todo))) as pool:
         for row, (lag, note) in zip(todo, pool.map(
-                lambda r: _lag_of(clients[r.stream], r), todo)):
+                lambda r: _lag_of(clients[r.stream], r), todo), strict=True):
             row.lag_ms, row.lag_note = lag, note
 
 

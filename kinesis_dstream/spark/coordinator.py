@@ -23,7 +23,6 @@ from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable
 from ..aws.range_table import BatchRangeTable
 from ..config import ConsumerConfig, proven_dead
-from ..retrieval import ReadReport
 from ..errors import (
     ConfigurationError,
     CredentialsError,
@@ -31,6 +30,7 @@ from ..errors import (
     LeaseLostError,
     StreamNotFoundError,
 )
+from ..retrieval import ReadReport
 from ..worker.lease_loop import lease_loop_backoff, run_lease_loop
 from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder

@@ -21,9 +21,9 @@ from pyspark.streaming import kinesis as _pyspark_kinesis  # pure Python: needs 
 
 from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
+from ..preflight import check_executors, use_driver_python_on_local_master
 from .dstream import attach, make_batch_function
 from .planner import StreamSpec
-from ..preflight import check_executors, use_driver_python_on_local_master
 from .rate import RateSettings
 from .records import KinesisRecord, record_values
 from .registry import coordinators, planner_for

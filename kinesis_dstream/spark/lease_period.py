@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..aws.lease_table import Lease
-from ..retrieval import ITERATOR_TTL_S, ReadReport, start_after
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
+from ..retrieval import ITERATOR_TTL_S, ReadReport, start_after
 from ..worker.leases import LeaseCoordinator
 from .checkpointer import KinesisCheckpointer
 
@@ -199,16 +199,16 @@ class LeasePeriods:
                         not (shard.lapsed and self.leases.is_lapsed(shard.shard_id)):
                     self.close(shard, "lost")
             for shard_id, lease in sorted(owned.items()):
-                shard = self.shards.get(shard_id)
+                known = self.shards.get(shard_id)
                 if lease is None:
                     continue
-                if shard is not None and shard.held:
-                    if not shard.lapsed:
+                if known is not None and known.held:
+                    if not known.lapsed:
                         continue
                     if self.leases.resumed(shard_id):
-                        self._resume(shard)
+                        self._resume(known)
                         continue
-                    self.close(shard, "lost")  # written by another in between
+                    self.close(known, "lost")  # written by another in between
                 if lease.is_finished:
                     self.leases.release(shard_id)
                     continue
@@ -222,7 +222,7 @@ class LeasePeriods:
             timestamp = self.initial_timestamp
         counts = {m: 0 for m in self.members}
         for shard in self.shards.values():
-            if shard.held:
+            if shard.held and shard.member is not None:
                 counts[shard.member] = counts.get(shard.member, 0) + 1
         member = min(self.members, key=lambda m: counts[m])
         shard = self.shard(lease.lease_key)

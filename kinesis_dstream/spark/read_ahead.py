@@ -146,6 +146,7 @@ class ReadAhead:
                     self._wake.wait()
                 if self.stopping:
                     return
+                assert self._next is not None
                 sc, batch_ms, values = self._next
                 self._next, self._busy = None, True
             try:

@@ -12,8 +12,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Iterator
 
 from ..config import ConsumerConfig
-from ..retrieval import ShardRange
-from ..retrieval import read_shards
+from ..retrieval import ShardRange, read_shards
 from .records import RecordValues
 
 # The local property that marks the read-ahead job of a batch (its value: the batch time).
