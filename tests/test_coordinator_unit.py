@@ -20,6 +20,8 @@ from kinesis_dstream.executor.shard_reader import ReadReport
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.spark.coordinator import ShardCoordinator
 
+pytestmark = pytest.mark.unit
+
 TRIM = ESN("TRIM_HORIZON")
 SHARDS = [f"shardId-{i:012d}" for i in range(4)]
 

@@ -31,6 +31,8 @@ from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRE
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.scheduler import Scheduler
 
+pytestmark = pytest.mark.emulator
+
 FAILOVER_MS = 5000
 # Attributes a KCL 2.x writer puts on an item only in some states: resharding
 # (parentShardId, childShardIds) and a two-phase checkpoint (pendingCheckpoint*).

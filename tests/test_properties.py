@@ -15,6 +15,8 @@ from kinesis_dstream.multilang.properties import (
     parse_properties,
 )
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -14,6 +14,8 @@ import pytest
 import kinesis_dstream
 from kinesis_dstream.local import NPM_EMULATORS
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)

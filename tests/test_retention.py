@@ -64,6 +64,7 @@ def drain(fetcher: KinesisDataFetcher, max_calls: int = 50) -> list[str]:
 
 
 # -- the fetcher -------------------------------------------------------------------------------
+@pytest.mark.emulator
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_trimmed_checkpoint_goes_on_from_the_oldest_record_and_is_logged_once(
         ten, make_config, make_fault_proxy, caplog, shape):
@@ -83,6 +84,7 @@ def test_a_trimmed_checkpoint_goes_on_from_the_oldest_record_and_is_logged_once(
     assert proxy.refused == (2 if shape == "refuse" else 0)
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_trimmed_checkpoint_fails_with_fail_on_data_loss(ten, make_config, make_fault_proxy,
                                                            shape):
@@ -101,6 +103,7 @@ def test_a_trimmed_checkpoint_fails_with_fail_on_data_loss(ten, make_config, mak
         assert put[5].sequence_number in str(info.value)
 
 
+@pytest.mark.emulator
 def test_a_start_at_the_trim_horizon_or_after_it_loses_nothing(ten, make_config,
                                                                 make_fault_proxy, caplog):
     stream, put = ten
@@ -118,6 +121,7 @@ def test_a_start_at_the_trim_horizon_or_after_it_loses_nothing(ten, make_config,
     assert not trimmed_warnings(caplog.messages, put[0].shard_id)
 
 
+@pytest.mark.emulator
 def test_expired_iterators_are_re_created_after_the_last_record(ten, make_config,
                                                                  make_fault_proxy):
     stream, put = ten
@@ -148,6 +152,7 @@ class _Recorder(RecordProcessor):
         process_records_input.checkpointer.checkpoint()
 
 
+@pytest.mark.emulator
 def test_a_trimmed_start_read_by_two_computations_is_logged_by_the_one_whose_range_stands(
         ten, make_config, make_fault_proxy, caplog):
     """A task and its retry (in another Python worker: nothing logged there yet) both read a
@@ -189,6 +194,7 @@ def seed_checkpoint(config: Any, shard_id: str, sequence_number: str) -> None:
     assert table.create_lease_if_not_exists(Lease(shard_id, checkpoint=ESN(sequence_number)))
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(180)
 def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothing(
         aws_env, ten, make_config, make_fault_proxy, caplog):
@@ -271,6 +277,7 @@ def batches_go_on(batches: list, count: int = 3, timeout: float = 60.0) -> None:
     wait_until(lambda: len(batches) >= seen + count, timeout, f"{count} more batches")
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_stream,
                                                            put_records, unique_app_name):
@@ -297,6 +304,7 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_str
     assert not failed, failed[0][:2000]  # a failed batch's records would come later: no
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
@@ -323,6 +331,7 @@ def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
     assert len(lines) == 1 and span in lines[0] and "WARNING" in lines[0], lines
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
         sc, proxied, make_config, make_stream, put_records, unique_app_name):
@@ -362,6 +371,7 @@ def spark(sc: Any) -> Any:
     return session
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fail", [False, True])
 def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make_stream,

@@ -7,6 +7,8 @@ import pytest
 
 HAS_DATA_SOURCE_API = int(pyspark.__version__.split(".")[0]) >= 4
 
+pytestmark = pytest.mark.spark
+
 
 def test_kinesis_utils_imports_on_this_pyspark():
     from kinesis_dstream import InitialPositionInStream, KinesisRecord, KinesisUtils
