@@ -10,12 +10,28 @@ pytestmark = pytest.mark.emulator
 def test_a_reader_process_keeps_its_clients_out_of_the_per_task_garbage_collection() -> None:
     """PySpark's reused workers run gc.collect() after every task; boto3's objects must not be
     walked each time (they were most of the executors' CPU at 200 records/s)."""
-    out = _in_a_fresh_reader_process("import gc\n",
-                                     "print(gc.get_freeze_count(), len(gc.get_objects()))\n")
-    frozen, walked = map(int, out.stdout.split())
-    assert frozen > 20_000  # botocore's loaded models and the clients
-    assert walked < 2_000  # what a task's gc.collect() still walks
-
+    out = _in_a_fresh_reader_process("import gc, types\n", """
+clients = shard_reader.clients_for(config)
+walked = {id(o) for o in gc.get_objects()}  # what a collection walks: never the frozen
+# The clients' own objects (botocore's clients, their service models, ...): all that they
+# reach, short of modules, classes and functions (whose globals reach everything).
+held, seen, todo = [], set(), [clients]
+while todo:
+    o = todo.pop()
+    if id(o) in seen or isinstance(o, (type, types.ModuleType, types.FunctionType,
+                                       types.BuiltinFunctionType)):
+        continue
+    seen.add(id(o))
+    if gc.is_tracked(o):
+        held.append(o)
+    todo.extend(gc.get_referents(o))
+later = [object()]  # a task's garbage, made after the clients
+print(len(held), sum(id(o) in walked for o in held), id(later) in {id(o) for o in gc.get_objects()})
+""")
+    held, walked, later_walked = out.stdout.split()
+    assert int(held) > 100, held  # the clients hold a graph of objects, not a few
+    assert int(walked) == 0, f"{walked} of the clients' {held} objects still walked by gc"
+    assert later_walked == "True"  # what tasks make later is collected as before
 
 
 def test_an_executor_process_logs_with_time_level_and_logger() -> None:

@@ -92,14 +92,24 @@ def test_summary_drops_the_shard_dimension_and_the_detailed_metrics():
 def test_none_records_nothing_and_makes_no_client(monkeypatch):
     import kinesis_dstream.aws.clients as clients
 
-    def no_client(*_a, **_k):
-        raise AssertionError("a client was made with metrics_level NONE")
-
-    monkeypatch.setattr(clients, "make_client", no_client)
+    made: list[tuple] = []
+    monkeypatch.setattr(clients, "make_client",
+                        lambda *args, **_k: made.append(args) or StubCloudWatch())
+    publishers = {t for t in threading.enumerate() if t.name == "metrics-publisher"}
     pub = MetricsPublisher(config("NONE"))
     pub.record(m.RECORDS_PROCESSED, 1, operation=m.PROCESS_TASK)
     pub.flush()
+    assert made == []  # no CloudWatch client
+    assert {t for t in threading.enumerate() if t.name == "metrics-publisher"} == publishers
     pub.close()
+    client = StubCloudWatch()  # given one anyway, NONE sends it nothing, now or at close
+    pub = MetricsPublisher(config("NONE"), client, flush_interval_s=0.01)
+    for n in range(3):
+        pub.record(m.RECORDS_PROCESSED, n, operation=m.PROCESS_TASK, shard_id="shardId-000")
+        m.ShardMetricsRecorder(pub, "shardId-000").get_records(True, 12.0)
+    pub.flush()
+    pub.close()
+    assert client.calls == []
 
 
 @pytest.mark.unit
