@@ -135,6 +135,7 @@ def test_wheel_holds_the_package_the_registrations_and_the_command(wheel: Path):
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # builds and packs a venv (the module fixture `packed`): 2 minutes
 def test_installed_wheel_runs_its_command_and_spark_finds_aws_kinesis(packed: Path, tmp_path):
     """In the fresh venv the pack block made (outside the checkout): the console script, and
     Spark's own lookup of `aws-kinesis` / `kinesis` through the pyspark_* top-level modules."""
