@@ -104,6 +104,7 @@ def submit(venv: Path, job: str, cwd: Path, env: dict[str, str],
 # -- the wheel ---------------------------------------------------------------------------------
 
 @pytest.mark.emulator
+@pytest.mark.slow  # builds the wheel (the module fixture `wheel`)
 def test_wheel_holds_the_package_the_registrations_and_the_command(wheel: Path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())

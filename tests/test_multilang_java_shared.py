@@ -112,6 +112,7 @@ def assert_took_over_from_checkpoints(victim: DaemonProcess, survivor: DaemonPro
 
 
 @pytest.mark.emulator
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_one_properties_file_java_and_ours_share_shards_and_take_over_both_ways(
         aws_env, kinesis_local, dynamodb, make_stream, unique_app_name, tmp_path):

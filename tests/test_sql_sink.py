@@ -211,7 +211,8 @@ def test_options_qubole_short_names_are_aliases_and_source_ones_do_not_apply(cap
     assert "is a source option (kinesis.startingPosition)" in caplog.text
 
 
-@pytest.mark.emulator
+@pytest.mark.spark  # a Spark driver in a fresh process
+@pytest.mark.slow
 def test_registered_without_any_call_in_a_fresh_process(kinesis_local, make_stream, tmp_path):
     """A new Python process with only PYTHONPATH: both names resolve, rows arrive."""
     stream = make_stream(1)

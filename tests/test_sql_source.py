@@ -762,7 +762,8 @@ def batch_files(out_dir: Path) -> dict[int, list[list]]:
     return found
 
 
-@pytest.mark.emulator
+@pytest.mark.spark  # Spark drivers in processes of their own
+@pytest.mark.slow
 def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_stream, tmp_path):
     stream = make_stream(2)
     out_dir = tmp_path / "out"
