@@ -45,9 +45,12 @@ test: setup
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
 
-# The unit tier (pytest -m unit, setup.cfg's markers): no emulator, no process, no Spark.
+# The unit tier (pytest -m unit, setup.cfg's markers): no emulator, no process, no Spark, so
+# it runs on pytest-xdist workers (whole files each: module state stays in one process). The
+# other tiers do not: one SparkContext per session, emulators and daemons on a 2-core machine.
+FAST_WORKERS ?= 2
 test-fast: setup
-	@rc=0; $(PY) -m pytest -q -m unit $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -q -m unit -n $(FAST_WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; fi; \
 	exit $$rc
 
