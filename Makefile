@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 # Set by .ci/run so it can report pytest's own exit code (make itself only says 2).
 PYTEST_EXIT_FILE ?=
 
-.PHONY: setup test demo bench local clean docs lint
+.PHONY: setup test test-fast demo bench local clean docs lint
 
 setup: $(PY_STAMP) $(NPM_STAMP) $(KCL3_STAMP)
 
@@ -43,6 +43,15 @@ test: setup
 	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	exit $$rc
+
+# The unit tier (pytest -m unit, setup.cfg's markers): no emulator, no process, no Spark, so
+# it runs on pytest-xdist workers (whole files each: module state stays in one process). The
+# other tiers do not: one SparkContext per session, emulators and daemons on a 2-core machine.
+FAST_WORKERS ?= 2
+test-fast: setup
+	@rc=0; $(PY) -m pytest -q -m unit -n $(FAST_WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; fi; \
 	exit $$rc
 
 demo: setup
@@ -90,14 +99,16 @@ clean:
 
 # ---- Spark version matrix (README: "Supported Spark versions") ------------------------------
 # The main suite runs on the pyspark that `.[test]` resolves to (the newest). These targets run
-# the DStream tests again on pyspark 3.5 (EMR 7) and the SQL tests on 4.0, each in a venv of its
-# own; .ci/run runs them after `make test`. A target's PYTEST_EXIT_FILE gets pytest's code.
+# the DStream tests' spark tier again on pyspark 3.5 (EMR 7) and the SQL tests' on 4.0, each in
+# a venv of its own: the unit and emulator tiers run no Spark, so their outcome is the same on
+# every pyspark and `make test` has run them. .ci/run runs these after `make test`. A target's
+# PYTEST_EXIT_FILE gets pytest's code.
 SPARK35_VENV := .venv-spark35
 SPARK40_VENV := .venv-spark40
 SPARK35_PIN := pyspark==3.5.*
 SPARK40_PIN := pyspark==4.0.*
 # (the Java KCL interop runs once, in the main suite: it tests the lease table, not Spark)
-DSTREAM_TESTS := $(sort $(filter-out tests/test_spark_java_interop.py,$(wildcard tests/test_spark_*.py)) tests/test_coordinator_unit.py)
+DSTREAM_TESTS := $(sort $(filter-out tests/test_spark_java_interop.py,$(wildcard tests/test_spark_*.py)))
 SQL_TESTS := $(sort $(wildcard tests/test_sql_*.py))
 
 .PHONY: setup-matrix test-matrix test-spark35 test-spark40
@@ -116,7 +127,7 @@ setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-ds
 
 # $(1): venv, $(2): test files
 define run_pytest
-	@rc=0; $(1)/bin/python -m pytest -q $(PYTEST_ARGS) $(2) || rc=$$?; \
+	@rc=0; $(1)/bin/python -m pytest -q -m spark $(PYTEST_ARGS) $(2) || rc=$$?; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; \
 	exit $$rc

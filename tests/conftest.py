@@ -19,6 +19,7 @@ Quick reference:
 from __future__ import annotations
 
 import atexit
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -287,6 +288,66 @@ def sc() -> Iterator[Any]:
 
 
 SPARK_MASTER = "local-cluster[2,1,1024]"
+
+
+# ---- test tiers (setup.cfg registers the markers; `make test-fast` runs the unit tier) ----
+TIERS = ("unit", "emulator", "spark")
+# Fixtures that start (or lazily reach) an emulator, and the session's SparkContext. A
+# Spark test may use emulators too; a unit test uses neither, an emulator test no Spark.
+EMULATOR_FIXTURES = frozenset({
+    "kinesis_local", "kinesalite", "dynamodb", "dynalite", "local_env", "kinesis_client",
+    "dynamodb_client", "make_stream", "put_records", "put_aggregated", "make_config",
+    "make_fault_proxy"})
+SPARK_FIXTURES = frozenset({"sc"})
+
+
+def tier_errors(items: list[pytest.Item]) -> list[str]:
+    """Why each mislabelled test's tier is wrong: none or several of TIERS, or a fixture its
+    tier rules out (a label that says less than the test needs)."""
+    errors = []
+    for item in items:
+        tiers = [t for t in TIERS if item.get_closest_marker(t) is not None]
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if len(tiers) != 1:
+            errors.append(f"{item.nodeid}: needs exactly one tier marker of {', '.join(TIERS)}"
+                          f" (has {', '.join(tiers) or 'none'})")
+        elif tiers[0] == "unit" and fixtures & (EMULATOR_FIXTURES | SPARK_FIXTURES):
+            errors.append(f"{item.nodeid}: marked unit but uses "
+                          f"{', '.join(sorted(fixtures & (EMULATOR_FIXTURES | SPARK_FIXTURES)))}")
+        elif tiers[0] == "emulator" and fixtures & SPARK_FIXTURES:
+            errors.append(f"{item.nodeid}: marked emulator but uses "
+                          f"{', '.join(sorted(fixtures & SPARK_FIXTURES))}")
+    return errors
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest,
+                                 monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A unit test starts no process: no emulator, no server, no Spark JVM (each goes
+    through subprocess.Popen). The attempt is refused, and the test fails naming it."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    attempts: list[str] = []
+    popen_init = subprocess.Popen.__init__
+
+    def refuse(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
+        attempts.append(str(args)[:200])
+        raise RuntimeError(f"a test marked unit started a process: {args!r:.200}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    yield
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen_init)
+    if attempts:
+        pytest.fail(f"{request.node.nodeid}: marked unit but starts a process: {attempts[0]}",
+                    pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: an unmarked test never slips through
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    errors = tier_errors(items)
+    if errors:
+        raise pytest.UsageError("tests with a wrong tier:\n  " + "\n  ".join(errors))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -18,6 +18,8 @@ Two modes stand in for what no emulator does with time:
 - ``iterator_ttl_s`` / ``expire_next``: a GetRecords whose iterator was handed out (by
   GetShardIterator or as a NextShardIterator) longer ago than ``iterator_ttl_s``, or the next
   ``expire_next`` GetRecords, are answered ``ExpiredIteratorException`` (``expired`` counts them).
+  Iterator ages are read on the proxy's own clock, which ``advance_clock`` moves forward: a
+  test ages every iterator handed out so far at a moment it chooses, without sleeping.
 - ``trim_horizon`` {shard id: sequence number}: records before it are gone, as after the
   stream's retention. TRIM_HORIZON starts there; AT/AFTER_SEQUENCE_NUMBER before it start there
   too (``trim_shape`` "silent") or are refused with InvalidArgumentException ("refuse");
@@ -179,6 +181,7 @@ class FaultProxy:
         self.trim_shape = "silent"
         self.refused = 0
         self._iterators: dict[str, tuple[float, str]] = {}  # iterator -> (handed out, shard)
+        self._clock_offset = 0.0  # what advance_clock added to time.monotonic()
 
     @property
     def share(self) -> float:
@@ -196,6 +199,16 @@ class FaultProxy:
             raise RuntimeError("proxy not started")
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def now(self) -> float:
+        """The proxy's clock, by which iterators age: monotonic time plus every advance."""
+        return time.monotonic() + self._clock_offset
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move the proxy's clock ``seconds`` forward: every iterator handed out before is
+        that much older, the ones handed out later are not."""
+        with self._lock:
+            self._clock_offset += seconds
 
     def should_throttle(self, target: str) -> bool:
         if target != GET_RECORDS_TARGET:
@@ -217,9 +230,9 @@ class FaultProxy:
         if target == GET_RECORDS_TARGET and (self.iterator_ttl_s is not None or self.expire_next):
             iterator = json.loads(body).get("ShardIterator", "")
             with self._lock:
-                born = self._iterators.get(iterator, (time.monotonic(), ""))[0]
-                old = (self.iterator_ttl_s is not None
-                       and time.monotonic() - born > self.iterator_ttl_s)
+                now = self.now()
+                born = self._iterators.get(iterator, (now, ""))[0]
+                old = self.iterator_ttl_s is not None and now - born > self.iterator_ttl_s
                 if not old and self.expire_next > 0:
                     self.expire_next -= 1
                     old = True
@@ -281,7 +294,7 @@ class FaultProxy:
                 if len(self._iterators) > 100_000:  # a long benchmark: forget the oldest half
                     for old in list(self._iterators)[:50_000]:
                         del self._iterators[old]
-                self._iterators[handed] = (time.monotonic(), shard)
+                self._iterators[handed] = (self.now(), shard)
         horizon = self.trim_horizon.get(shard)
         if target == GET_RECORDS_TARGET and horizon is not None and answer.get("Records"):
             kept = [r for r in answer["Records"] if int(r["SequenceNumber"]) >= int(horizon)]

@@ -167,3 +167,36 @@ def start_driver(tmp_path: Path, run: int | str, app: str, stream: str, kinesis:
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     return proc, out, stop
+
+
+def lease(env, app: str, shard_id: str) -> dict:
+    return client("dynamodb", env["dynamodb"]).get_item(
+        TableName=app, Key={"leaseKey": {"S": shard_id}}, ConsistentRead=True)["Item"]
+
+
+
+def shard_records(env, stream: str, shard_id: str) -> list[dict]:
+    """Every record of one shard (our volumes fit a few pages)."""
+    kinesis = client("kinesis", env["kinesis"])
+    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard_id,
+                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    out: list[dict] = []
+    while iterator:
+        page = kinesis.get_records(ShardIterator=iterator, Limit=10000)
+        out.extend(page["Records"])
+        iterator = page.get("NextShardIterator")
+        if not page["Records"] and page.get("MillisBehindLatest", 0) == 0:
+            break
+    return out
+
+
+
+def unique_lines(n: int, start: int = 0) -> list[str]:
+    """Word-count lines, each ending in a word of its own: a word counted twice shows a
+    record counted twice."""
+    return [f"{line} id{i}" for i, line in enumerate(word_lines(n + start)[start:], start)]
+
+
+
+def duplicated_ids(counts: Counter) -> dict[str, int]:
+    return {w: c for w, c in counts.items() if w.startswith("id") and c > 1}

@@ -12,6 +12,8 @@ from aws_kinesis_agg.aggregator import RecordAggregator
 from kinesis_dstream.aws.kpl import deaggregate, epoch_ms
 from kinesis_dstream.aws.kpl import messages_pb2
 
+pytestmark = pytest.mark.unit
+
 ARRIVAL = dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.timezone.utc)
 ARRIVAL_MS = 1714979289123
 

@@ -17,6 +17,8 @@ from kinesis_dstream.errors import (
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN, Record
 from kinesis_dstream.worker.checkpoint import ShardCheckpointer
 
+pytestmark = pytest.mark.unit
+
 BASE = 49590338271490256608559692538361571095921575989136588898
 
 

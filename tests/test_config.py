@@ -21,6 +21,7 @@ def make(**overrides) -> ConsumerConfig:
     return ConsumerConfig(**settings)
 
 
+@pytest.mark.unit
 def test_defaults_are_the_kcl_and_spark_ones():
     config = make()
     assert config.initial_position == "LATEST"
@@ -35,30 +36,35 @@ def test_defaults_are_the_kcl_and_spark_ones():
     assert config.renew_interval_ms < config.failover_time_ms / 3
 
 
+@pytest.mark.unit
 def test_explicit_taker_interval_wins():
     assert make(lease_taker_interval_ms=1234).taker_interval_ms == 1234
     # Whatever the default is, a worker must look for leases well within failover time.
     assert 0 < make().taker_interval_ms < make().failover_time_ms
 
 
+@pytest.mark.unit
 def test_region_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("AWS_REGION", "ap-south-1")
     config = ConsumerConfig(application_name="a", stream_name="s")
     assert config.region_name == "ap-south-1"
 
 
+@pytest.mark.unit
 def test_worker_ids_are_unique_by_default():
     a = ConsumerConfig(application_name="a", stream_name="s", region_name="r")
     b = ConsumerConfig(application_name="a", stream_name="s", region_name="r")
     assert a.worker_id and b.worker_id and a.worker_id != b.worker_id
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["application_name", "stream_name", "region_name"])
 def test_required_names(name):
     with pytest.raises(ConfigurationError, match=name):
         make(**{name: ""})
 
 
+@pytest.mark.unit
 def test_initial_position_must_be_known():
     with pytest.raises(ConfigurationError, match="initial_position") as info:
         make(initial_position="EARLIEST")
@@ -67,6 +73,7 @@ def test_initial_position_must_be_known():
         assert make(initial_position=ok).initial_position == ok
 
 
+@pytest.mark.unit
 def test_at_timestamp_needs_a_timestamp():
     with pytest.raises(ConfigurationError, match="initial_position_timestamp"):
         make(initial_position="AT_TIMESTAMP")
@@ -74,12 +81,14 @@ def test_at_timestamp_needs_a_timestamp():
     assert config.initial_position_timestamp == 1700000000.5
 
 
+@pytest.mark.unit
 def test_metrics_level_must_be_known():
     with pytest.raises(ConfigurationError, match="metrics_level"):
         make(metrics_level="VERBOSE")
     assert make(metrics_level="NONE").metrics_level == "NONE"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("given", [dict(aws_access_key_id="AKIA"), dict(aws_secret_key="secret")])
 def test_key_and_secret_come_as_a_pair(given):
     with pytest.raises(ConfigurationError) as info:
@@ -88,6 +97,7 @@ def test_key_and_secret_come_as_a_pair(given):
     assert make(aws_access_key_id="AKIA", aws_secret_key="secret").aws_secret_key == "secret"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("given,named", [
     (dict(sts_session_name="s"), ("sts_session_name", "sts_assume_role_arn")),
     (dict(sts_external_id="x"), ("sts_external_id", "sts_assume_role_arn")),
@@ -104,17 +114,20 @@ def test_sts_arguments_without_a_role_or_session_name_are_refused(given, named):
         assert name in str(info.value)
 
 
+@pytest.mark.unit
 def test_a_role_without_an_external_id_is_accepted():
     config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s")
     assert (config.sts_session_name, config.sts_external_id) == ("s", None)
 
 
+@pytest.mark.unit
 def test_all_three_sts_arguments_accepted():
     config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s",
                   sts_external_id="x")
     assert config.sts_external_id == "x"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["max_records", "failover_time_ms", "shard_sync_interval_ms",
                                   "retry_max_attempts", "max_leases_to_steal_at_one_time",
                                   "max_leases_for_worker", "retry_wait_time_ms"])
@@ -125,6 +138,7 @@ def test_positive_settings(name, value):
     assert str(value) in str(info.value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["idle_time_between_reads_ms",
                                   "checkpoint_interval_ms", "shutdown_grace_ms",
                                   "parent_shard_poll_interval_ms"])
@@ -134,18 +148,21 @@ def test_non_negative_settings(name):
     assert getattr(make(**{name: 0}), name) == 0
 
 
+@pytest.mark.unit
 def test_max_records_is_capped_at_the_kinesis_limit():
     with pytest.raises(ConfigurationError, match="max_records"):
         make(max_records=10001)
     assert make(max_records=1).max_records == 1
 
 
+@pytest.mark.unit
 def test_config_is_frozen():
     config = make()
     with pytest.raises(dataclasses.FrozenInstanceError, match="max_records"):
         config.max_records = 5  # type: ignore[misc]
 
 
+@pytest.mark.unit
 def test_replace_validates_and_rejects_unknown_names():
     config = make()
     assert config.replace(max_records=50).max_records == 50
@@ -157,6 +174,7 @@ def test_replace_validates_and_rejects_unknown_names():
 
 
 # -- Spark conf ---------------------------------------------------------------------------------
+@pytest.mark.unit
 def test_with_spark_conf_reads_the_kinesis_asl_keys():
     config = make().with_spark_conf({SPARK_RETRY_WAIT_TIME: "250ms", SPARK_RETRY_MAX_ATTEMPTS: "5"})
     assert config.retry_wait_time_ms == 250
@@ -164,11 +182,13 @@ def test_with_spark_conf_reads_the_kinesis_asl_keys():
     assert make().with_spark_conf({SPARK_RETRY_WAIT_TIME: "2s"}).retry_wait_time_ms == 2000
 
 
+@pytest.mark.unit
 def test_with_spark_conf_ignores_other_keys_and_returns_self_when_nothing_applies():
     config = make()
     assert config.with_spark_conf({"spark.app.name": "x"}) is config
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("conf, key", [
     ({SPARK_RETRY_WAIT_TIME: "soon"}, SPARK_RETRY_WAIT_TIME),
     ({SPARK_RETRY_MAX_ATTEMPTS: "three"}, SPARK_RETRY_MAX_ATTEMPTS),
@@ -181,12 +201,14 @@ def test_with_spark_conf_bad_values_name_the_key(conf, key):
     assert key in str(info.value)
 
 
+@pytest.mark.unit
 def test_fail_on_data_loss_defaults_to_going_on_as_the_kcl_does():
     assert make().fail_on_data_loss is False
     assert make().with_spark_conf({SPARK_FAIL_ON_DATA_LOSS: "True"}).fail_on_data_loss is True
     assert make().with_spark_conf({SPARK_FAIL_ON_DATA_LOSS: "false"}).fail_on_data_loss is False
 
 
+@pytest.mark.unit
 def test_with_spark_conf_values_are_validated():
     with pytest.raises(ConfigurationError, match="retry_max_attempts"):
         make().with_spark_conf({SPARK_RETRY_MAX_ATTEMPTS: "0"})
@@ -195,6 +217,7 @@ def test_with_spark_conf_values_are_validated():
 
 
 # -- dict round trip ----------------------------------------------------------------------------
+@pytest.mark.unit
 def test_to_dict_from_dict_round_trip_through_json():
     config = make(initial_position="AT_TIMESTAMP", initial_position_timestamp=1.5,
                   aws_access_key_id="k", aws_secret_key="s", max_records=77,
@@ -205,6 +228,7 @@ def test_to_dict_from_dict_round_trip_through_json():
     assert again.worker_id == "w1"
 
 
+@pytest.mark.unit
 def test_from_dict_rejects_unknown_keys_by_name():
     data = make().to_dict()
     data["streamName"] = "x"
@@ -214,6 +238,7 @@ def test_from_dict_rejects_unknown_keys_by_name():
     assert "streamName" in str(info.value) and "bogus_ms" in str(info.value)
 
 
+@pytest.mark.unit
 def test_from_dict_validates():
     data = make().to_dict()
     data["max_records"] = 0
@@ -221,6 +246,7 @@ def test_from_dict_validates():
         ConsumerConfig.from_dict(data)
 
 
+@pytest.mark.unit
 def test_repr_hides_the_secret_key_and_the_external_id():
     config = make(aws_access_key_id="AKIDEXAMPLE", aws_secret_key="s3cr3t-KEY-value",
                   sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s",
@@ -230,6 +256,7 @@ def test_repr_hides_the_secret_key_and_the_external_id():
     assert "AKIDEXAMPLE" in text  # the key id says which credentials, and is no secret
 
 
+@pytest.mark.emulator
 def test_worker_ids_of_other_processes_and_proof_of_death():
     """A recovered driver's pickled worker id is another process's; it is proven dead only
     when it ran on this host and its pid is gone. A user's own id is never replaced."""

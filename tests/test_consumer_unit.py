@@ -22,6 +22,8 @@ from kinesis_dstream.errors import (
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN, GetRecordsResult, Record
 from kinesis_dstream.worker.consumer import ConsumerState, ShardConsumer, ShutdownReason
 
+pytestmark = pytest.mark.unit
+
 SHARD = "shardId-000000000001"
 BASE = 49590338271490256608559692538361571095921575989136588898
 

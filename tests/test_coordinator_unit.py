@@ -20,6 +20,8 @@ from kinesis_dstream.retrieval import ReadReport
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.spark.coordinator import ShardCoordinator
 
+pytestmark = pytest.mark.unit
+
 TRIM = ESN("TRIM_HORIZON")
 SHARDS = [f"shardId-{i:012d}" for i in range(4)]
 
@@ -434,3 +436,78 @@ def test_nothing_is_read_early_without_a_cache_or_while_stopping(coordinator) ->
     planner.stopping = True
     planner.read_early(sc, 1000, values)
     assert planner.read_ahead.thread is None and sc.counted == []
+
+
+def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> None:
+    """A batch whose read-ahead failed records its range later, in its own output operation;
+    a batch planned meanwhile must not guess where it starts (it would read those records a
+    second time). The shard is planned again once that batch completed or reported."""
+    from kinesis_dstream.aws.lease_table import Lease
+    from kinesis_dstream.aws.range_table import BatchRange
+    from kinesis_dstream.config import ConsumerConfig
+    from kinesis_dstream.spark.coordinator import ShardCoordinator
+    from kinesis_dstream.retrieval import ReadReport
+
+    config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
+                            aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret")
+    coordinator = ShardCoordinator(config, kinesis=object(), lease_table=object(),
+                                   range_table=object())
+    coordinator.add_member("m")
+    coordinator.periods.open(Lease("shardId-0", lease_owner=config.worker_id))
+
+    def shards(batch_ms: int) -> list[tuple[str, ESN | None]]:
+        return [(p.shard_id, p.start) for p in coordinator.plan("m", batch_ms).shards]
+
+    assert shards(1000) == [("shardId-0", TRIM)]  # a period's first batch starts at its floor
+    assert shards(2000) == []  # batch 1000's read-ahead reported nothing
+    coordinator.batch_completed("m", 1000, False, {})
+    assert shards(3000) == [("shardId-0", None)]  # its end unknown here: the task looks it up
+    report = ReadReport(BatchRange("m", "shardId-0", 3000, TRIM, end=ESN("5"), records=1))
+    coordinator.batch_read("m", 3000, {"shardId-0": report})
+    assert shards(4000) == [("shardId-0", ESN("5"))]  # a read-ahead report settles it at once
+
+
+def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shards() -> None:
+    """Empty batches move no checkpoint, so no checkpoint write deletes their ranges: they
+    go once 25 have gathered, in one call for every shard, the newest of each kept."""
+    from kinesis_dstream.aws.lease_table import Lease
+    from kinesis_dstream.aws.range_table import BatchRange
+    from kinesis_dstream.config import ConsumerConfig
+    from kinesis_dstream.spark.coordinator import ShardCoordinator
+    from kinesis_dstream.retrieval import ReadReport
+
+    class Ranges:
+        def __init__(self) -> None:
+            self.calls: list[list[tuple[str, str, int]]] = []
+
+        def delete(self, ranges):
+            self.calls.append(sorted(ranges))
+            return len(self.calls[-1])
+
+    config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
+                            aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret")
+    ranges = Ranges()
+    coordinator = ShardCoordinator(config, kinesis=object(), lease_table=object(),
+                                   range_table=ranges)
+    coordinator.add_member("m")
+    for shard_id in ("shardId-0", "shardId-1"):
+        coordinator.periods.open(Lease(shard_id, lease_owner=config.worker_id))
+
+    def empty_batch(batch_ms: int) -> None:
+        planned = coordinator.plan("m", batch_ms).shards
+        reports = {p.shard_id: ReadReport(BatchRange(
+            "m", p.shard_id, batch_ms, TRIM, end=None, records=0)) for p in planned}
+        coordinator.batch_read("m", batch_ms, reports)
+        coordinator.batch_completed("m", batch_ms, True, reports)
+
+    for n in range(1, 13):
+        empty_batch(n * 1000)
+    coordinator._write_checkpoints(force=False)
+    assert ranges.calls == []  # 22 surplus ranges: not yet a full call
+    empty_batch(13_000)
+    empty_batch(14_000)
+    coordinator._write_checkpoints(force=False)
+    assert ranges.calls == [sorted(("m", s, n * 1000) for s in ("shardId-0", "shardId-1")
+                                   for n in range(1, 14))]  # 26: batch 14000's stay
+    coordinator._write_checkpoints(force=False)
+    assert len(ranges.calls) == 1  # deleted once

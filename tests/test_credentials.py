@@ -39,6 +39,7 @@ def wait_until(predicate, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.emulator
 def test_assume_role_sends_the_external_id_and_duration(aws_env, dynamodb, make_config):
     config = make_config("s", **role_settings(dynamodb))
     base = boto3.session.Session(aws_access_key_id=DUMMY_ACCESS_KEY_ID,
@@ -54,6 +55,7 @@ def test_assume_role_sends_the_external_id_and_duration(aws_env, dynamodb, make_
     assert frozen.token and frozen.access_key != DUMMY_ACCESS_KEY_ID
 
 
+@pytest.mark.emulator
 def test_a_role_without_an_external_id_is_assumed_without_one(aws_env, dynamodb, make_config):
     """STS takes ExternalId as optional: none is sent, not even an empty one, on the wire."""
     settings = role_settings(dynamodb)
@@ -83,6 +85,7 @@ class Counting(RecordProcessor):
         process_records_input.checkpointer.checkpoint()
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(120)
 def test_assumed_role_credentials_are_refreshed_during_a_run(
         aws_env, dynamodb, make_stream, make_config, put_records, caplog):
@@ -115,6 +118,7 @@ def test_assumed_role_credentials_are_refreshed_during_a_run(
         scheduler.shutdown()
 
 
+@pytest.mark.emulator
 def test_secrets_appear_in_no_log_line_output_or_worker_stderr(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, put_records, tmp_path,
         caplog, capsys):
@@ -166,6 +170,7 @@ def test_secrets_appear_in_no_log_line_output_or_worker_stderr(
         assert value not in everything
 
 
+@pytest.mark.unit
 def test_private_files_are_0600_and_written_by_rename(tmp_path):
     target = tmp_path / "worker.json"
     process.write_private(target, '{"a": 1}')
@@ -177,6 +182,7 @@ def test_private_files_are_0600_and_written_by_rename(tmp_path):
     assert os.listdir(tmp_path) == ["worker.json"]   # no temporary left behind
 
 
+@pytest.mark.emulator
 def test_files_left_by_a_killed_process_are_removed_at_the_next_start(tmp_path):
     """A child names a private file with its pid, is killed with -9; the next start cleans up."""
     script = ("import sys, time\n"

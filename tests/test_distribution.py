@@ -103,6 +103,8 @@ def submit(venv: Path, job: str, cwd: Path, env: dict[str, str],
 
 # -- the wheel ---------------------------------------------------------------------------------
 
+@pytest.mark.emulator
+@pytest.mark.slow  # builds the wheel (the module fixture `wheel`)
 def test_wheel_holds_the_package_the_registrations_and_the_command(wheel: Path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -133,6 +135,8 @@ def test_wheel_holds_the_package_the_registrations_and_the_command(wheel: Path):
     assert any(r.startswith("Requires-Dist: moto") and 'extra == "local"' in r for r in requires)
 
 
+@pytest.mark.spark
+@pytest.mark.slow  # builds and packs a venv (the module fixture `packed`): 2 minutes
 def test_installed_wheel_runs_its_command_and_spark_finds_aws_kinesis(packed: Path, tmp_path):
     """In the fresh venv the pack block made (outside the checkout): the console script, and
     Spark's own lookup of `aws-kinesis` / `kinesis` through the pyspark_* top-level modules."""
@@ -192,6 +196,7 @@ def summed_counts(stdout: str) -> Counter:
     return total
 
 
+@pytest.mark.spark
 def test_dstream_example_submitted_with_the_packed_venv(packed: Path, local_env, make_stream,
                                                         unique_app_name, tmp_path):
     stream = make_stream(2)
@@ -206,6 +211,7 @@ def test_dstream_example_submitted_with_the_packed_venv(packed: Path, local_env,
     assert summed_counts(done.stdout) == Counter(WORDS), done.stdout[-3000:]
 
 
+@pytest.mark.spark
 def test_sql_source_and_sink_submitted_with_the_packed_venv(packed: Path, local_env, make_stream,
                                                             unique_app_name, tmp_path):
     source, target = make_stream(2), make_stream(2)

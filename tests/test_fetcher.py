@@ -80,6 +80,7 @@ def shard_with_mixed_records(make_stream, put_records, put_aggregated, kinesis_l
     return stream, expected
 
 
+@pytest.mark.emulator
 def test_trim_horizon_reads_plain_and_aggregated_records_with_keys_and_numbers(
         kinesis_local, shard_with_mixed_records):
     stream, expected = shard_with_mixed_records
@@ -96,6 +97,7 @@ def test_trim_horizon_reads_plain_and_aggregated_records_with_keys_and_numbers(
     assert fetcher.millis_behind_latest == 0
 
 
+@pytest.mark.emulator
 def test_restart_inside_an_aggregate_delivers_exactly_the_rest(kinesis_local,
                                                               shard_with_mixed_records):
     stream, expected = shard_with_mixed_records
@@ -111,6 +113,7 @@ def test_restart_inside_an_aggregate_delivers_exactly_the_rest(kinesis_local,
         assert [key(r) for r in drain(fetcher)] == expected[index + 1:], (seq, sub)
 
 
+@pytest.mark.emulator
 def test_latest_and_at_timestamp(kinesis_local, make_stream, put_records):
     stream = make_stream(1)
     before = put_records(stream, [("k", b"before")])
@@ -140,6 +143,7 @@ class NoCalls:
         raise AssertionError(f"unexpected Kinesis call {name}")
 
 
+@pytest.mark.unit
 def test_shard_end_checkpoint_reports_shard_end_without_reading():
     fetcher = KinesisDataFetcher(NoCalls(), config_for(UNUSED_ENDPOINT, "unused"), "shardId-1")
     fetcher.initialize(ExtendedSequenceNumber.SHARD_END)
@@ -147,6 +151,7 @@ def test_shard_end_checkpoint_reports_shard_end_without_reading():
     assert result.shard_end and result.records == []
 
 
+@pytest.mark.emulator
 def test_split_parent_reaches_shard_end_with_child_ids(kinesis_local, make_stream, put_records,
                                                       put_aggregated):
     stream = make_stream(1)
@@ -189,6 +194,7 @@ def test_split_parent_reaches_shard_end_with_child_ids(kinesis_local, make_strea
     assert again.shard_end and again.records == [] and sorted(again.child_shard_ids) == children
 
 
+@pytest.mark.emulator
 def test_wrong_stream_name_fails_at_once_naming_it(kinesis_local):
     name = "no-such-stream-fetcher-test"
     kinesis = KinesisClient(config_for(kinesis_local, name))
@@ -200,6 +206,7 @@ def test_wrong_stream_name_fails_at_once_naming_it(kinesis_local):
         fetcher.initialize(ExtendedSequenceNumber.TRIM_HORIZON)
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(20)
 def test_unreachable_endpoint_fails_naming_it():
     with socket.socket() as sock:
@@ -232,6 +239,7 @@ class ExpiringKinesis:
         return self._inner.get_shard_iterator(shard_id, iterator_type, **kwargs)
 
 
+@pytest.mark.emulator
 def test_expired_iterator_resumes_after_the_last_delivered_record(kinesis_local,
                                                                   shard_with_mixed_records):
     stream, expected = shard_with_mixed_records
@@ -256,6 +264,7 @@ def test_expired_iterator_resumes_after_the_last_delivered_record(kinesis_local,
     assert all(kind == "AT_SEQUENCE_NUMBER" for kind, _ in kinesis.iterator_requests[2:])
 
 
+@pytest.mark.emulator
 def test_expired_iterator_from_a_checkpoint_inside_an_aggregate(kinesis_local,
                                                                 shard_with_mixed_records):
     stream, expected = shard_with_mixed_records
@@ -268,6 +277,7 @@ def test_expired_iterator_from_a_checkpoint_inside_an_aggregate(kinesis_local,
     assert [key(r) for r in drain(fetcher)] == expected[index + 1:]
 
 
+@pytest.mark.emulator
 def test_throttling_past_the_retries_loses_nothing(kinesis_local, shard_with_mixed_records,
                                                    make_fault_proxy):
     stream, expected = shard_with_mixed_records
@@ -292,6 +302,7 @@ def test_throttling_past_the_retries_loses_nothing(kinesis_local, shard_with_mix
     assert exhausted > 0 and proxy.injected > exhausted
 
 
+@pytest.mark.unit
 def test_at_timestamp_checkpoint_without_a_timestamp_is_a_clear_configuration_error():
     fetcher = KinesisDataFetcher(NoCalls(), config_for(UNUSED_ENDPOINT, "unused"), "shardId-9")
     with pytest.raises(ConfigurationError, match="shardId-9.*initial_position_timestamp"):

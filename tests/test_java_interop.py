@@ -31,6 +31,8 @@ from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRE
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.scheduler import Scheduler
 
+pytestmark = pytest.mark.emulator
+
 FAILOVER_MS = 5000
 # Attributes a KCL 2.x writer puts on an item only in some states: resharding
 # (parentShardId, childShardIds) and a two-phase checkpoint (pendingCheckpoint*).
@@ -137,6 +139,7 @@ def start_shared_run(kinesis_local: str, dynamodb: str, make_stream, make_config
 
 # -- 1. lease item format ----------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
@@ -195,6 +198,7 @@ def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
 
 # -- 2 + 3. one lease table, shared; kill -9 either side ---------------------------------------
 
+@pytest.mark.slow  # 50-70 s each
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("killed, java_extra", [
     ("java", {}), ("ours", {}),

@@ -26,6 +26,8 @@ from test_java_interop import FAILOVER_MS, esn, java_daemon, owners, records_of,
 from kinesis_dstream.multilang.properties import KNOWN_KEYS, canonical_key
 from kinesis_dstream.records import ExtendedSequenceNumber
 
+pytestmark = pytest.mark.emulator
+
 # KCL 3.5's single-table format: items that are not leases, in the lease table.
 KCL35_ITEMS = [
     {"leaseKey": {"S": "Migration3.0"}, "entityType": {"S": "COORDINATOR_STATE"},

@@ -53,6 +53,7 @@ SUMMARY = {"StreamDescriptionSummary": {
     "OpenShardCount": 1}}
 
 
+@pytest.mark.unit
 def test_missing_stream_fails_at_once_naming_stream_region_and_endpoint(stubbed):
     client, stubber, sleeps = stubbed
     stubber.add_client_error("describe_stream_summary", "ResourceNotFoundException",
@@ -64,6 +65,7 @@ def test_missing_stream_fails_at_once_naming_stream_region_and_endpoint(stubbed)
     assert sleeps == []
 
 
+@pytest.mark.unit
 def test_throttling_is_retried_with_doubling_waits_then_succeeds(stubbed):
     client, stubber, sleeps = stubbed
     stubber.add_client_error("describe_stream_summary", "ProvisionedThroughputExceededException")
@@ -73,6 +75,7 @@ def test_throttling_is_retried_with_doubling_waits_then_succeeds(stubbed):
     assert sleeps == [0.1, 0.2]
 
 
+@pytest.mark.unit
 def test_throttling_past_max_attempts_raises_retries_exhausted(stubbed):
     client, stubber, sleeps = stubbed
     for _ in range(3):
@@ -86,6 +89,7 @@ def test_throttling_past_max_attempts_raises_retries_exhausted(stubbed):
     assert sleeps == [0.1, 0.2]
 
 
+@pytest.mark.unit
 def test_spark_retry_settings_are_honoured():
     config = make_config().with_spark_conf({"spark.streaming.kinesis.retry.waitTime": "50ms",
                                             "spark.streaming.kinesis.retry.maxAttempts": "5"})
@@ -101,6 +105,7 @@ def test_spark_retry_settings_are_honoured():
     assert sleeps == [0.05, 0.1, 0.2, 0.4]
 
 
+@pytest.mark.unit
 def test_expired_iterator_is_not_retried(stubbed):
     client, stubber, sleeps = stubbed
     stubber.add_client_error("get_records", "ExpiredIteratorException", "Iterator expired")
@@ -121,6 +126,7 @@ def _shard(shard_id: str, parent: str | None = None, ending: str | None = None) 
     return item
 
 
+@pytest.mark.unit
 def test_list_shards_follows_next_token(stubbed):
     client, stubber, _ = stubbed
     stubber.add_response("list_shards", {"Shards": [_shard("shardId-000000000000", ending="199")],
@@ -137,6 +143,7 @@ def test_list_shards_follows_next_token(stubbed):
     assert isinstance(shards[0], Shard)
 
 
+@pytest.mark.unit
 def test_get_shard_iterator_parameters(stubbed):
     client, stubber, _ = stubbed
     stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"},
@@ -161,6 +168,7 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.unit
 @pytest.mark.timeout(20)
 def test_unreachable_endpoint_fails_naming_the_url_in_bounded_time():
     endpoint = f"http://127.0.0.1:{_closed_port()}"
@@ -173,6 +181,7 @@ def test_unreachable_endpoint_fails_naming_the_url_in_bounded_time():
     assert isinstance(info.value, UnreachableAfterRetriesError)
 
 
+@pytest.mark.emulator
 def test_get_records_answers_are_botocores_own(kinesis_local, make_stream, put_records, aws_env):
     """The direct GetRecords parse gives what botocore's shape walk gives: binary data,
     arrival timestamps, a closed shard's ChildShards, and no null members."""
@@ -215,6 +224,7 @@ def test_get_records_answers_are_botocores_own(kinesis_local, make_stream, put_r
     assert any(a.get("ChildShards") for a in ours)
 
 
+@pytest.mark.unit
 def test_clients_of_every_configuration_share_one_copy_of_botocore_s_models(aws_env):
     """An executor's Python worker keeps clients per configuration (per stream it reads):
     each must not parse and hold its own copy of the service and endpoint models."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+import pytest
+
 from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.aws.range_table import BatchRange
 from kinesis_dstream.config import ConsumerConfig
@@ -17,6 +19,8 @@ from kinesis_dstream.retrieval import ReadReport
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.spark.coordinator import ShardCoordinator
 from kinesis_dstream.worker.leases import LeaseCoordinator
+
+pytestmark = pytest.mark.unit
 
 FAILOVER_MS = 10_000
 SHARDS = [f"shardId-{i:012d}" for i in range(2)]

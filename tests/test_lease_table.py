@@ -19,6 +19,8 @@ from kinesis_dstream.errors import LeaseLostError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.worker.leases import LeaseCoordinator
 
+pytestmark = pytest.mark.unit
+
 REGION = "us-east-1"
 SEQ = "49590338271490256608559692538361571095921575989136588898"
 

@@ -11,6 +11,8 @@ from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.leases import LeaseTaker
 
+pytestmark = pytest.mark.unit
+
 FAILOVER_MS = 10_000
 
 

@@ -87,6 +87,7 @@ def _wait_dead(pids: list[int], timeout: float) -> list[int]:
 
 # ---- fixtures and emulators ----------------------------------------------------------------
 
+@pytest.mark.emulator
 def test_kinesis_local_stream_goes_active_and_round_trips(make_stream, put_records, kinesis_client):
     stream = make_stream(2)
     summary = kinesis_client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
@@ -102,6 +103,7 @@ def test_kinesis_local_stream_goes_active_and_round_trips(make_stream, put_recor
     assert by_seq == {p.sequence_number: p.shard_id for p in put}
 
 
+@pytest.mark.emulator
 def test_kpl_aggregated_put_round_trips_through_deaggregation(make_stream, put_aggregated,
                                                               kinesis_local):
     stream = make_stream(1)
@@ -124,6 +126,7 @@ def test_kpl_aggregated_put_round_trips_through_deaggregation(make_stream, put_a
         (first.sequence_number, i) for i in range(100)]
 
 
+@pytest.mark.emulator
 def test_kinesalite_and_dynalite_answer(make_stream, put_records, kinesalite, dynalite):
     stream = make_stream(1, endpoint=kinesalite)
     put = put_records(stream, [b"x"], endpoint=kinesalite)
@@ -138,6 +141,7 @@ def test_kinesalite_and_dynalite_answer(make_stream, put_records, kinesalite, dy
     ddb.delete_table(TableName=table)
 
 
+@pytest.mark.emulator
 def test_moto_dynamodb_creates_a_kcl_style_lease_table(dynamodb_client, unique_app_name):
     dynamodb_client.create_table(
         TableName=unique_app_name, BillingMode="PAY_PER_REQUEST",
@@ -154,6 +158,7 @@ def test_moto_dynamodb_creates_a_kcl_style_lease_table(dynamodb_client, unique_a
                                  ConditionExpression="attribute_not_exists(leaseKey)")
 
 
+@pytest.mark.emulator
 def test_make_config_points_at_the_emulators(make_config, make_stream, kinesis_local, dynamodb):
     stream = make_stream(1)
     config = make_config(stream, max_records=500)
@@ -162,6 +167,7 @@ def test_make_config_points_at_the_emulators(make_config, make_stream, kinesis_l
     assert config.failover_time_ms == 3000 and config.initial_position == "TRIM_HORIZON"
 
 
+@pytest.mark.unit
 def test_aws_env_sets_dummy_credentials_and_region(aws_env):
     session = boto3.session.Session()
     assert session.region_name == "us-east-1"
@@ -169,6 +175,7 @@ def test_aws_env_sets_dummy_credentials_and_region(aws_env):
     assert "AWS_ENDPOINT_URL_KINESIS" not in os.environ
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("kind", ["kinesis-local", "kinesalite", "dynalite", "moto"])
 def test_emulators_listen_on_loopback_only(kind):
     with Emulator(kind) as emulator:
@@ -180,6 +187,7 @@ def test_emulators_listen_on_loopback_only(kind):
             assert len(listening) == 2  # plain HTTP and TLS
 
 
+@pytest.mark.emulator
 def test_stop_kills_the_emulator_and_is_idempotent():
     emulator = Emulator("kinesis-local").start()
     pid = emulator.pid
@@ -191,6 +199,7 @@ def test_stop_kills_the_emulator_and_is_idempotent():
     assert emulator.process is None
 
 
+@pytest.mark.emulator
 def test_emulator_exits_when_its_parent_is_killed(tmp_path):
     script = (
         "import sys, time\n"
@@ -210,6 +219,7 @@ def test_emulator_exits_when_its_parent_is_killed(tmp_path):
         assert _wait_dead([child], timeout=10) == [], f"{kind} outlived its killed parent"
 
 
+@pytest.mark.unit
 def test_missing_node_modules_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("KINESIS_DSTREAM_NODE_MODULES", str(tmp_path))
     with pytest.raises(EmulatorError, match="make setup"):
@@ -219,6 +229,7 @@ def test_missing_node_modules_gives_a_clear_error(tmp_path, monkeypatch):
         find_node_modules()
 
 
+@pytest.mark.emulator
 def test_local_stack_environment_reaches_both_emulators(monkeypatch):
     with LocalStack("kinesalite", "dynalite") as stack:
         env = stack.environment()
@@ -254,6 +265,7 @@ def _start_cli(*args: str) -> tuple[subprocess.Popen, dict[str, str]]:
     return cli, exports
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_cli_prints_exports_and_stops_cleanly(sig):
     cli, exports = _start_cli()
@@ -282,6 +294,7 @@ def test_cli_prints_exports_and_stops_cleanly(sig):
         reap(cli)
 
 
+@pytest.mark.emulator
 def test_cli_with_kinesalite_and_dynalite():
     cli, exports = _start_cli("--kinesis", "kinesalite", "--dynamodb", "dynalite")
     try:
@@ -306,6 +319,7 @@ def _no_retry_client(endpoint: str):
                         config=botocore.config.Config(retries={"total_max_attempts": 1}))
 
 
+@pytest.mark.emulator
 def test_fault_proxy_throttles_the_configured_share_of_get_records(make_stream, put_records,
                                                                    make_fault_proxy):
     stream = make_stream(1)
@@ -337,6 +351,7 @@ def test_fault_proxy_throttles_the_configured_share_of_get_records(make_stream, 
     assert outcomes.count("ok") == 33
 
 
+@pytest.mark.emulator
 def test_fault_proxy_stops(kinesis_local):
     from fault_proxy import FaultProxy
 
@@ -348,6 +363,7 @@ def test_fault_proxy_stops(kinesis_local):
         _no_retry_client(endpoint).list_streams()
 
 
+@pytest.mark.emulator
 def test_local_env_points_plain_boto3_clients_at_the_emulators(local_env, make_stream):
     stream = make_stream(1)
     assert stream in boto3.client("kinesis").list_streams()["StreamNames"]

@@ -40,6 +40,7 @@ def dims(datum: dict) -> dict[str, str]:
     return {d["Name"]: d["Value"] for d in datum["Dimensions"]}
 
 
+@pytest.mark.unit
 def test_values_are_aggregated_into_statistic_sets_not_one_call_per_record():
     client = StubCloudWatch()
     pub = publisher("DETAILED", client)
@@ -63,6 +64,7 @@ def test_values_are_aggregated_into_statistic_sets_not_one_call_per_record():
     pub.close()
 
 
+@pytest.mark.unit
 def test_many_series_are_split_into_calls_of_at_most_1000_datums():
     client = StubCloudWatch()
     pub = publisher("DETAILED", client)
@@ -74,6 +76,7 @@ def test_many_series_are_split_into_calls_of_at_most_1000_datums():
     pub.close()
 
 
+@pytest.mark.unit
 def test_summary_drops_the_shard_dimension_and_the_detailed_metrics():
     client = StubCloudWatch()
     pub = publisher("SUMMARY", client)
@@ -85,19 +88,31 @@ def test_summary_drops_the_shard_dimension_and_the_detailed_metrics():
     pub.close()
 
 
+@pytest.mark.unit
 def test_none_records_nothing_and_makes_no_client(monkeypatch):
     import kinesis_dstream.aws.clients as clients
 
-    def no_client(*_a, **_k):
-        raise AssertionError("a client was made with metrics_level NONE")
-
-    monkeypatch.setattr(clients, "make_client", no_client)
+    made: list[tuple] = []
+    monkeypatch.setattr(clients, "make_client",
+                        lambda *args, **_k: made.append(args) or StubCloudWatch())
+    publishers = {t for t in threading.enumerate() if t.name == "metrics-publisher"}
     pub = MetricsPublisher(config("NONE"))
     pub.record(m.RECORDS_PROCESSED, 1, operation=m.PROCESS_TASK)
     pub.flush()
+    assert made == []  # no CloudWatch client
+    assert {t for t in threading.enumerate() if t.name == "metrics-publisher"} == publishers
     pub.close()
+    client = StubCloudWatch()  # given one anyway, NONE sends it nothing, now or at close
+    pub = MetricsPublisher(config("NONE"), client, flush_interval_s=0.01)
+    for n in range(3):
+        pub.record(m.RECORDS_PROCESSED, n, operation=m.PROCESS_TASK, shard_id="shardId-000")
+        m.ShardMetricsRecorder(pub, "shardId-000").get_records(True, 12.0)
+    pub.flush()
+    pub.close()
+    assert client.calls == []
 
 
+@pytest.mark.unit
 def test_failures_are_logged_boundedly_and_never_raise(caplog):
     client = StubCloudWatch(fail=RuntimeError("endpoint down"))
     pub = publisher("SUMMARY", client)
@@ -111,6 +126,7 @@ def test_failures_are_logged_boundedly_and_never_raise(caplog):
     pub.close()
 
 
+@pytest.mark.unit
 def test_the_background_thread_publishes_and_close_flushes_the_rest():
     client = StubCloudWatch()
     published = threading.Event()
@@ -164,6 +180,7 @@ def _processed_everything(total: int):
     return wait
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(120)
 def test_a_worker_publishes_the_kcl_metrics_per_shard_and_per_operation(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, put_records, unique_app_name):
@@ -191,6 +208,7 @@ def test_a_worker_publishes_the_kcl_metrics_per_shard_and_per_operation(
     assert per_shard == 40
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(120)
 def test_metrics_level_none_publishes_nothing(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, put_records, unique_app_name):

@@ -140,6 +140,7 @@ def last_put_per_shard(puts) -> dict[str, str]:
     return last
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(240)
 def test_sample_kclpy_app_processes_every_record_checkpoints_and_resumes(
         aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
@@ -185,6 +186,7 @@ def test_sample_kclpy_app_processes_every_record_checkpoints_and_resumes(
         assert items[shard_id]["checkpoint"]["S"] == sequence_number
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("failure, evidence", [("CRASH", "exit code 7"),
                                                ("HANG", "no answer from the child for 2 s")])
@@ -214,6 +216,7 @@ def test_a_child_that_exits_or_hangs_mid_batch_is_restarted_and_nothing_is_lost(
     assert daemon.stop() == 0, daemon.log()[-4000:]
 
 
+@pytest.mark.emulator
 def test_bad_properties_file_exits_2_naming_the_key(tmp_path, aws_env):
     path = tmp_path / "bad.properties"
     path.write_text(f"executableName = {RECORDER}\nstreamName = s\napplicationName = a\n"
@@ -225,6 +228,7 @@ def test_bad_properties_file_exits_2_naming_the_key(tmp_path, aws_env):
     assert "maxRecords" in proc.stderr and "'many'" in proc.stderr
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(180)
 def test_shard_split_sample_checkpoints_shard_end_and_children_follow(
         aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
@@ -257,6 +261,7 @@ def test_shard_split_sample_checkpoints_shard_end_and_children_follow(
     assert daemon.stop() == 0, daemon.log()[-4000:]
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(180)
 def test_two_daemons_share_the_shards_and_lease_lost_reaches_the_sample(
         aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
@@ -302,6 +307,7 @@ def processed_by(cloudwatch, namespace: str) -> float:
     return sum(p["Sum"] for p in points)
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(120)
 def test_shipped_sample_properties_run_the_bare_sample_on_the_harness_environment(
         local_env, make_stream, put_records, unique_app_name, tmp_path, daemons, dynamodb):
@@ -336,6 +342,7 @@ def test_shipped_sample_properties_run_the_bare_sample_on_the_harness_environmen
         assert items[shard_id]["checkpoint"]["S"] == sequence_number
 
 
+@pytest.mark.unit
 def test_the_order_check_rejects_reordering_gaps_and_missing_records():
     expected = ["1", "2", "3", "4"]
     assert replays_in_order(["1", "2", "3", "4"], expected) == 0

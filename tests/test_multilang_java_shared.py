@@ -112,6 +112,8 @@ def assert_took_over_from_checkpoints(victim: DaemonProcess, survivor: DaemonPro
         assert not again, f"{shard}: {survivor.name} re-delivered checkpointed records: {again[:3]}"
 
 
+@pytest.mark.emulator
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_one_properties_file_java_and_ours_share_shards_and_take_over_both_ways(
         aws_env, kinesis_local, dynamodb, make_stream, unique_app_name, tmp_path):
@@ -227,6 +229,7 @@ def test_one_properties_file_java_and_ours_share_shards_and_take_over_both_ways(
 
 
 
+@pytest.mark.unit
 def test_an_interpreter_symlink_in_executable_name_is_run_as_written(tmp_path):
     """A venv's bin/python is a symlink; resolving it would run the base interpreter,
     without the venv's amazon_kclpy. The Java daemon runs the path as written; so do we."""

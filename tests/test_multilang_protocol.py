@@ -69,6 +69,7 @@ RECORDS = [Record(b"hello", "pk1", "49590338271490256608559692538361571095921575
                   1_700_000_000_456, "shardId-000000000000")]
 
 
+@pytest.mark.unit
 def test_messages_round_trip_and_names():
     assert decode_message(InitializeMessage("s-1", "123", 4).to_line()) == \
         InitializeMessage("s-1", "123", 4)
@@ -82,6 +83,7 @@ def test_messages_round_trip_and_names():
         == CheckpointMessage("12", 1)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("line, fragment", [
     ('{"action": "status", "responseFor"', "not JSON"),
     ("[1, 2]", "not a JSON object"),
@@ -96,6 +98,7 @@ def test_malformed_messages_say_what_is_wrong(line, fragment):
         decode_message(line)
 
 
+@pytest.mark.unit
 def test_process_records_with_checkpoints_and_their_errors():
     stdin = io.StringIO()
     stdout = child_says(
@@ -134,6 +137,7 @@ def test_process_records_with_checkpoints_and_their_errors():
                                   ("6", None), ("7", None)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("action", ["initialize", "leaseLost"])
 def test_checkpoint_outside_allowed_actions_is_invalid_state(action):
     stdin = io.StringIO()
@@ -150,6 +154,7 @@ def test_checkpoint_outside_allowed_actions_is_invalid_state(action):
                            "subSequenceNumber": None, "error": "InvalidStateException"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("action", ["shardEnded", "shutdownRequested"])
 def test_checkpoint_allowed_at_shard_end_and_shutdown(action):
     stdin = io.StringIO()
@@ -164,6 +169,7 @@ def test_checkpoint_allowed_at_shard_end_and_shutdown(action):
     assert checkpointer.calls == [(None, None)]
 
 
+@pytest.mark.unit
 def test_stray_stdout_text_is_skipped_but_broken_json_is_an_error(caplog):
     stdin = io.StringIO()
     stdout = io.StringIO("Encountered shutdown exception, skipping checkpoint\n\n\n"
@@ -177,6 +183,7 @@ def test_stray_stdout_text_is_skipped_but_broken_json_is_an_error(caplog):
         MultiLangProtocol(io.StringIO(), stdout, shard_id="s-7", timeout_s=5).initialize(None, None)
 
 
+@pytest.mark.unit
 def test_status_for_the_wrong_action_is_a_protocol_error():
     stdout = child_says('{"action":"status","responseFor":"initialize"}')
     with pytest.raises(ProtocolError, match="'initialize'.*'processRecords'"):
@@ -184,6 +191,7 @@ def test_status_for_the_wrong_action_is_a_protocol_error():
             RECORDS, 0, FakeCheckpointer())
 
 
+@pytest.mark.unit
 def test_child_exit_and_hang_over_pipes():
     # Exit: the child's stdout closes before its status.
     r, w = os.pipe()
@@ -210,6 +218,7 @@ def test_child_exit_and_hang_over_pipes():
         stdin.close()
 
 
+@pytest.mark.unit
 def test_stderr_is_drained_even_without_newlines(caplog):
     r, w = os.pipe()
     with caplog.at_level(logging.INFO, logger="kinesis_dstream.multilang.child"):
@@ -267,6 +276,7 @@ class KclpyTestProcessor(kclpy_v3.RecordProcessorBase):
         self._try(None, shutdown_requested_input.checkpointer)
 
 
+@pytest.mark.unit
 def test_amazon_kclpy_process_speaks_our_protocol():
     from amazon_kclpy import kcl
 
@@ -341,6 +351,7 @@ def _processor(child_script, mode, timeout_s=10.0):
                                     env=env)
 
 
+@pytest.mark.emulator
 def test_processor_runs_a_child_through_its_lifecycle(child_script, caplog):
     processor = _processor(child_script, "ok")
     checkpointer = FakeCheckpointer()
@@ -356,6 +367,7 @@ def test_processor_runs_a_child_through_its_lifecycle(child_script, caplog):
     assert "[shardId-000000000002] got 2 records" in caplog.text
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("mode, match", [("exit", "exit code 3"), ("hang", "no answer")])
 def test_processor_kills_a_failed_child_and_raises(child_script, mode, match):
     processor = _processor(child_script, mode, timeout_s=1.0)
@@ -373,6 +385,7 @@ def test_processor_kills_a_failed_child_and_raises(child_script, mode, match):
         processor.shard_ended(ShardEndedInput(FakeCheckpointer()))
 
 
+@pytest.mark.emulator
 def test_a_child_that_stops_reading_is_killed_when_a_write_blocks(tmp_path):
     # The child answers initialize, then sleeps without reading: our big processRecords
     # line fills the pipe. The write is bounded by the action timeout too.
@@ -388,6 +401,7 @@ def test_a_child_that_stops_reading_is_killed_when_a_write_blocks(tmp_path):
         processor.process_records(ProcessRecordsInput(big, FakeCheckpointer(), 0))
 
 
+@pytest.mark.emulator
 def test_processor_reports_a_command_that_cannot_start():
     processor = MultiLangRecordProcessor(["/nonexistent/child-program"])
     with pytest.raises(ChildFailedError, match="cannot start"):

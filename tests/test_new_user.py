@@ -21,6 +21,8 @@ import pytest
 
 from emulators import client, create_stream, delete_stream
 
+pytestmark = pytest.mark.spark
+
 REPO = Path(__file__).resolve().parent.parent
 SPARK_VARS = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "PYTHONPATH")
 # The names the README's example uses.

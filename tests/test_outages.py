@@ -20,6 +20,8 @@ from emulators import client
 from spark_helpers import collected, create, make_ssc, wait_until
 from test_sql_source import Batches, options, start_query
 
+pytestmark = pytest.mark.spark
+
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 OUTAGE_S = 20

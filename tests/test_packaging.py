@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.emulator
+
 REPO = Path(__file__).resolve().parent.parent
 
 # Any import of pyspark fails, as when it is not installed. (six cannot be blocked the same

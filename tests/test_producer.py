@@ -60,6 +60,7 @@ def assert_on_own_shards(users: list[Any], ranges: dict[str, tuple[int, int]]) -
                           f"{misplaced[:5]}"
 
 
+@pytest.mark.emulator
 def test_ten_thousand_aggregated_records_land_once_each_on_their_own_shard(
         kinesis_local, make_stream):
     stream = make_stream(4)
@@ -83,6 +84,7 @@ def test_ten_thousand_aggregated_records_land_once_each_on_their_own_shard(
     assert producer.stats.kinesis_records == len(raw)
 
 
+@pytest.mark.emulator
 def test_plain_mode_puts_one_kinesis_record_per_user_record(kinesis_local, make_stream):
     stream = make_stream(2)
     with KinesisProducer(producer_config(stream, kinesis_local), aggregation=False) as producer:
@@ -94,6 +96,7 @@ def test_plain_mode_puts_one_kinesis_record_per_user_record(kinesis_local, make_
     assert_on_own_shards(users, shard_ranges(kinesis_local, stream))
 
 
+@pytest.mark.emulator
 def test_aggregates_respect_the_size_limit_and_big_records_go_plain(kinesis_local, make_stream):
     stream = make_stream(2)
     big = b"B" * (MAX_RECORD_BYTES - 100)
@@ -113,6 +116,7 @@ def test_aggregates_respect_the_size_limit_and_big_records_go_plain(kinesis_loca
         KinesisProducer(producer_config(stream, kinesis_local)).put(b"x" * MAX_RECORD_BYTES, "k")
 
 
+@pytest.mark.emulator
 def test_failed_entries_are_sent_again_until_written(kinesis_local, make_stream):
     stream = make_stream(2)
     with FaultProxy(kinesis_local, share=0.0, seed=7, put_failure_share=0.3) as proxy:
@@ -127,6 +131,7 @@ def test_failed_entries_are_sent_again_until_written(kinesis_local, make_stream)
     assert Counter(u.binary_data for u in users) == Counter(f"r-{i}".encode() for i in range(400))
 
 
+@pytest.mark.emulator
 def test_gives_up_naming_the_stream_and_the_count(kinesis_local, make_stream):
     stream = make_stream(1)
     waits: list[float] = []
@@ -149,6 +154,7 @@ def test_gives_up_naming_the_stream_and_the_count(kinesis_local, make_stream):
     assert producer.buffered_records() == 0
 
 
+@pytest.mark.emulator
 def test_failed_entries_stop_at_the_deadline_on_the_producers_clock(kinesis_local, make_stream):
     stream = make_stream(1)
     now = [0.0]
@@ -168,6 +174,7 @@ def test_failed_entries_stop_at_the_deadline_on_the_producers_clock(kinesis_loca
     assert proxy.put_entries_failed == 4
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("code,retried", [("InternalFailure", True),
                                            ("KMSDisabledException", False)])
 def test_entries_are_sent_again_only_for_codes_worth_retrying(kinesis_local, make_stream,
@@ -188,11 +195,13 @@ def test_entries_are_sent_again_only_for_codes_worth_retrying(kinesis_local, mak
     assert producer.stats.put_records_calls == (2 if retried else 1)
 
 
+@pytest.mark.unit
 def test_the_default_entry_retry_is_ten_tries_within_two_minutes_up_to_five_seconds_apart():
     assert (PUT_RECORDS_RETRY.max_attempts, PUT_RECORDS_RETRY.deadline_ms,
             PUT_RECORDS_RETRY.wait_time_ms, PUT_RECORDS_RETRY.max_wait_ms) == (10, 120_000, 100, 5000)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("code,kind", [
     ("ProvisionedThroughputExceededException", "throttling"),
     ("InternalFailure", "transient"), ("ServiceUnavailable", "transient"),
@@ -205,6 +214,7 @@ def test_put_records_entry_codes_are_read_by_the_one_table(code, kind):
     assert classify(error_for_code(code, "entry")) == kind
 
 
+@pytest.mark.emulator
 def test_explicit_hash_key_decides_the_shard_not_the_partition_key(kinesis_local, make_stream):
     stream = make_stream(4)
     ranges = shard_ranges(kinesis_local, stream)
@@ -220,6 +230,7 @@ def test_explicit_hash_key_decides_the_shard_not_the_partition_key(kinesis_local
     assert len(md5_shard) == 1  # so three of the four groups prove the hash key won
 
 
+@pytest.mark.emulator
 def test_a_reshard_reloads_the_shard_map(kinesis_local, make_stream):
     """After a split the first aggregate may land on one child (KPL behaviour too); the answer's
     ShardId tells the producer, which reloads the map, so later records are placed right."""
@@ -246,6 +257,7 @@ def test_a_reshard_reloads_the_shard_map(kinesis_local, make_stream):
     assert len({u.shard_id for u in after}) == 2
 
 
+@pytest.mark.unit
 def test_computed_aggregate_size_is_the_encoded_size():
     """The limits are checked on a computed size; it must be the real one, byte for byte."""
     from kinesis_dstream.aws.kpl import Aggregate
@@ -266,6 +278,7 @@ def test_computed_aggregate_size_is_the_encoded_size():
                              "SequenceNumber": "1"}], "shard")[0].aggregated
 
 
+@pytest.mark.emulator
 def test_records_wait_at_most_the_buffered_time(kinesis_local, make_stream):
     stream = make_stream(1)
     now = [100.0]
@@ -282,6 +295,7 @@ def test_records_wait_at_most_the_buffered_time(kinesis_local, make_stream):
     assert len(users) == 12
 
 
+@pytest.mark.emulator
 def test_concurrent_connections_write_every_record_once(kinesis_local, make_stream):
     import threading
 

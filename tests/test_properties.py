@@ -15,6 +15,8 @@ from kinesis_dstream.multilang.properties import (
     normalise_endpoint,
 )
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 
 

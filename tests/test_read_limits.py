@@ -34,6 +34,7 @@ class FakeClock:
         return self.now
 
 
+@pytest.mark.unit
 def test_get_records_is_served_while_the_shards_byte_budget_is_positive():
     clock = FakeClock()
     limits = ShardLimits(clock=clock)
@@ -49,6 +50,7 @@ def test_get_records_is_served_while_the_shards_byte_budget_is_positive():
     assert limits.admit("GetRecords", "shardId-000000000001")
 
 
+@pytest.mark.unit
 def test_five_calls_a_second_per_shard_and_operation():
     clock = FakeClock()
     limits = ShardLimits(clock=clock)
@@ -64,6 +66,7 @@ def test_five_calls_a_second_per_shard_and_operation():
     assert limits.admit("ListShards", "")
 
 
+@pytest.mark.unit
 def test_an_idle_shard_saves_no_more_than_its_burst():
     clock = FakeClock()
     limits = ShardLimits(clock=clock, bytes_per_s=1000, burst_bytes=1000)
@@ -76,6 +79,7 @@ def test_an_idle_shard_saves_no_more_than_its_burst():
     assert limits.admit("GetRecords", SHARD)
 
 
+@pytest.mark.emulator
 def test_the_proxy_refuses_as_kinesis_does_and_follows_iterators_to_their_shard(
         make_stream, put_records, make_fault_proxy):
     stream = make_stream(2)
@@ -105,6 +109,7 @@ def test_the_proxy_refuses_as_kinesis_does_and_follows_iterators_to_their_shard(
     assert proxy.shard_calls[("GetRecords", "", SHARD)] == 2
 
 
+@pytest.mark.emulator
 def test_reads_at_the_limits_wait_throttling_out_and_lose_nothing(
         make_config, make_stream, put_records, make_fault_proxy):
     """read_shard_range without Spark, through the limits proxy with a small byte budget
@@ -151,6 +156,7 @@ def test_reads_at_the_limits_wait_throttling_out_and_lose_nothing(
     assert sum(limits.refused.values()) >= 3
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("storage", ["default", "NONE"])
 def test_a_dstream_drains_a_backlog_at_the_limits_exactly(
         sc, aws_env, dynamodb, make_stream, make_fault_proxy, put_records, unique_app_name,
@@ -204,6 +210,7 @@ def test_a_dstream_drains_a_backlog_at_the_limits_exactly(
         m.READ_THROUGHPUT_EXCEEDED]
 
 
+@pytest.mark.unit
 def test_a_partition_computed_twice_reports_the_refusals_of_both_computations():
     """The reports accumulator keeps one report per (stream, shard, batch), the last
     computation's, but adds up what every computation was refused: a re-read of a recorded

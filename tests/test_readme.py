@@ -20,6 +20,7 @@ import pytest
 import kinesis_dstream
 from kinesis_dstream.local import NPM_EMULATORS
 
+
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 DOCS = {p.name: p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}
@@ -48,12 +49,14 @@ def imported_names(block: str) -> list[tuple[str, str | None]]:
     return found
 
 
+@pytest.mark.unit
 def test_the_readme_and_docs_have_python_blocks_and_they_parse():
     assert len(PYTHON_BLOCKS) >= 6
     for block in PYTHON_BLOCKS:
         ast.parse(block)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("module, name", sorted(
     {pair for block in PYTHON_BLOCKS for pair in imported_names(block)}, key=str))
 def test_every_name_the_readme_and_docs_import_exists(module, name):
@@ -63,6 +66,7 @@ def test_every_name_the_readme_and_docs_import_exists(module, name):
             f"from {module} import {name}"
 
 
+@pytest.mark.unit
 def test_the_readme_is_short_and_has_an_example_per_entry_point():
     assert len(README.splitlines()) <= README_MAX_LINES
     code = "\n".join(README_BLOCKS)
@@ -78,6 +82,7 @@ def test_the_readme_is_short_and_has_an_example_per_entry_point():
     assert "make test" in README and "make demo" in README
 
 
+@pytest.mark.unit
 def test_the_readmes_links_into_docs_exist():
     links = re.findall(r"\]\((docs/[^)#]+)", README)
     assert links
@@ -85,6 +90,7 @@ def test_the_readmes_links_into_docs_exist():
         assert (REPO / link).exists(), link
 
 
+@pytest.mark.unit
 def test_the_documented_errors_and_kinesis_record_import_from_the_package():
     errors = section(DOCS["operations.md"], "Bad input fails within bounded time")
     names = set(re.findall(r"`([A-Z][A-Za-z]+(?:Error|Record))`", errors))
@@ -101,6 +107,7 @@ def layout_rows() -> list[tuple[str, str]]:
     return [(cell, role) for cell, role in rows if cell not in ("module", "---")]
 
 
+@pytest.mark.unit
 def test_the_layout_table_lists_existing_modules_once_and_covers_every_module():
     listed: list[str] = []
     for cell, role in layout_rows():
@@ -121,6 +128,7 @@ def test_the_layout_table_lists_existing_modules_once_and_covers_every_module():
     assert modules == covered, sorted(modules - covered)
 
 
+@pytest.mark.unit
 def test_the_path_of_one_record_names_existing_modules_and_counts_its_hops():
     path = section(DOCS["how-it-works.md"], "## The path of one record")
     rows = re.findall(r"^\| (\d+) \| \w+ \| `([^`]+)` \|", path, flags=re.M)
@@ -131,12 +139,14 @@ def test_the_path_of_one_record_names_existing_modules_and_counts_its_hops():
     assert f"through {len({m for _, m in rows})} modules" in path
 
 
+@pytest.mark.unit
 def test_the_npm_line_is_package_json():
     pinned = json.loads((REPO / "package.json").read_text())["dependencies"]
     assert sorted(NPM_EMULATORS) == sorted(f"{name}@{version}" for name, version in pinned.items())
     assert f"npm install {' '.join(NPM_EMULATORS)}" in README
 
 
+@pytest.mark.unit
 def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists():
     mkdocs = (REPO / "mkdocs.yml").read_text()
     nav = re.findall(r"^\s+- [^:]+: (\S+\.md)$", mkdocs, flags=re.M)
@@ -163,6 +173,7 @@ def run_example(code: str, tmp_path: Path, timeout_s: float) -> subprocess.Compl
                           start_new_session=True)
 
 
+@pytest.mark.emulator
 def test_the_readmes_scheduler_example_runs_and_prints_the_records(
         local_env, make_stream, put_records, unique_app_name, tmp_path):
     stream = make_stream(2)
@@ -179,6 +190,7 @@ def test_the_readmes_scheduler_example_runs_and_prints_the_records(
     assert sum(int(n) for n in re.findall(r"\brecords=(\d+)", done.stdout)) == 6, done.stdout
 
 
+@pytest.mark.spark
 def test_the_readmes_structured_streaming_example_writes_then_reads_the_stream(
         local_env, make_stream, tmp_path):
     stream = make_stream(2)

@@ -12,6 +12,8 @@ from kinesis_dstream.records import (
     is_valid_sequence_number,
 )
 
+pytestmark = pytest.mark.unit
+
 BIG = "49590338271490256608559692538361571095921575989136588898"  # a real 56-digit one
 
 

@@ -2,7 +2,8 @@
 
 No emulator expires an iterator or trims a shard, so kinesis-local sits behind
 tests/fault_proxy.py: ``iterator_ttl_s`` answers ExpiredIteratorException for an iterator
-older than that, ``trim_horizon`` makes the records before a sequence number gone, in either
+older than that on the proxy's clock, which a test moves past the TTL (``expire_held``) instead
+of sleeping, ``trim_horizon`` makes the records before a sequence number gone, in either
 shape Kinesis is reported to answer a start before it with (``trim_shape``: "silent", an
 iterator at the oldest record; "refuse", InvalidArgumentException). The fetcher, the worker
 (Scheduler) and the DStream and SQL readers all read through one ``KinesisDataFetcher``.
@@ -33,6 +34,8 @@ from spark_helpers import create, make_ssc, wait_until
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 SHAPES = ("silent", "refuse")
+# Kinesis' iterator lifetime; on the proxy's clock only advance_clock gets there in a test.
+TTL_S = 300.0
 
 
 def trimmed_warnings(messages: list[str], shard: str) -> list[str]:
@@ -64,6 +67,7 @@ def drain(fetcher: KinesisDataFetcher, max_calls: int = 50) -> list[str]:
 
 
 # -- the fetcher -------------------------------------------------------------------------------
+@pytest.mark.emulator
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_trimmed_checkpoint_goes_on_from_the_oldest_record_and_is_logged_once(
         ten, make_config, make_fault_proxy, caplog, shape):
@@ -83,6 +87,7 @@ def test_a_trimmed_checkpoint_goes_on_from_the_oldest_record_and_is_logged_once(
     assert proxy.refused == (2 if shape == "refuse" else 0)
 
 
+@pytest.mark.emulator
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_trimmed_checkpoint_fails_with_fail_on_data_loss(ten, make_config, make_fault_proxy,
                                                            shape):
@@ -101,6 +106,7 @@ def test_a_trimmed_checkpoint_fails_with_fail_on_data_loss(ten, make_config, mak
         assert put[5].sequence_number in str(info.value)
 
 
+@pytest.mark.emulator
 def test_a_start_at_the_trim_horizon_or_after_it_loses_nothing(ten, make_config,
                                                                 make_fault_proxy, caplog):
     stream, put = ten
@@ -118,6 +124,7 @@ def test_a_start_at_the_trim_horizon_or_after_it_loses_nothing(ten, make_config,
     assert not trimmed_warnings(caplog.messages, put[0].shard_id)
 
 
+@pytest.mark.emulator
 def test_expired_iterators_are_re_created_after_the_last_record(ten, make_config,
                                                                  make_fault_proxy):
     stream, put = ten
@@ -128,13 +135,26 @@ def test_expired_iterators_are_re_created_after_the_last_record(ten, make_config
     got = [r.binary_data.decode() for r in fetcher.get_records().records]
     proxy.expire_next = 2  # the iterator, and the fresh one made for it, expire
     got += drain(fetcher)
-    proxy.iterator_ttl_s = 0.2  # a handed-back iterator kept too long
+    proxy.iterator_ttl_s = TTL_S
     put_at(proxy.endpoint, stream, [("k10", "r10")])
-    time.sleep(0.5)
+    proxy.advance_clock(TTL_S + 1)  # the handed-back iterator, kept too long
     got += drain(fetcher)
     assert got == [f"r{i}" for i in range(1, 11)]
     assert proxy.expired == 3
     assert fetcher.shard_iterator_calls == 4  # the first, and one per expiry
+
+
+def expire_held(proxy: Any, timeout: float = 60.0) -> None:
+    """Age every iterator held now past the proxy's TTL, and wait until a GetRecords was
+    answered ExpiredIteratorException. A read in flight as the clock moved may be handed a
+    fresh iterator: then the clock moves again, once per GetRecords, never after an expiry
+    (the iterator re-created for it must not expire too)."""
+    before = proxy.expired
+    deadline = time.monotonic() + timeout
+    while proxy.expired == before:
+        assert time.monotonic() < deadline, f"no iterator expired within {timeout} s"
+        proxy.advance_clock(proxy.iterator_ttl_s + 1)
+        reads_go_on(proxy, 1, timeout)
 
 
 # -- the worker (Scheduler) --------------------------------------------------------------------
@@ -148,6 +168,7 @@ class _Recorder(RecordProcessor):
         process_records_input.checkpointer.checkpoint()
 
 
+@pytest.mark.emulator
 def test_a_trimmed_start_read_by_two_computations_is_logged_by_the_one_whose_range_stands(
         ten, make_config, make_fault_proxy, caplog):
     """A task and its retry (in another Python worker: nothing logged there yet) both read a
@@ -189,6 +210,7 @@ def seed_checkpoint(config: Any, shard_id: str, sequence_number: str) -> None:
     assert table.create_lease_if_not_exists(Lease(shard_id, checkpoint=ESN(sequence_number)))
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(180)
 def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothing(
         aws_env, ten, make_config, make_fault_proxy, caplog):
@@ -196,7 +218,7 @@ def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothi
     shard = put[0].shard_id
     proxy = make_fault_proxy(share=0.0)
     proxy.trim_horizon, proxy.trim_shape = {shard: put[4].sequence_number}, "refuse"
-    proxy.iterator_ttl_s = 0.3  # the worker idles 0.5 s between reads at the tip
+    proxy.iterator_ttl_s = TTL_S
     config = make_config(stream, kinesis_endpoint=proxy.endpoint, idle_time_between_reads_ms=500)
     seed_checkpoint(config, shard, put[1].sequence_number)
     delivered: list[str] = []
@@ -206,15 +228,15 @@ def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothi
     scheduler.start()
     try:
         wait_until(lambda: len(delivered) >= 6, 60, "the records after the trim horizon")
-        for round_ in range(3):  # more records between expiries
+        for round_ in range(3):  # a record, then the worker's iterator expires
             put_at(proxy.endpoint, stream, [(f"k{round_}", f"n{round_}")])
-            time.sleep(1.0)
-        wait_until(lambda: len(delivered) >= 9, 60, "the records put while running")
+            expire_held(proxy)
+            wait_until(lambda: len(delivered) >= 7 + round_, 60, f"record n{round_}")
         reads_go_on(proxy, 4)  # what would come twice comes by now
     finally:
         scheduler.shutdown(timeout_s=10)
     assert delivered == [f"r{i}" for i in range(4, 10)] + ["n0", "n1", "n2"]
-    assert proxy.expired > 0 and proxy.refused == 1
+    assert proxy.expired >= 3 and proxy.refused == 1
     (line,) = trimmed_warnings(caplog.messages, shard)
     assert f"after {ESN(put[1].sequence_number)} before {put[4].sequence_number}" in line
 
@@ -271,12 +293,13 @@ def batches_go_on(batches: list, count: int = 3, timeout: float = 60.0) -> None:
     wait_until(lambda: len(batches) >= seen + count, timeout, f"{count} more batches")
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_stream,
                                                            put_records, unique_app_name):
     proxy, env = proxied
     stream = make_stream(2)
-    proxy.iterator_ttl_s = 0.5  # handed across 1 s batches: most expire before they are used
+    proxy.iterator_ttl_s = TTL_S
     expected = [r.data.decode() for r in put_records(stream, [(f"k{i}", f"a{i}")
                                                              for i in range(40)])]
     ssc = make_ssc(sc)
@@ -284,19 +307,20 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_str
     ssc.start()
     try:
         wait_until(lambda: len(rows) >= 40, 90, "the first records")
-        for round_ in range(4):  # quiet shards between rounds: their iterators age
+        for round_ in range(4):  # records, then the iterators the readers hold expire
             expected += [r.data.decode() for r in put_records(
                 stream, [(f"k{i}", f"b{round_}-{i}") for i in range(10)])]
-            time.sleep(2.0)
-        wait_until(lambda: len(rows) >= len(expected), 90, "every record")
+            expire_held(proxy)
+            wait_until(lambda: len(rows) >= len(expected), 90, f"round {round_}'s records")
         batches_go_on(batches)  # batches that would bring a record twice
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert Counter(rows) == Counter(expected)
-    assert proxy.expired > 0
+    assert proxy.expired >= 4
     assert not failed, failed[0][:2000]  # a failed batch's records would come later: no
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
@@ -323,6 +347,7 @@ def test_dstream_trimmed_checkpoint_goes_on_by_default_and_logs_once(
     assert len(lines) == 1 and span in lines[0] and "WARNING" in lines[0], lines
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(240)
 def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
         sc, proxied, make_config, make_stream, put_records, unique_app_name):
@@ -362,6 +387,7 @@ def spark(sc: Any) -> Any:
     return session
 
 
+@pytest.mark.spark
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fail", [False, True])
 def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make_stream,
@@ -384,7 +410,8 @@ def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make
     put += put_records(stream, [(f"k{i}", f"r{i}") for i in range(3, 10)])
     # Stopped for longer than the stream's retention: r3..r5 are gone, and so are the
     # iterators the query kept.
-    proxy.trim_horizon, proxy.iterator_ttl_s = {shard: put[6].sequence_number}, 0.5
+    proxy.trim_horizon, proxy.iterator_ttl_s = {shard: put[6].sequence_number}, TTL_S
+    proxy.advance_clock(TTL_S + 1)
     first_run = len(sink.rows())
     query = start_query(spark, opts, checkpoint, sink)
     span = f"after {ESN(put[2].sequence_number)} before {put[6].sequence_number}"

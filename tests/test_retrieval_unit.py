@@ -15,7 +15,7 @@ from kinesis_dstream.retrieval import KinesisDataFetcher, Pacer, pacer as pacer_
 from kinesis_dstream.retrieval import read_loop
 from kinesis_dstream.retry import Backoff, Deadline, FaultLog
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 log = logging.getLogger(__name__)
 CONFIG = ConsumerConfig(application_name="retrieval-unit", stream_name="s",

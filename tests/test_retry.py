@@ -38,6 +38,9 @@ from kinesis_dstream.retry import (
 )
 
 
+pytestmark = pytest.mark.unit
+
+
 class Flaky:
     """Fails with the given errors in turn, then returns 'ok'."""
 

@@ -132,6 +132,7 @@ def schedulers():
 
 # -- 1. the first pass ------------------------------------------------------------------------
 
+@pytest.mark.emulator
 @pytest.mark.timeout(90)
 def test_first_pass_creates_table_and_leases_and_a_lone_worker_ramps_to_every_shard(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, schedulers):
@@ -180,6 +181,7 @@ def test_first_pass_creates_table_and_leases_and_a_lone_worker_ramps_to_every_sh
     assert sorted(scheduler.metrics()) == shard_ids
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(60)
 def test_start_checks_the_stream_before_making_any_table(
         aws_env, kinesis_local, dynamodb, make_config):
@@ -208,6 +210,7 @@ def split(kinesis_endpoint: str, stream: str) -> tuple[str, list[str]]:
     return parent["ShardId"], children
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(120)
 def test_shard_end_releases_the_parent_and_creates_and_takes_its_children_at_once(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, schedulers):
@@ -243,6 +246,7 @@ def test_shard_end_releases_the_parent_and_creates_and_takes_its_children_at_onc
     assert parent not in scheduler.metrics()
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(120)
 def test_children_wait_for_their_parent_shard_end_even_when_their_leases_are_held(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, schedulers):
@@ -280,6 +284,7 @@ def test_children_wait_for_their_parent_shard_end_even_when_their_leases_are_hel
 
 # -- 3. processors and factories that raise ----------------------------------------------------
 
+@pytest.mark.emulator
 @pytest.mark.timeout(90)
 def test_a_raising_factory_does_not_kill_the_scheduler_the_lease_is_released_and_retaken(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, schedulers, caplog):
@@ -352,6 +357,7 @@ class FailAfterCheckpoint(Recorder):
         raise RuntimeError("bug on batch 2")
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(90)
 def test_raising_processors_are_replaced_and_the_shard_resumes_from_its_checkpoint(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, schedulers):
@@ -403,6 +409,7 @@ class BlockInShutdown(Recorder):
         self.release.wait(60)
 
 
+@pytest.mark.emulator
 @pytest.mark.timeout(90)
 def test_shutdown_times_out_on_a_blocked_processor_and_still_releases_every_lease(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, schedulers):
@@ -451,6 +458,7 @@ def test_shutdown_times_out_on_a_blocked_processor_and_still_releases_every_leas
 
 # -- 5. metrics -------------------------------------------------------------------------------
 
+@pytest.mark.emulator
 @pytest.mark.timeout(90)
 def test_metrics_show_records_lag_owner_and_last_checkpoint_per_shard(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, schedulers):
@@ -484,6 +492,7 @@ def test_metrics_show_records_lag_owner_and_last_checkpoint_per_shard(
         assert m.last_delivered == str(last)
 
 
+@pytest.mark.unit
 def test_a_pass_that_keeps_failing_unexpectedly_backs_off_instead_of_ticking(caplog):
     """A bug in a pass is logged with its traceback, but not at every 0.2 s tick: the waits
     grow as for a service fault (200 ms doubling, equal jitter: the ranges do not overlap)."""

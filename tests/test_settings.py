@@ -23,6 +23,8 @@ from kinesis_dstream.spark.rate import RateSettings
 from kinesis_dstream.sql.options import SQL_SINK, SQL_SOURCE, parse_options, parse_source_options
 
 ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.unit
 FRONT_ENDS = (SPARK_CONF, SQL_SOURCE, SQL_SINK, PROPERTIES)
 SQL_BASE = {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:1"}
 

@@ -1,11 +1,16 @@
 """Shard sync decisions: which leases to create, parents before children (tier 1, no I/O)."""
 from __future__ import annotations
 
+import pytest
+
 from kinesis_dstream.aws.kinesis import Shard
 from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.worker.shard_sync import initial_checkpoint, new_leases, parents_done
+
+
+pytestmark = pytest.mark.unit
 
 
 def config(position: str = "TRIM_HORIZON", **kw) -> ConsumerConfig:

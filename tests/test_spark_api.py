@@ -14,6 +14,7 @@ from kinesis_dstream import ConfigurationError
 from kinesis_dstream.spark import kinesis_utils
 
 
+@pytest.mark.unit
 def test_signature_matches_pyspark() -> None:
     ours = inspect.signature(kinesis_dstream.KinesisUtils.createStream).parameters
     theirs = inspect.signature(pyspark_kinesis.KinesisUtils.createStream).parameters
@@ -28,6 +29,7 @@ def test_signature_matches_pyspark() -> None:
             "cloudWatchEndpoint", "propertiesFile", "configOverrides"} == set(extensions)
 
 
+@pytest.mark.unit
 def test_constants_match_pyspark() -> None:
     ip, ml = kinesis_dstream.InitialPositionInStream, kinesis_dstream.MetricsLevel
     assert (ip.LATEST, ip.TRIM_HORIZON) == (pyspark_kinesis.InitialPositionInStream.LATEST,
@@ -45,6 +47,7 @@ def _create(**kwargs):
     return kinesis_dstream.KinesisUtils.createStream(**args)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kwargs, message", [
     (dict(awsAccessKeyId="AK"), "awsAccessKeyId is set but awsSecretKey is null"),
     (dict(awsSecretKey="SK"), "awsSecretKey is set but awsAccessKeyId is null"),
@@ -63,6 +66,7 @@ def test_argument_rules(kwargs, message) -> None:
         _create(**kwargs)
 
 
+@pytest.mark.unit
 def test_at_timestamp_position() -> None:
     when = datetime(2024, 1, 2, 3, 4, 5)
     assert kinesis_utils._initial_position(2, when) == ("AT_TIMESTAMP", when.timestamp())
@@ -70,6 +74,7 @@ def test_at_timestamp_position() -> None:
     assert kinesis_utils._initial_position("trim_horizon", None) == ("TRIM_HORIZON", None)
 
 
+@pytest.mark.emulator
 def test_worker_and_executor_reader_never_import_pyspark() -> None:
     import subprocess
 

@@ -15,12 +15,15 @@ import warnings
 from collections import Counter
 from typing import Any
 
+import pytest
 from pyspark import TaskContext
 
 from emulators import _put_entries, client, wait_stream_active
 from spark_helpers import create, executor_jvm_of, make_ssc, wait_until
 
 from kinesis_dstream.spark.task import READ_AHEAD
+
+pytestmark = pytest.mark.spark
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 

@@ -16,6 +16,7 @@ from kinesis_dstream.spark.records import naming_decoder
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
+@pytest.mark.unit
 def test_naming_decoder_passes_good_records_and_names_bad_ones():
     decode = naming_decoder(utf8_decoder)
     good = Record(b"caf\xc3\xa9", "k", "4960", 3, 0, "shardId-1")
@@ -26,6 +27,7 @@ def test_naming_decoder_passes_good_records_and_names_bad_ones():
         list(decode([good, bad]))
 
 
+@pytest.mark.spark
 def test_an_undecodable_record_fails_its_batch_and_is_never_checkpointed(
         sc, aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name):
     from pyspark.streaming import StreamingContext

@@ -6,6 +6,8 @@ import pytest
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.spark.kinesis_utils import _build_config
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = dict(application_name="app-defaults", stream_name="stream-defaults",
                 region_name="us-east-1", initial_position="TRIM_HORIZON")
 

@@ -10,8 +10,12 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from emulators import list_shard_ids
 from spark_helpers import leases_at, read_rows, start_driver, wait_until
+
+pytestmark = pytest.mark.spark
 
 FAILOVER_S, RENEW_S = 3.0, 3.0 / 3
 

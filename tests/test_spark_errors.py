@@ -14,6 +14,8 @@ from spark_helpers import collected, create, make_ssc, wait_until
 
 from kinesis_dstream.errors import ConfigurationError, CredentialsError
 
+pytestmark = pytest.mark.spark
+
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 

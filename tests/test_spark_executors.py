@@ -29,6 +29,7 @@ def env(aws_env, kinesis_local, dynamodb):
     return dict(kinesis=kinesis_local, dynamodb=dynamodb)
 
 
+@pytest.mark.spark
 def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_stream, put_records,
                                                                unique_app_name, monkeypatch):
     def no_reads_here(*args, **kwargs):
@@ -78,6 +79,7 @@ def two_output_operations(kstream, between):
     return first, second
 
 
+@pytest.mark.spark
 def test_two_output_operations_get_the_same_records_though_more_arrived(
         sc, env, make_stream, put_records, unique_app_name):
     """The second output operation recomputes the batch (nothing cached) after more records
@@ -107,6 +109,7 @@ def test_two_output_operations_get_the_same_records_though_more_arrived(
             sorted([f"a{i}" for i in range(100)] + late)
 
 
+@pytest.mark.spark
 def test_a_batch_whose_read_found_nothing_stays_empty_when_computed_again(
         sc, env, make_stream, put_records, unique_app_name):
     """With storageLevel NONE the first output operation's read decides the range and records
@@ -144,6 +147,7 @@ def test_a_batch_whose_read_found_nothing_stays_empty_when_computed_again(
         assert sorted(r for rows in seen.values() for r in rows) == sorted(late)
 
 
+@pytest.mark.spark
 def test_a_task_failing_mid_read_reads_the_same_records_on_retry(
         sc, env, make_stream, put_records, unique_app_name, tmp_path):
     """The output task dies after some records of its partition, more records arrive, and
@@ -188,6 +192,7 @@ def test_a_task_failing_mid_read_reads_the_same_records_on_retry(
     assert [r for b in batches[1:] for r in b] == [f"b{i}" for i in range(50)]
 
 
+@pytest.mark.emulator
 def test_a_recorded_range_is_read_again_exactly(make_config, make_stream, put_records):
     """read_shard_range without Spark: the second computation of a (batch, shard) reads the
     recorded range whatever arrived since; the next batch continues after it."""
@@ -217,6 +222,7 @@ def test_a_recorded_range_is_read_again_exactly(make_config, make_stream, put_re
     assert [r.binary_data for r in fresh] == [f"a{i}".encode() for i in range(5)]
 
 
+@pytest.mark.emulator
 def test_a_range_whose_start_the_driver_knew_is_read_again_exactly(make_config, make_stream,
                                                                    put_records):
     """The usual batch: the driver passes where it starts, the task reads before recording.
@@ -240,6 +246,7 @@ def test_a_range_whose_start_the_driver_knew_is_read_again_exactly(make_config, 
     assert again_report.batch_range.records == 10
 
 
+@pytest.mark.emulator
 def test_a_batch_that_starts_inside_a_backlog_reads_on_past_its_first_page(
         make_config, make_stream, put_records):
     """The page after a batch's start holds the record it starts at, which is dropped: one
@@ -262,6 +269,7 @@ def test_a_batch_that_starts_inside_a_backlog_reads_on_past_its_first_page(
     assert (spent.batch_range.records, spent.more_left) == (10, True)
 
 
+@pytest.mark.spark
 def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(
         sc, env, make_stream, put_records, unique_app_name):
     """The range table holds what a recomputation may still need: while the stream runs, at
@@ -295,6 +303,7 @@ def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(
     assert sorted(rows) == sorted(f"w{w}-{i}" for w in range(6) for i in range(40))
 
 
+@pytest.mark.emulator
 def test_a_range_that_ends_inside_a_kpl_aggregate_is_read_again_exactly(
         make_config, make_stream, put_aggregated, put_records):
     """A record cap that falls inside an aggregate ends the range at a sub-sequence number:
@@ -328,6 +337,7 @@ def test_a_range_that_ends_inside_a_kpl_aggregate_is_read_again_exactly(
     assert later_report.get_shard_iterator_calls == 0
 
 
+@pytest.mark.spark
 def test_two_streams_derived_from_one_read_each_batch_once(sc, env, make_stream, put_records,
                                                            unique_app_name):
     """PySpark pipelines a derived DStream's functions into our batch function, so two

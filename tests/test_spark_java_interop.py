@@ -30,6 +30,9 @@ from test_java_interop import FAILOVER_MS, esn, java_daemon, records_of, wait_fo
 from kinesis_dstream.records import ExtendedSequenceNumber
 
 
+pytestmark = pytest.mark.spark
+
+
 def owners(dynamodb: str, app: str) -> dict[str, str | None]:
     return {shard: item.get("leaseOwner", {}).get("S") for shard, item in leases_at(dynamodb, app).items()}
 

@@ -15,6 +15,8 @@ from aws_kinesis_agg import MAGIC
 
 from spark_helpers import collected, create, leases, make_ssc, wait_until
 
+pytestmark = pytest.mark.spark
+
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 

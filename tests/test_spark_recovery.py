@@ -10,8 +10,13 @@ import signal
 import threading
 import time
 
+import pytest
+
 from spark_helpers import leases_at as leases
 from spark_helpers import read_rows, start_driver, wait_until
+
+pytestmark = pytest.mark.spark
+
 
 def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamodb, make_stream,
                                         put_records, unique_app_name):

@@ -16,6 +16,8 @@ from spark_helpers import count_words, create, leases, make_ssc, wait_until, wor
 
 from kinesis_dstream import KinesisUtils
 
+pytestmark = pytest.mark.spark
+
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 @pytest.fixture

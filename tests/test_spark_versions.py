@@ -7,19 +7,43 @@ import pytest
 
 HAS_DATA_SOURCE_API = int(pyspark.__version__.split(".")[0]) >= 4
 
+pytestmark = pytest.mark.spark
 
-def test_kinesis_utils_imports_on_this_pyspark():
+
+def test_create_stream_gives_a_dstream_of_this_pyspark(sc):
+    """createStream, called as pyspark.streaming.kinesis' is, gives this pyspark's DStream of
+    the StreamingContext it was given, whose records are decoded by the default decoder."""
+    from pyspark.streaming import DStream, StreamingContext
+
     from kinesis_dstream import InitialPositionInStream, KinesisRecord, KinesisUtils
 
-    assert KinesisUtils.createStream and InitialPositionInStream.TRIM_HORIZON == 1
+    ssc = StreamingContext(sc, 1)
+    try:
+        kstream = KinesisUtils.createStream(ssc, "versions-app", "versions-stream",
+                                            "http://127.0.0.1:9", "us-east-1",
+                                            InitialPositionInStream.TRIM_HORIZON, 1)
+        assert isinstance(kstream, DStream) and kstream._ssc is ssc
+        assert kstream.context() is ssc
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=False)
     assert KinesisRecord._fields[0] == "data"
 
 
-def test_register_says_which_pyspark_format_aws_kinesis_needs():
+def test_register_says_which_pyspark_format_aws_kinesis_needs(sc):
     if HAS_DATA_SOURCE_API:
-        from kinesis_dstream.sql.datasource import register
+        from pyspark.sql import SparkSession
 
-        assert callable(register)
+        from kinesis_dstream.sql.datasource import register
+        from kinesis_dstream.sql.source import SCHEMA
+
+        spark = SparkSession(sc)
+        register(spark)
+        opts = {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:9",
+                "kinesis.region": "us-east-1"}  # nothing is read: no endpoint needed
+        df = spark.readStream.format("aws-kinesis").options(**opts).load()
+        assert df.isStreaming and df.schema == SCHEMA
+        with pytest.raises(Exception, match="reads as a stream only"):
+            spark.read.format("aws-kinesis").options(**opts).load().collect()
         return
     with pytest.raises(ImportError) as raised:
         from kinesis_dstream.sql.datasource import register  # noqa: F401

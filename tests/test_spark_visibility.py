@@ -13,6 +13,8 @@ from pyspark.streaming.listener import StreamingListener
 
 from spark_helpers import collected, create, make_ssc, wait_until
 
+pytestmark = pytest.mark.spark
+
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 

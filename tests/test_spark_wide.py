@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 import warnings
 
+import pytest
+
 from spark_helpers import create, make_ssc, wait_until
 
 from kinesis_dstream.aws.range_table import range_table_name
@@ -19,6 +21,7 @@ from kinesis_dstream.records import ExtendedSequenceNumber
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
+@pytest.mark.spark
 def test_an_idle_shard_costs_no_get_shard_iterator_and_no_dynamodb_call_per_batch(
         sc, aws_env, kinesis_local, dynamodb, make_stream, make_fault_proxy, put_records,
         unique_app_name):
@@ -89,6 +92,7 @@ def _ranges(n: int) -> list[ShardRange]:
                        None, 1000, 100, 1.0) for i in range(n)]
 
 
+@pytest.mark.unit
 def test_shards_are_grouped_into_few_tasks_and_busy_shards_spread_over_the_cores() -> None:
     wide = group_shards(_ranges(64), shards_per_task=16, parallelism=2)
     assert [len(g) for g in wide] == [16, 16, 16, 16]

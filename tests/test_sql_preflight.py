@@ -9,8 +9,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from test_new_user import python_without_the_package
 from test_producer import read_back
+
+pytestmark = pytest.mark.spark
 
 SPARK_VARS = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "PYTHONPATH")
 

@@ -16,6 +16,9 @@ from kinesis_dstream.sql import source as sql_source
 from kinesis_dstream.sql.options import parse_source_options
 
 
+pytestmark = pytest.mark.emulator
+
+
 @pytest.fixture
 def proxies(aws_env: dict[str, str], kinesis_local: str, dynamodb: str, make_fault_proxy: Any
             ) -> tuple[Any, Any]:

@@ -45,6 +45,7 @@ def assert_written_once(endpoint: str, stream: str, expected: Counter, max_kines
     assert len(raw) <= max_kinesis, f"{len(raw)} Kinesis records for {len(users)} user records"
 
 
+@pytest.mark.spark
 def test_batch_write_of_ten_thousand_rows(spark, kinesis_local, make_stream):
     stream = make_stream(4)
     rows = [(f"key-{i % 613}", f"row-{i}") for i in range(10_000)]
@@ -55,6 +56,7 @@ def test_batch_write_of_ten_thousand_rows(spark, kinesis_local, make_stream):
     assert_written_once(kinesis_local, stream, expected, max_kinesis=200)
 
 
+@pytest.mark.spark
 def test_streaming_write_from_files_available_now(spark, kinesis_local, make_stream, tmp_path):
     stream = make_stream(2)
     source = tmp_path / "in"
@@ -78,6 +80,7 @@ def test_streaming_write_from_files_available_now(spark, kinesis_local, make_str
     assert_written_once(kinesis_local, stream, expected, max_kinesis=3 * 2 * 2)
 
 
+@pytest.mark.spark
 def test_binary_data_plain_mode_and_explicit_hash_key(spark, kinesis_local, make_stream):
     stream = make_stream(2)
     ranges = shard_ranges(kinesis_local, stream)
@@ -96,6 +99,7 @@ def test_binary_data_plain_mode_and_explicit_hash_key(spark, kinesis_local, make
             assert user.shard_id == last_shard
 
 
+@pytest.mark.spark
 def test_dstream_helper_writes_every_batch(sc, kinesis_local, make_stream):
     from pyspark.streaming import StreamingContext
 
@@ -122,6 +126,7 @@ def test_dstream_helper_writes_every_batch(sc, kinesis_local, make_stream):
     assert_written_once(kinesis_local, stream, expected, max_kinesis=3 * 2 * 2)
 
 
+@pytest.mark.spark
 def test_missing_column_is_named(spark, kinesis_local, make_stream):
     stream = make_stream(1)
     df = spark.createDataFrame([("a",)], "data string")
@@ -130,6 +135,7 @@ def test_missing_column_is_named(spark, kinesis_local, make_stream):
             .mode("append").save()
 
 
+@pytest.mark.spark
 def test_invalid_option_value_is_named(spark, kinesis_local, make_stream):
     stream = make_stream(1)
     df = spark.createDataFrame([("a", "k")], "data string, partitionKey string")
@@ -139,6 +145,7 @@ def test_invalid_option_value_is_named(spark, kinesis_local, make_stream):
             .mode("append").save()
 
 
+@pytest.mark.unit
 def test_options_unknown_warned_by_name_defaults_and_errors(caplog):
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql.options"):
         parsed = parse_options({"kinesis.streamname": "s", "kinesis.streamNmae": "typo",
@@ -163,6 +170,7 @@ def test_options_unknown_warned_by_name_defaults_and_errors(caplog):
             parse_options(options)
 
 
+@pytest.mark.unit
 def test_the_sink_flush_wait_is_the_first_wait_of_the_producers_entry_retry(aws_env):
     from kinesis_dstream.aws.producer import PUT_RECORDS_RETRY
     from kinesis_dstream.retry import RetryPolicy
@@ -176,6 +184,7 @@ def test_the_sink_flush_wait_is_the_first_wait_of_the_producers_entry_retry(aws_
         max_wait_ms=PUT_RECORDS_RETRY.max_wait_ms, deadline_ms=PUT_RECORDS_RETRY.deadline_ms)
 
 
+@pytest.mark.unit
 def test_options_source_options_do_not_apply_and_roles_need_no_external_id(caplog):
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql.options"):
         parsed = parse_options({"kinesis.streamName": "s", "KINESIS.STARTINGPOSITION": "LATEST",
@@ -191,6 +200,7 @@ def test_options_source_options_do_not_apply_and_roles_need_no_external_id(caplo
         parse_options({"kinesis.streamName": "s", "kinesis.stsExternalId": "x"})
 
 
+@pytest.mark.unit
 def test_options_qubole_short_names_are_aliases_and_source_ones_do_not_apply(caplog):
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql.options"):
         parsed = parse_options({"streamname": "s", "endpointurl": "http://127.0.0.1:1",
@@ -201,6 +211,8 @@ def test_options_qubole_short_names_are_aliases_and_source_ones_do_not_apply(cap
     assert "is a source option (kinesis.startingPosition)" in caplog.text
 
 
+@pytest.mark.spark  # a Spark driver in a fresh process
+@pytest.mark.slow
 def test_registered_without_any_call_in_a_fresh_process(kinesis_local, make_stream, tmp_path):
     """A new Python process with only PYTHONPATH: both names resolve, rows arrive."""
     stream = make_stream(1)
@@ -226,6 +238,7 @@ def test_registered_without_any_call_in_a_fresh_process(kinesis_local, make_stre
     assert [u.binary_data for u in users] == [b"fresh-1", b"fresh-1"]
 
 
+@pytest.mark.emulator
 def test_without_the_data_source_api_the_sql_package_names_the_version():
     """As on pyspark < 4.0: kinesis_dstream imports, kinesis_dstream.sql says what it needs."""
     code = textwrap.dedent("""
@@ -244,6 +257,7 @@ def test_without_the_data_source_api_the_sql_package_names_the_version():
     assert "needs pyspark >= 4.0" in done.stdout
 
 
+@pytest.mark.spark
 def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis_local,
                                                                    make_stream):
     from fault_proxy import FaultProxy
@@ -261,12 +275,14 @@ def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis
     assert proxy.put_entries_failed >= 40 * 10
 
 
+@pytest.mark.spark
 def test_a_batch_read_says_to_read_a_stream(spark):
     with pytest.raises(Exception, match="format 'aws-kinesis' reads as a stream only"):
         spark.read.format("aws-kinesis").options(**sink_options("s", "http://127.0.0.1:9")) \
             .load().collect()
 
 
+@pytest.mark.spark
 def test_round_trip_through_the_sink_and_the_source(spark, kinesis_local, dynamodb, aws_env,
                                                     make_stream, unique_app_name, tmp_path):
     """10k rows written aggregated, read back with readStream.format("aws-kinesis"): all

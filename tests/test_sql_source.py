@@ -116,6 +116,7 @@ if __name__ != "__main__":
 
 
 # -- reading -----------------------------------------------------------------------------------
+@pytest.mark.spark
 def test_reads_plain_and_aggregated_records_on_executors(spark, env, make_stream, put_records,
                                                           put_aggregated, checkpoint):
     stream = make_stream(2)
@@ -187,6 +188,7 @@ class KeyedProducer(threading.Thread):
         return list(self.sent)
 
 
+@pytest.mark.spark
 def test_a_quiet_shard_costs_the_query_no_iterator_and_no_dynamodb_call(
         spark, env, make_stream, make_fault_proxy, put_records, checkpoint):
     """The driver's background prober finds a shard quiet with the iterator its last probe
@@ -222,6 +224,7 @@ def test_a_quiet_shard_costs_the_query_no_iterator_and_no_dynamodb_call(
     assert calls.get(("GetShardIterator", "", busy), 0) == 0, calls
 
 
+@pytest.mark.unit
 def test_commit_deletes_each_old_range_once_and_only_of_the_shards_read():
     class Ranges:
         deleted: list[tuple[str, str, int]] = []
@@ -247,6 +250,7 @@ def reader_shards(t: int) -> list[str]:
     return ["shardId-a"] if t % 2 else ["shardId-a", "shardId-b"]
 
 
+@pytest.mark.spark
 def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make_stream,
                                                                 put_records, checkpoint):
     stream = make_stream(2)
@@ -265,6 +269,7 @@ def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make
 
 
 # -- restart -----------------------------------------------------------------------------------
+@pytest.mark.spark
 def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
         spark, env, make_stream, checkpoint):
     stream = make_stream(2)
@@ -314,6 +319,7 @@ class FailsFirstBatchOnce(Batches):
         super().__call__(df, batch_id)
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("position", ["TRIM_HORIZON", "LATEST"])
 def test_a_query_stopped_between_its_first_plan_and_commit_restarts_exactly_once(
         spark, env, make_stream, checkpoint, position):
@@ -362,6 +368,7 @@ KEPT_CHECKPOINT = Path(__file__).parent / "data" / "sql-checkpoint-planned-not-c
 KEPT_QUERY = "358471332ca84c45bbfde14a56b50019"
 
 
+@pytest.mark.spark
 def test_a_checkpoint_kept_from_an_earlier_version_resumes_its_query(
         spark, env, make_stream, put_records, tmp_path):
     import shutil
@@ -426,6 +433,7 @@ def open_shards(kinesis: str, stream: str) -> list[dict[str, Any]]:
                   key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
 
 
+@pytest.mark.spark
 def test_split_and_merge_during_a_query_lose_nothing_and_parents_come_first(
         spark, env, make_stream, checkpoint):
     stream = make_stream(1)
@@ -511,6 +519,7 @@ class FaultyReader(sql_source.KinesisStreamReader):
         yield from batches
 
 
+@pytest.mark.spark
 def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
         spark, env, make_stream, checkpoint, tmp_path):
     from pyspark import cloudpickle
@@ -546,6 +555,7 @@ def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
 
 
 # -- admission control and Trigger.AvailableNow ------------------------------------------------
+@pytest.mark.spark
 @needs_4_2
 def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, make_stream,
                                                                     put_records, checkpoint):
@@ -566,6 +576,7 @@ def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, 
                for o in offsets_logged(checkpoint))
 
 
+@pytest.mark.spark
 @needs_4_2
 def test_available_now_reads_what_was_there_and_stops(spark, env, make_stream, put_records,
                                                       checkpoint):
@@ -589,6 +600,7 @@ def test_available_now_reads_what_was_there_and_stops(spark, env, make_stream, p
 BASE = {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:1"}
 
 
+@pytest.mark.unit
 def test_unknown_option_is_warned_by_name(caplog):
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
         parsed = parse_source_options({**BASE, "kinesis.maxFetchRecordz": "5",
@@ -598,6 +610,7 @@ def test_unknown_option_is_warned_by_name(caplog):
     assert parsed.starting_position.kind == "TRIM_HORIZON"  # keys are case-insensitive
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key,value", [
     ("kinesis.maxFetchRecordsPerShard", "lots"), ("kinesis.maxFetchRecordsPerShard", "0"),
     ("kinesis.startingPosition", "YESTERDAY"), ("kinesis.startingPosition", "AT_TIMESTAMP soon"),
@@ -611,6 +624,7 @@ def test_invalid_value_names_the_option(key, value):
         parse_source_options({**BASE, key.lower(): value})
 
 
+@pytest.mark.unit
 def test_options_map_onto_the_reader_config():
     parsed = parse_source_options({
         **BASE, "kinesis.region": "eu-west-1", "kinesis.startingPosition": "AT_TIMESTAMP 2024-05-01T10:00:00Z",
@@ -627,6 +641,7 @@ def test_options_map_onto_the_reader_config():
     assert not parse_source_options(BASE).config.fail_on_data_loss  # the awslabs default
 
 
+@pytest.mark.unit
 def test_sink_options_are_warned_about_as_not_applying_to_a_read(caplog):
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
         parsed = parse_source_options({**BASE, "kinesis.sink.maxConnections": "4",
@@ -639,6 +654,7 @@ def test_sink_options_are_warned_about_as_not_applying_to_a_read(caplog):
     assert "did you mean kinesis.getRecords.fetchIntervalMs" in typo_line
 
 
+@pytest.mark.unit
 def test_a_role_with_or_without_an_external_id_reaches_the_reader_config():
     role = {"kinesis.stsRoleArn": "arn:aws:iam::1:role/r", "kinesis.stsSessionName": "s"}
     config = parse_source_options({**BASE, **role}).config
@@ -654,6 +670,7 @@ def test_a_role_with_or_without_an_external_id_reaches_the_reader_config():
             parse_source_options({**BASE, **given})
 
 
+@pytest.mark.unit
 def test_qubole_short_names_are_aliases():
     parsed = parse_source_options({
         "streamName": "s", "endpointUrl": "http://127.0.0.1:1", "regionName": "eu-west-2",
@@ -672,6 +689,7 @@ def test_qubole_short_names_are_aliases():
         parse_source_options({**BASE, "streamName": "other"})
 
 
+@pytest.mark.unit
 def test_required_options_and_subscribe_to_shard():
     with pytest.raises(ConfigurationError, match=r"kinesis\.streamName is required"):
         parse_source_options({"kinesis.endpointUrl": "http://x"})
@@ -681,6 +699,7 @@ def test_required_options_and_subscribe_to_shard():
         parse_source_options({**BASE, "kinesis.consumerType": "SubscribeToShard"})
 
 
+@pytest.mark.spark
 def test_bad_option_fails_the_load_in_spark_naming_it(spark):
     reader = spark.readStream.format("aws-kinesis").options(
         **BASE, **{"kinesis.maxFetchRecordsPerShard": "lots"})
@@ -700,6 +719,7 @@ def shard(shard_id: str, *parents: str, closed: bool = False) -> Any:
                  "0", "1", "1", "2" if closed else None)
 
 
+@pytest.mark.unit
 def test_children_wait_until_every_parent_ended():
     start = {"at": "TRIM_HORIZON"}
     listing = [shard("a", closed=True), shard("b", closed=True), shard("c", "a", "b")]
@@ -717,6 +737,7 @@ def test_children_wait_until_every_parent_ended():
     assert shards["d"]["wait"] == ["c"]
 
 
+@pytest.mark.unit
 def test_a_shard_gone_before_its_end_is_data_loss():
     with pytest.raises(sql_source.DataLossError, match="shard x"):
         sql_source.next_shards({"x": {"after": "5", "sub": 0}}, [], {"at": "TRIM_HORIZON"}, True)
@@ -725,6 +746,7 @@ def test_a_shard_gone_before_its_end_is_data_loss():
     assert sql_source.next_shards({"x": {"ended": True}}, [], {}, True) == {}
 
 
+@pytest.mark.unit
 def test_offsets_are_plain_json_in_a_fixed_order():
     from kinesis_dstream.aws.range_table import BatchRange
 
@@ -739,6 +761,7 @@ def test_offsets_are_plain_json_in_a_fixed_order():
     assert sql_source.position_of(entry) == (ExtendedSequenceNumber(seq, 3), None)
 
 
+@pytest.mark.unit
 def test_arrow_batches_match_the_declared_schema_exactly():
     from kinesis_dstream.records import Record
 
@@ -769,6 +792,8 @@ def batch_files(out_dir: Path) -> dict[int, list[list]]:
     return found
 
 
+@pytest.mark.spark  # Spark drivers in processes of their own
+@pytest.mark.slow
 def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_stream, tmp_path):
     stream = make_stream(2)
     out_dir = tmp_path / "out"
@@ -849,6 +874,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["driver"]:
     _driver_main(*sys.argv[2:5])
 
 
+@pytest.mark.spark
 def test_a_missing_stream_fails_the_query_within_30_s_naming_it(spark, env, checkpoint):
     began = time.monotonic()
     query = (spark.readStream.format("aws-kinesis")

@@ -23,6 +23,9 @@ from kinesis_dstream.worker.scheduler import Scheduler
 
 
 
+pytestmark = pytest.mark.emulator
+
+
 def stop_all(processes: list[subprocess.Popen]) -> None:
     for proc in processes:
         if proc.poll() is None:

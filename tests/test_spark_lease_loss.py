@@ -1,0 +1,140 @@
+"""createStream end to end when a lease is taken away: never checkpointed by us until it is
+given back, then resumed at its checkpoint.
+
+kinesis-local + moto, the session's one SparkContext (conftest ``sc``), 1 s batches.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+
+from emulators import client
+from spark_helpers import (count_words, create, lease, make_ssc, shard_records, unique_lines,
+                           wait_until, words_in)
+
+from kinesis_dstream import KinesisUtils
+
+warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
+
+pytestmark = pytest.mark.spark
+
+OUTSIDER = "outside-writer"
+
+
+@pytest.fixture
+def env(aws_env, kinesis_local, dynamodb):
+    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
+
+
+def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
+        sc, env, make_stream, unique_app_name):
+    stream = make_stream(2)
+    kinesis = client("kinesis", env["kinesis"])
+    ddb = client("dynamodb", env["dynamodb"])
+    shard_ids = sorted(s["ShardId"] for s in kinesis.list_shards(StreamName=stream)["Shards"])
+    hash_keys = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"]
+                 for s in kinesis.list_shards(StreamName=stream)["Shards"]}
+    victim, other = shard_ids
+    produced: list[str] = []
+
+    def put(shard_id: str, n: int) -> None:
+        start = len(produced)
+        batch = unique_lines(n, start)
+        reply = kinesis.put_records(StreamName=stream, Records=[
+            {"PartitionKey": "k", "ExplicitHashKey": hash_keys[shard_id], "Data": line.encode()}
+            for line in batch])
+        assert reply["FailedRecordCount"] == 0, reply
+        assert {r["ShardId"] for r in reply["Records"]} == {shard_id}
+        produced.extend(batch)
+
+    put(victim, 60)
+    put(other, 60)
+    ssc = make_ssc(sc)
+    counts = count_words(create(ssc, unique_app_name, stream, env))
+    ssc.start()
+    outside_renews = 0
+    try:
+        wait_until(lambda: dict(counts) == words_in(produced), 60, "the first records")
+        last_victim = shard_records(env, stream, victim)[-1]["SequenceNumber"]
+        wait_until(lambda: lease(env, unique_app_name, victim).get("checkpoint", {}).get("S")
+                   == last_victim, 15, "the victim shard checkpointed at its last record")
+
+        # The outside writer takes the lease the way a stealing KCL worker would.
+        for _ in range(20):
+            item = lease(env, unique_app_name, victim)
+            counter = int(item["leaseCounter"]["N"])
+            try:
+                ddb.update_item(
+                    TableName=unique_app_name, Key={"leaseKey": {"S": victim}},
+                    UpdateExpression="SET leaseOwner = :o, leaseCounter = :n",
+                    ConditionExpression="leaseCounter = :c",
+                    ExpressionAttributeValues={":o": {"S": OUTSIDER}, ":n": {"N": str(counter + 1)},
+                                               ":c": {"N": str(counter)}})
+                counter += 1
+                break
+            except ddb.exceptions.ConditionalCheckFailedException:
+                continue  # our worker renewed meanwhile: read again
+        else:
+            raise AssertionError("the outside writer could not take the lease")
+        taken = lease(env, unique_app_name, victim)
+        assert taken["checkpoint"]["S"] == last_victim
+        wait_until(lambda: KinesisUtils.metrics(stream)[victim]["state"] == "lost", 15,
+                   "our worker noticing the loss on its next renew")
+
+        def renew_as_outsider() -> None:
+            """Renew as the owner; fails if anyone else wrote the lease since our last write."""
+            nonlocal counter, outside_renews
+            try:
+                ddb.update_item(
+                    TableName=unique_app_name, Key={"leaseKey": {"S": victim}},
+                    UpdateExpression="SET leaseCounter = :n",
+                    ConditionExpression="leaseCounter = :c AND leaseOwner = :o",
+                    ExpressionAttributeValues={":o": {"S": OUTSIDER}, ":n": {"N": str(counter + 1)},
+                                               ":c": {"N": str(counter)}})
+            except ddb.exceptions.ConditionalCheckFailedException:
+                raise AssertionError(f"someone wrote {victim} while the outside writer held it: "
+                                     f"{lease(env, unique_app_name, victim)}") from None
+            counter += 1
+            outside_renews += 1
+
+        # While the outsider holds it: new records of both shards; only the other's are counted.
+        words_before = sum(counts.values())
+        put(victim, 40)
+        put(other, 40)
+        other_lines = produced[-40:]
+        deadline = time.monotonic() + 8  # > failover time (3 s) + renew and taker periods
+        other_done = False
+        # Past the failover time, and until the other shard's records are counted (a loaded
+        # machine runs batches slower): the outsider keeps the lease all along.
+        while time.monotonic() < deadline or (not other_done and time.monotonic() < deadline + 30):
+            renew_as_outsider()
+            other_done = other_done or sum(counts.values()) >= words_before + sum(
+                words_in(other_lines).values())
+            time.sleep(0.5)
+        assert other_done, "the other shard stopped flowing"
+        victim_lines = produced[-80:-40]
+        assert all(counts[line.split()[-1]] == 0 for line in victim_lines), \
+            "records of a lease held by someone else were counted"
+        item = lease(env, unique_app_name, victim)
+        assert item["leaseOwner"]["S"] == OUTSIDER and item["checkpoint"]["S"] == last_victim
+
+        # The outsider gives it back; our worker takes it and goes on from the checkpoint.
+        ddb.update_item(
+            TableName=unique_app_name, Key={"leaseKey": {"S": victim}},
+            UpdateExpression="REMOVE leaseOwner SET leaseCounter = :n",
+            ConditionExpression="leaseCounter = :c",
+            ExpressionAttributeValues={":n": {"N": str(counter + 1)}, ":c": {"N": str(counter)}})
+        # Batches may run seconds behind their time on a loaded 2-core machine: the ones
+        # generated before the lease came back do not hold the shard.
+        wait_until(lambda: dict(counts) == words_in(produced), 90,
+                   "the held-back records after the lease came back")
+        counts.settle()
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert outside_renews >= 10
+    assert counts == words_in(produced)  # resumed at the checkpoint: nothing read twice
+    item = lease(env, unique_app_name, victim)
+    assert "leaseOwner" not in item
+    assert item["checkpoint"]["S"] == shard_records(env, stream, victim)[-1]["SequenceNumber"]
