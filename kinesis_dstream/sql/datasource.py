@@ -35,8 +35,9 @@ from ..preflight import (
     use_driver_python_on_local_master,
 )
 from .options import parse_options, parse_source_options
+from .partition_reader import SCHEMA
+from .reader import KinesisStreamReader
 from .sink import KinesisBatchWriter, KinesisStreamWriter
-from .source import SCHEMA, KinesisStreamReader
 
 
 def _no_batch_read(format_name: str) -> NoReturn:
