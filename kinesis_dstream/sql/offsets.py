@@ -1,20 +1,17 @@
-"""The SQL source's offsets: where each shard's reading of a micro-batch starts.
+"""The SQL source's offsets: where each shard's reading of a micro-batch starts, not ends.
 
-Kinesis cannot say in advance where a shard's records stop, so, as the JVM connectors do, an
-offset does not bound a micro-batch's data: it says where each shard's reading starts. The
-executor task that reads first decides where it ends and records that range in the batch-range
-table (``aws.range_table``) before it hands out a record; every later computation of the same
-(query, shard, reading), a task retry or a re-run after a restart, reads exactly that range.
-``latestOffset(O_n)`` builds ``O_n+1`` from ``O_n`` and the ranges reading n recorded (its
-batch completed), so ``O_n+1``'s positions are a pure function of committed facts, logged by
-Spark before reading n+1 happens. The query id is born in ``initialOffset()`` and travels in
-every offset, so it lives in the query's checkpointLocation without the source knowing it.
+Kinesis cannot say in advance where a shard's records stop. So the executor task that reads
+first decides where a reading ends and records that range (``aws.range_table``) before it hands
+out a record; a task retry or a re-run after a restart reads exactly that range.
+``latestOffset(O_n)`` builds ``O_n+1`` from ``O_n`` and the ranges reading n recorded (its batch
+completed): a pure function of committed facts, logged by Spark before reading n+1 happens. The
+query id, born in ``initialOffset()``, travels in every offset, so it lives in the query's
+checkpointLocation without the source knowing that location.
 
-An offset is ``{"v": 1, "query": id, "batch": n, "limit": cap, "shards": {shard id: position}}``
-in that key order, shards sorted; ``batch`` numbers the reading that starts there. A position is
-``{"after": "<seq>", "sub": k}``, ``{"at": "TRIM_HORIZON"}``, ``{"at": "AT_TIMESTAMP", "ts": s}``
-or ``{"ended": true}``; a child whose parents have not all ended carries ``"wait": [parents]``,
-and a shard the probe found quiet ``"quiet": true`` (see ``prober``): neither is read.
+An offset: ``{"v": 1, "query": id, "batch": n, "limit": cap, "shards": {shard: position}}``, keys
+in that order, shards sorted. A position: ``{"after": "<seq>", "sub": k}``, ``{"at":
+"TRIM_HORIZON"}``, ``{"at": "AT_TIMESTAMP", "ts": s}`` or ``{"ended": true}``; a shard marked
+``"wait": [parents]`` (parents not ended) or ``"quiet": true`` (see ``prober``) is not read.
 """
 from __future__ import annotations
 
