@@ -34,7 +34,7 @@ def test_register_says_which_pyspark_format_aws_kinesis_needs(sc):
         from pyspark.sql import SparkSession
 
         from kinesis_dstream.sql.datasource import register
-        from kinesis_dstream.sql.source import SCHEMA
+        from kinesis_dstream.sql.partition_reader import SCHEMA
 
         spark = SparkSession(sc)
         register(spark)

@@ -7,13 +7,16 @@ prober), never once per trigger, and a throttled probe is tried once and plans i
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterator
 
 import pytest
 from spark_helpers import wait_until
 
-from kinesis_dstream.sql import source as sql_source
+from kinesis_dstream.sql import prober
+from kinesis_dstream.sql.offsets import is_read
 from kinesis_dstream.sql.options import parse_source_options
+from kinesis_dstream.sql.reader import KinesisStreamReader
 
 
 pytestmark = pytest.mark.emulator
@@ -30,15 +33,15 @@ def proxies(aws_env: dict[str, str], kinesis_local: str, dynamodb: str, make_fau
 @pytest.fixture
 def make_reader(proxies: tuple[Any, Any], unique_app_name: str
                 ) -> Iterator[Any]:
-    readers: list[sql_source.KinesisStreamReader] = []
+    readers: list[KinesisStreamReader] = []
 
-    def make(stream: str, kinesis: Any = None, **extra: str) -> sql_source.KinesisStreamReader:
+    def make(stream: str, kinesis: Any = None, **extra: str) -> KinesisStreamReader:
         opts = {"kinesis.streamName": stream,
                 "kinesis.endpointUrl": (kinesis or proxies[0]).endpoint,
                 "kinesis.region": "us-east-1", "kinesis.dynamodb.endpointUrl": proxies[1].endpoint,
                 "kinesis.dynamodb.tableName": unique_app_name,
                 "kinesis.startingPosition": "TRIM_HORIZON", **extra}
-        reader = sql_source.KinesisStreamReader(parse_source_options(opts))
+        reader = KinesisStreamReader(parse_source_options(opts))
         readers.append(reader)
         return reader
 
@@ -50,8 +53,8 @@ def make_reader(proxies: tuple[Any, Any], unique_app_name: str
 @pytest.fixture
 def slow_prober(monkeypatch: pytest.MonkeyPatch) -> None:
     """No background probe within the test: every call counted is latestOffset's own."""
-    monkeypatch.setattr(sql_source, "PROBE_INTERVAL_S", 3600.0)
-    monkeypatch.setattr(sql_source, "PROBE_STALE_S", 3600.0)
+    monkeypatch.setattr(prober, "PROBE_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(prober, "PROBE_STALE_S", 3600.0)
 
 
 def calls(proxy: Any, operation: str) -> int:
@@ -70,7 +73,7 @@ def run_reading(reader: Any, start: dict, end: dict) -> list[bytes]:
 
 
 def read_shards(offset: dict) -> set[str]:
-    return {s for s, e in offset["shards"].items() if sql_source.is_read(e)}
+    return {s for s, e in offset["shards"].items() if is_read(e)}
 
 
 def test_a_shard_read_last_time_is_not_probed_and_quiet_shards_not_per_trigger(
@@ -109,8 +112,8 @@ def test_a_shard_read_last_time_is_not_probed_and_quiet_shards_not_per_trigger(
 
 def test_the_background_prober_finds_records_on_a_quiet_shard(
         make_stream, put_records, make_reader, proxies, monkeypatch):
-    monkeypatch.setattr(sql_source, "PROBE_INTERVAL_S", 0.2)
-    monkeypatch.setattr(sql_source, "PROBE_STALE_S", 600.0)
+    monkeypatch.setattr(prober, "PROBE_INTERVAL_S", 0.2)
+    monkeypatch.setattr(prober, "PROBE_STALE_S", 600.0)
     kinesis = proxies[0]
     stream = make_stream(2)
     reader = make_reader(stream)
@@ -167,3 +170,25 @@ def test_at_the_read_limits_every_record_comes_once_and_a_probe_is_one_call(
             start = end
     assert got == sent
     assert sum(limits.refused.values()) >= 3
+
+
+@pytest.mark.emulator
+def test_a_reader_pickled_mid_query_reads_without_the_driver_state(
+        make_stream, put_records, make_reader, slow_prober):
+    """Spark pickles the reader for the executors' read(): the copy carries the options and
+    where the query stands, none of the driver's clients, threads or watches."""
+    from pyspark import cloudpickle
+
+    stream = make_stream(2)
+    busy = put_records(stream, [("k", "x")])[0].shard_id
+    reader = make_reader(stream)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start)  # the other shard is quiet: the prober's thread runs
+    assert read_shards(end) == {busy}
+    assert any(t.name == f"kinesis-source-prober-{stream}" for t in threading.enumerate())
+    copy = cloudpickle.loads(cloudpickle.dumps(reader))
+    assert copy._driver is None and copy._last_end == end
+    rows = [row for partition in reader.partitions(start, end)
+            for batch in copy.read(partition) for row in batch.column(0).to_pylist()]
+    assert rows == [b"x"]
+    assert copy._driver is None  # read() makes none either

@@ -28,9 +28,19 @@ from spark_helpers import wait_until
 if __name__ != "__main__":  # the subprocess driver needs none of the emulator helpers
     from emulators import client, put_records as put_at
 
-from kinesis_dstream.errors import ConfigurationError
+from kinesis_dstream.errors import ConfigurationError, DataLossError
 from kinesis_dstream.records import ExtendedSequenceNumber
-from kinesis_dstream.sql import source as sql_source
+from kinesis_dstream.sql.offsets import (
+    advance,
+    is_read,
+    is_readable,
+    make_offset,
+    next_shards,
+    position_of,
+    stream_key,
+)
+from kinesis_dstream.sql.partition_reader import arrow_schema, to_arrow
+from kinesis_dstream.sql.reader import KinesisStreamReader
 
 import pyspark  # noqa: E402
 
@@ -232,16 +242,16 @@ def test_commit_deletes_each_old_range_once_and_only_of_the_shards_read():
         def delete(self, ranges):
             self.deleted.extend(ranges)
 
-    reader = sql_source.KinesisStreamReader(parse_source_options(
+    reader = KinesisStreamReader(parse_source_options(
         {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:9",
          "kinesis.region": "us-east-1"}))
-    reader._ranges = table = Ranges()
-    reader._read_in = {t: reader_shards(t) for t in range(1, 31)}
+    reader.driver.ranges = table = Ranges()
+    reader.driver.read_in = {t: reader_shards(t) for t in range(1, 31)}
     shards = {"shardId-a": {"after": "1", "sub": 0}, "shardId-b": {"after": "2", "sub": 0}}
     for batch in range(1, 31):
-        reader.commit(sql_source.make_offset("q", batch, 10, shards))
+        reader.commit(make_offset("q", batch, 10, shards))
     reader.stop()
-    key = sql_source.stream_key("s", "q")
+    key = stream_key("s", "q")
     expected = [(key, s, t) for t in range(1, 20) for s in reader_shards(t)]
     assert sorted(table.deleted) == sorted(expected)  # readings 20..30 are recent: kept
 
@@ -497,7 +507,7 @@ class FaultySource(KinesisSource):
         return reader
 
 
-class FaultyReader(sql_source.KinesisStreamReader):
+class FaultyReader(KinesisStreamReader):
     fault_dir = ""
 
     def read(self, partition: Any) -> Iterator[Any]:
@@ -572,7 +582,7 @@ def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, 
     assert sink.data() == Counter(sent)
     assert max(len(rows) for rows in sink.by_batch.values()) <= 60
     # split over the shards each reading reads (a shard the probe found quiet sits out)
-    assert all(o["limit"] == 60 // sum(sql_source.is_read(e) for e in o["shards"].values())
+    assert all(o["limit"] == 60 // sum(is_read(e) for e in o["shards"].values())
                for o in offsets_logged(checkpoint))
 
 
@@ -723,15 +733,15 @@ def shard(shard_id: str, *parents: str, closed: bool = False) -> Any:
 def test_children_wait_until_every_parent_ended():
     start = {"at": "TRIM_HORIZON"}
     listing = [shard("a", closed=True), shard("b", closed=True), shard("c", "a", "b")]
-    shards = sql_source.next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True}},
+    shards = next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True}},
                                     listing, start, False)
     assert shards["c"] == {"at": "TRIM_HORIZON", "wait": ["a"]}
-    assert [s for s, e in shards.items() if sql_source.is_readable(e)] == ["a"]
-    shards = sql_source.next_shards({**shards, "a": {"ended": True}}, listing, start, False)
+    assert [s for s, e in shards.items() if is_readable(e)] == ["a"]
+    shards = next_shards({**shards, "a": {"ended": True}}, listing, start, False)
     assert shards["c"] == {"at": "TRIM_HORIZON"}
     # A grandchild waits for its parent even while that parent itself still waits.
     listing.append(shard("d", "c"))
-    shards = sql_source.next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True},
+    shards = next_shards({"a": {"after": "5", "sub": 0}, "b": {"ended": True},
                                      "c": {"at": "TRIM_HORIZON", "wait": ["a"]}}, listing, start,
                                     False)
     assert shards["d"]["wait"] == ["c"]
@@ -739,11 +749,11 @@ def test_children_wait_until_every_parent_ended():
 
 @pytest.mark.unit
 def test_a_shard_gone_before_its_end_is_data_loss():
-    with pytest.raises(sql_source.DataLossError, match="shard x"):
-        sql_source.next_shards({"x": {"after": "5", "sub": 0}}, [], {"at": "TRIM_HORIZON"}, True)
-    assert sql_source.next_shards({"x": {"after": "5", "sub": 0}}, [], {}, False) == \
+    with pytest.raises(DataLossError, match="shard x"):
+        next_shards({"x": {"after": "5", "sub": 0}}, [], {"at": "TRIM_HORIZON"}, True)
+    assert next_shards({"x": {"after": "5", "sub": 0}}, [], {}, False) == \
         {"x": {"ended": True}}
-    assert sql_source.next_shards({"x": {"ended": True}}, [], {}, True) == {}
+    assert next_shards({"x": {"ended": True}}, [], {}, True) == {}
 
 
 @pytest.mark.unit
@@ -751,23 +761,23 @@ def test_offsets_are_plain_json_in_a_fixed_order():
     from kinesis_dstream.aws.range_table import BatchRange
 
     seq = "49654826129375727396155516464345066431716066104036425730"
-    entry = sql_source.advance({"at": "TRIM_HORIZON"}, BatchRange(
+    entry = advance({"at": "TRIM_HORIZON"}, BatchRange(
         "k", "s", 1, ExtendedSequenceNumber("TRIM_HORIZON"), None, ExtendedSequenceNumber(seq, 3), 9))
     assert entry == {"after": seq, "sub": 3}
-    offset = sql_source.make_offset("q", 2, 10, {"z": entry, "a": {"ended": True}})
+    offset = make_offset("q", 2, 10, {"z": entry, "a": {"ended": True}})
     assert json.dumps(offset) == json.dumps(json.loads(json.dumps(offset)))
     assert list(offset) == ["v", "query", "batch", "limit", "shards"]
     assert list(offset["shards"]) == ["a", "z"]
-    assert sql_source.position_of(entry) == (ExtendedSequenceNumber(seq, 3), None)
+    assert position_of(entry) == (ExtendedSequenceNumber(seq, 3), None)
 
 
 @pytest.mark.unit
 def test_arrow_batches_match_the_declared_schema_exactly():
     from kinesis_dstream.records import Record
 
-    batch = sql_source.to_arrow([Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")],
-                                "s", sql_source.arrow_schema())
-    assert batch.schema.equals(sql_source.arrow_schema())
+    batch = to_arrow([Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")],
+                                "s", arrow_schema())
+    assert batch.schema.equals(arrow_schema())
     assert all(not f.nullable for f in batch.schema)
     row = batch.to_pylist()[0]
     assert row["approximateArrivalTimestamp"].timestamp() == 1_700_000_000.123

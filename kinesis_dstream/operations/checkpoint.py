@@ -2,7 +2,7 @@
 
 Spark writes ``offsets/N`` when it plans batch N (a version line, a metadata line, then one
 line per source: its offset as JSON, or ``-``) and ``commits/N`` once batch N is done. Our
-source's offset (format in ``kinesis_dstream.sql.source``; read as text here, as that
+source's offset (format in ``kinesis_dstream.sql.offsets``; read as text here, as that
 package needs pyspark) gives, per shard, where batch N's reading starts; where it ended is
 in the batch-range table. So a batch planned but not committed names exactly where the
 query resumes, and a committed one where its last reading started.

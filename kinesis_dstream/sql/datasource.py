@@ -1,8 +1,9 @@
 """The ``aws-kinesis`` data source: one class that Spark finds by name.
 
-Streaming reads (``source.py``: the driver plans, executors read), batch and streaming
-writes (``sink.py``). ``schema()`` is the source's (the awslabs connector's, plus
-``subSequenceNumber`` and ``shardId`` so KPL user records and their shards can be told apart).
+Streaming reads (``reader.py`` plans on the driver, ``partition_reader.py`` reads on
+executors), batch and streaming writes (``sink.py``). ``schema()`` is the source's (the
+awslabs connector's, plus ``subSequenceNumber`` and ``shardId`` so KPL user records and their
+shards can be told apart).
 A batch read (``spark.read``) is not offered: it fails in one place, ``_no_batch_read``.
 
 Registration needs no call: the top-level modules ``pyspark_kinesis_dstream`` (``aws-kinesis``)
@@ -35,8 +36,9 @@ from ..preflight import (
     use_driver_python_on_local_master,
 )
 from .options import parse_options, parse_source_options
+from .partition_reader import SCHEMA
+from .reader import KinesisStreamReader
 from .sink import KinesisBatchWriter, KinesisStreamWriter
-from .source import SCHEMA, KinesisStreamReader
 
 
 def _no_batch_read(format_name: str) -> NoReturn:

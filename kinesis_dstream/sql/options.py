@@ -21,8 +21,7 @@ from typing import Any, Mapping
 from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
-from ..settings import (BOOLEAN, Choice, Duration, FrontEnd, Option, Read, Text, ValueType, Whole,
-                        parse_choice)
+from ..settings import BOOLEAN, Choice, Duration, FrontEnd, Option, Read, Text, ValueType, Whole, parse_choice
 
 log = logging.getLogger(__name__)
 

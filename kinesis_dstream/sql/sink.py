@@ -54,7 +54,7 @@ def make_producer(options: KinesisOptions) -> KinesisProducer:
 def _column_indexes(schema: StructType) -> tuple[int, int, int | None]:
     """Positions of data, partitionKey and explicitHashKey; checked once, on the driver."""
     by_name = {f.name.lower(): (i, f) for i, f in enumerate(schema.fields)}
-    found = []
+    found: list[int | None] = []
     for name, types, required in ((DATA, (StringType, BinaryType), True),
                                   (PARTITION_KEY, (StringType,), True),
                                   (EXPLICIT_HASH_KEY, (StringType,), False)):
@@ -72,7 +72,9 @@ def _column_indexes(schema: StructType) -> tuple[int, int, int | None]:
                 f"column {name!r} must be {' or '.join(t.typeName() for t in types)}, "
                 f"got {column.dataType.simpleString()}")
         found.append(index)
-    return found[0], found[1], found[2]
+    data, key, hash_key = found
+    assert data is not None and key is not None  # required: refused above when missing
+    return data, key, hash_key
 
 
 class _RowWriter:

@@ -1,0 +1,324 @@
+"""``spark.readStream.format("aws-kinesis")``'s reader: the driver plans micro-batches.
+
+``KinesisStreamReader`` is PySpark's ``DataSourceStreamReader``: it lives in the driver's
+long-lived source process, builds each offset from the ranges the last reading recorded (see
+``offsets``), plans the shards a reading reads (see ``prober``) and cleans up old ranges.
+``LATEST`` is pinned when the query starts (``AT_TIMESTAMP`` of that moment), so a re-run of
+the first batch reads the same records. Spark pickles the reader to executors for ``read()``,
+which needs only its partition: the driver's clients, threads and watches live apart, in one
+``DriverState`` that pickling leaves behind.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+from ..aws.kinesis import KinesisClient, Shard
+from ..aws.range_table import BatchRange, BatchRangeTable
+from ..config import ConsumerConfig
+from ..errors import KinesisDStreamError
+from ..records import AT_TIMESTAMP, TRIM_HORIZON
+from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
+from .offsets import (
+    advance,
+    is_first_reading_again,
+    is_read,
+    is_readable,
+    make_offset,
+    next_shards,
+    position_of,
+    stream_key,
+    without_quiet,
+)
+from .options import SourceOptions
+from .partition_reader import ShardPartition, read_partition
+from .prober import ShardProber, each_shard
+
+log = logging.getLogger(__name__)
+
+# Ranges of finished readings are deleted in groups, every this many readings.
+CLEANUP_EVERY = 10
+
+# pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at. A reader
+# knows it from a batch it planned or committed, but not after a restart: there its next
+# offset would start the query over (another query id) and read twice or skip. Its first
+# planned batch then sees the two query ids and fails the query with this.
+_RESTART_NEEDS_4_2 = (
+    "format(\"aws-kinesis\"): this pyspark does not tell a restarted streaming source where "
+    "its query stands (pyspark >= 4.2 does), so a query cannot resume from its "
+    "checkpointLocation here. Upgrade to pyspark >= 4.2, or start the query with a new "
+    "checkpointLocation (it then reads from kinesis.startingPosition)")
+
+
+class DriverState:
+    """What the reader holds in the driver process only: clients (created on first use),
+    threads, the prober, and what the planned readings left to the next ones."""
+
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.config = config
+        # The per-shard calls, the probes and the range clean-up.
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+        self.prober = ShardProber(config, self.pool)
+        self.listing: list[Shard] | None = None
+        self.listed_at = 0.0  # monotonic s
+        self.read_in: dict[int, list[str]] = {}  # reading -> the shards it read (to clean up)
+        self.lag: dict[str, int | None] = {}
+        self.weight: dict[str, int] = {}  # what each shard of the planned reading read last
+        # The ranges of the last completed reading: (stream key, reading, shard -> range).
+        self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
+
+    @cached_property
+    def kinesis(self) -> KinesisClient:
+        return KinesisClient(self.config)
+
+    @cached_property
+    def ranges(self) -> BatchRangeTable:
+        table = BatchRangeTable(self.config)
+        table.create_table_if_not_exists()
+        return table
+
+    def stop(self) -> None:
+        self.prober.stop()
+        self.pool.shutdown(wait=True)
+
+
+class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc,unused-ignore]
+    """Plans micro-batches on the driver; holds no records.
+
+    Its own fields are what an executor's copy may carry: the options and where the query
+    stands. Everything else is in ``driver``, which pickling drops.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.config = options.config
+        self._target_ms: int | None = None  # Trigger.AvailableNow: read what arrived before
+        self._last_end: dict[str, Any] | None = None  # pyspark < 4.2 calls latestOffset()
+        self._initial: dict[str, Any] | None = None
+        self._driver: DriverState | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_driver": None}
+
+    @property
+    def driver(self) -> DriverState:
+        """The driver-only state, created on first use in the driver process."""
+        if self._driver is None:
+            self._driver = DriverState(self.config)
+        return self._driver
+
+    def _shards(self, force: bool = False) -> list[Shard] | None:
+        """The stream's shards, listed at most every describeShardInterval (None: not due)."""
+        driver, now = self.driver, time.monotonic()
+        if force or driver.listing is None or \
+                now - driver.listed_at >= self.options.describe_shard_interval_s:
+            driver.listing = driver.kinesis.list_shards()
+            driver.listed_at = now
+            return driver.listing
+        return None
+
+    def _child_start(self) -> dict[str, Any]:
+        start = self.options.starting_position
+        if start.kind == "AT_TIMESTAMP" and start.timestamp is not None:
+            return {"at": AT_TIMESTAMP, "ts": float(start.timestamp)}
+        return {"at": TRIM_HORIZON}
+
+    # -- the DataSourceStreamReader API --------------------------------------------------------
+    def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
+        if self._initial is not None:  # pyspark < 4.2 may ask after latestOffset() made it
+            return self._initial
+        self.driver.ranges  # noqa: B018 - the table exists before any executor needs it
+        start = self.options.starting_position
+        listing = self._shards(force=True) or []
+        pinned = time.time()
+        shards: dict[str, dict[str, Any]] = {}
+        listed = {s.shard_id for s in listing}
+        for shard in sorted(listing, key=lambda s: s.shard_id):
+            if start.kind == "LATEST":
+                shards[shard.shard_id] = ({"ended": True} if shard.is_closed
+                                          else {"at": AT_TIMESTAMP, "ts": pinned})
+                continue
+            entry = dict(self._child_start())
+            parents = [p for p in shard.parent_shard_ids if p in listed]
+            if parents:
+                entry["wait"] = parents
+            shards[shard.shard_id] = entry
+        offset = make_offset(uuid.uuid4().hex, 0, self.options.max_fetch_records_per_shard,
+                             next_shards(shards, None, {}, False))
+        log.info("aws-kinesis query %s on stream %s starts %s: %d shards", offset["query"],
+                 self.config.stream_name, start.kind, len(shards))
+        self._initial = offset
+        return offset
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 - PySpark's name
+        if self.options.max_records_per_trigger is not None and ReadMaxRows is not None:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
+        self._target_ms = int(time.time() * 1000)
+        log.info("Trigger.AvailableNow: reading records that arrived up to %d", self._target_ms)
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
+        if start is None:  # pyspark < 4.2 does not say where the next batch starts
+            start = self._last_end if self._last_end is not None else self.initialOffset()
+        driver, prober = self.driver, self.driver.prober
+        query, batch = start["query"], int(start["batch"])
+        key = stream_key(self.config.stream_name, query)
+        read_last = [s for s, e in start["shards"].items() if is_read(e)] if batch > 0 else []
+        stored = self._recorded_ranges(key, batch, read_last)
+        shards = {s: advance(without_quiet(e), stored.get(s))
+                  for s, e in start["shards"].items()}
+        for shard_id, recorded in stored.items():  # the read's iterator, at the next position
+            if recorded is not None and recorded.next_iterator is not None:
+                prober.watched(shard_id, shards[shard_id], recorded.next_iterator,
+                               recorded.iterator_time, recorded.records == 0
+                               and recorded.millis_behind_latest == 0)
+        shards = next_shards(shards, self._shards(), self._child_start(),
+                             self.options.fail_on_data_loss)
+        readable = [s for s, e in shards.items() if is_readable(e)]
+        # A shard whose last reading brought records is read again unasked (Trigger.AvailableNow
+        # asks every shard: it stops at the records that arrived before it started).
+        going = {s: r for s in readable if self._target_ms is None
+                 and (r := stored.get(s)) is not None and r.records > 0}
+        probes = prober.probed({s: shards[s] for s in readable if s not in going},
+                               self._target_ms)
+        driver.lag = {**{s: p.millis_behind_latest for s, p in probes.items()},
+                      **{s: r.millis_behind_latest for s, r in going.items()}}
+        driver.weight = {**{s: p.millis_behind_latest or 0 for s, p in probes.items()},
+                         **{s: r.records for s, r in going.items()}}
+        busy = [s for s in readable if s in going or probes[s].has_data]
+        # A shard found quiet sits this reading out: no task reads it, so it costs no range
+        # item, no lookup and no task; the background prober watches it. The mark is in the
+        # offset, so a re-run of the reading plans the same shards.
+        quiet = {s: shards[s] for s in readable if s not in busy}
+        prober.watch_quiet(quiet, self._target_ms)
+        if not busy:
+            return start
+        for shard_id in quiet:
+            shards[shard_id] = {**shards[shard_id], "quiet": True}
+        cap = self.options.max_fetch_records_per_shard
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            cap = max(1, min(cap, limit.max_rows // len(busy)))
+        end = make_offset(query, batch + 1, cap, shards)
+        lags = [v for v in driver.lag.values() if v is not None]
+        log.info("aws-kinesis %s reading %d: %d of %d shards read, up to %d records each, max "
+                 "millisBehindLatest %s ms", self.config.stream_name, batch + 1, len(busy),
+                 len(readable), cap, max(lags) if lags else "-")
+        self._last_end = end
+        return end
+
+    def reportLatestOffset(self) -> dict | None:  # noqa: N802 - PySpark's name
+        """Shown as the source's ``latestOffset`` in the query progress: the lag per shard."""
+        lag = self._driver.lag if self._driver is not None else {}
+        if not lag:
+            return None
+        return {"millisBehindLatest": {k: lag[k] for k in sorted(lag)}}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if start.get("query") != end.get("query") and not is_first_reading_again(start, end):
+            if ReadMaxRows is None:  # pyspark < 4.2: end was made without knowing start
+                raise KinesisDStreamError(_RESTART_NEEDS_4_2)
+            raise KinesisDStreamError(
+                f"format(\"aws-kinesis\"): micro-batch from query {start.get('query')} reading "
+                f"{start.get('batch')} to query {end.get('query')} reading {end.get('batch')}: "
+                f"the checkpointLocation holds offsets of two queries")
+        self._last_end = end  # where the query stands, for pyspark < 4.2's latestOffset()
+        if start == end or int(end["batch"]) <= int(start["batch"]):
+            return []
+        driver = self.driver
+        key = stream_key(self.config.stream_name, end["query"])
+        batch, cap = int(end["batch"]), int(end["limit"])
+        ranges = []
+        for shard_id, entry in end["shards"].items():
+            if not is_read(entry):
+                continue
+            position, timestamp = position_of(entry)
+            # Every empty read is recorded: a task cannot tell a re-run of its batch from
+            # its first computation here.
+            ranges.append(ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
+                                     self.options.max_fetch_time_per_shard_s, position,
+                                     timestamp, iterator=driver.prober.iterator(shard_id, entry),
+                                     record_empty=True))
+        driver.read_in[batch] = [r.shard_id for r in ranges]
+        weight = dict(driver.weight)
+        groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
+                              lambda r: weight.get(r.shard_id, 0))
+        return [ShardPartition(self.config, group, self.options.arrow_batches)
+                for group in groups]
+
+    @staticmethod
+    def _parallelism() -> int:
+        """The cores the micro-batch's tasks can spread over (the driver's Spark, if any)."""
+        try:
+            from pyspark import SparkContext
+
+            sc = SparkContext._active_spark_context
+            return int(sc.defaultParallelism) if sc is not None else 2
+        except Exception:  # noqa: BLE001 - a guess is enough for grouping
+            return 2
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, ShardPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Reading ``end.batch`` is done and the offsets after it are logged: the ranges of
+        older readings are not needed any more. Every CLEANUP_EVERY readings, those of the
+        readings CLEANUP_EVERY to 2 x CLEANUP_EVERY back are deleted, each range once, and
+        only the shards each reading read (quiet shards wrote none), off the query's path
+        (items also expire by TTL where the table has it)."""
+        self._last_end = end
+        batch = int(end["batch"])
+        if batch % CLEANUP_EVERY:
+            return
+        driver = self.driver
+        key = stream_key(self.config.stream_name, end["query"])
+        old = range(max(1, batch - 2 * CLEANUP_EVERY), max(1, batch - CLEANUP_EVERY))
+        everyone = list(end["shards"])  # a reading planned before a restart: not known here
+        doomed = [(key, shard_id, t) for t in old
+                  for shard_id in driver.read_in.pop(t, everyone)]
+
+        def delete() -> None:
+            try:
+                driver.ranges.delete(doomed)
+            except KinesisDStreamError as exc:
+                log.warning("could not delete old batch ranges of %s (TTL will): %s", key, exc)
+
+        if doomed:
+            driver.pool.submit(delete)
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.stop()
+            self._driver = None
+
+    def _recorded_ranges(self, key: str, batch: int,
+                         shard_ids: Sequence[str]) -> dict[str, BatchRange | None]:
+        """The ranges reading ``batch`` recorded (it completed: they no longer change), looked
+        up once however many triggers find nothing new to read."""
+        driver = self.driver
+        if driver.recorded is not None and driver.recorded[:2] == (key, batch):
+            return driver.recorded[2]
+        ranges = driver.ranges  # created once, before the threads share it
+        # A DynamoDB outage holds the trigger back (the tasks wait it out too), not the query.
+        stored = each_shard(driver.pool, lambda s: waiting_out_dynamodb(
+            self.config, lambda: ranges.get(key, s, batch)), shard_ids)
+        driver.recorded = (key, batch, stored)
+        return stored
