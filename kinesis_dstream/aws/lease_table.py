@@ -199,19 +199,27 @@ class LeaseTable:
         return replace(lease, lease_counter=lease.lease_counter + 1)
 
     def update_checkpoint(self, lease: Lease, checkpoint: ExtendedSequenceNumber) -> Lease:
+        self._write_checkpoint(lease, checkpoint, "checkpointing", operator=False)
+        return replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=0,
+                       lease_counter=lease.lease_counter + 1, pending_checkpoint=None)
+
+    def _write_checkpoint(self, lease: Lease, checkpoint: ExtendedSequenceNumber, what: str,
+                          operator: bool) -> None:
+        """The checkpoint write: the holder's (guarded on counter and owner), or an operator's
+        (guarded on the counter alone, the owner removed with it)."""
+        removed = "leaseOwner, checkpointOwner, " if operator else ""
         self._guarded_update(
-            lease, "checkpointing",
+            lease, what,
             "SET #cp = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero,"
             " leaseCounter = :counter"
-            " REMOVE pendingCheckpoint, pendingCheckpointSubSequenceNumber, pendingCheckpointState",
+            f" REMOVE {removed}pendingCheckpoint, pendingCheckpointSubSequenceNumber,"
+            " pendingCheckpointState",
             {":cp": {"S": checkpoint.sequence_number},
              ":sub": {"N": str(checkpoint.sub_sequence_number)},
              ":zero": {"N": "0"},
              ":counter": {"N": str(lease.lease_counter + 1)}},
             names={"#cp": "checkpoint"},
-            require_owner=lease.lease_owner)
-        return replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=0,
-                       lease_counter=lease.lease_counter + 1, pending_checkpoint=None)
+            require_owner=None if operator else lease.lease_owner)
 
     def set_child_shard_ids(self, lease: Lease, child_shard_ids: list[str]) -> Lease:
         """Record the children on a finished parent, as the KCL does at shard end."""
@@ -238,17 +246,7 @@ class LeaseTable:
         on the counter alone: the owner goes with it, so the holder's next guarded write
         fails (it has lost the lease) and whoever takes the now unowned lease reads
         ``checkpoint``, never the position the holder had."""
-        self._guarded_update(
-            lease, "resetting",
-            "SET #cp = :cp, checkpointSubSequenceNumber = :sub, ownerSwitchesSinceCheckpoint = :zero,"
-            " leaseCounter = :counter"
-            " REMOVE leaseOwner, checkpointOwner, pendingCheckpoint,"
-            " pendingCheckpointSubSequenceNumber, pendingCheckpointState",
-            {":cp": {"S": checkpoint.sequence_number},
-             ":sub": {"N": str(checkpoint.sub_sequence_number)},
-             ":zero": {"N": "0"},
-             ":counter": {"N": str(lease.lease_counter + 1)}},
-            names={"#cp": "checkpoint"})
+        self._write_checkpoint(lease, checkpoint, "resetting", operator=True)
         return replace(lease, lease_owner=None, checkpoint=checkpoint,
                        owner_switches_since_checkpoint=0,
                        lease_counter=lease.lease_counter + 1, pending_checkpoint=None)

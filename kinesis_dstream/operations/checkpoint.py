@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .connection import EXIT_BAD_INPUT, EXIT_OK, BadInput, emit_json, emit_table, run
+from .connection import EXIT_OK, BadInput, emit_json, emit_table, main_of
 
 EPILOG = "exit codes: 0 done; 2 usage, or DIR is not a Structured Streaming checkpoint"
 
@@ -35,13 +35,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        args = parser().parse_args(argv)
-        if args.command is None:
-            parser().error("a COMMAND is required")
-    except SystemExit as exc:
-        return int(exc.code or 0) and EXIT_BAD_INPUT
-    return run(args.handler, args)
+    return main_of(parser, argv)
 
 
 def _batches(directory: Path) -> list[int]:

@@ -94,6 +94,18 @@ def list_shards(connection: Connection, stream: str) -> dict[str, Shard]:
         raise BadInput(f"no stream {stream!r}: {exc}") from None
 
 
+def main_of(parser: Callable[[], argparse.ArgumentParser], argv: list[str]) -> int:
+    """A sub-command family's ``main``: parse (a usage error or a missing COMMAND is exit 2,
+    ``--help`` is 0), then ``run`` the chosen handler."""
+    try:
+        args = parser().parse_args(argv)
+        if args.command is None:
+            parser().error("a COMMAND is required")
+    except SystemExit as exc:
+        return int(exc.code or 0) and EXIT_BAD_INPUT
+    return run(args.handler, args)
+
+
 def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Run a sub-command; its errors become one line on stderr and an exit code.
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from . import reset, status
-from .connection import EXIT_BAD_INPUT, run
+from .connection import main_of
 
 EPILOG = ("exit codes: 0 done; 1 a finding (status --expiry: expired leases); 2 usage or "
           "bad input, nothing written; 3 service unreachable, credentials refused or failing")
@@ -30,13 +30,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        args = parser().parse_args(argv)
-        if args.command is None:
-            parser().error("a COMMAND is required")
-    except SystemExit as exc:  # argparse: --help is 0, a usage error 2
-        return int(exc.code or 0) and EXIT_BAD_INPUT
-    return run(args.handler, args)
+    return main_of(parser, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
