@@ -127,7 +127,7 @@ setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-ds
 
 # $(1): venv, $(2): test files
 define run_pytest
-	@rc=0; $(1)/bin/python -m pytest -q -m spark $(PYTEST_ARGS) $(2) || rc=$$?; \
+	@rc=0; $(1)/bin/python -m pytest -q -m "spark or matrix" $(PYTEST_ARGS) $(2) || rc=$$?; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; \
 	exit $$rc

@@ -15,6 +15,7 @@ from kinesis_dstream.spark import kinesis_utils
 
 
 @pytest.mark.unit
+@pytest.mark.matrix
 def test_signature_matches_pyspark() -> None:
     ours = inspect.signature(kinesis_dstream.KinesisUtils.createStream).parameters
     theirs = inspect.signature(pyspark_kinesis.KinesisUtils.createStream).parameters
@@ -30,6 +31,7 @@ def test_signature_matches_pyspark() -> None:
 
 
 @pytest.mark.unit
+@pytest.mark.matrix
 def test_constants_match_pyspark() -> None:
     ip, ml = kinesis_dstream.InitialPositionInStream, kinesis_dstream.MetricsLevel
     assert (ip.LATEST, ip.TRIM_HORIZON) == (pyspark_kinesis.InitialPositionInStream.LATEST,

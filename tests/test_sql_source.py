@@ -772,6 +772,7 @@ def test_offsets_are_plain_json_in_a_fixed_order():
 
 
 @pytest.mark.unit
+@pytest.mark.matrix
 def test_arrow_batches_match_the_declared_schema_exactly():
     from kinesis_dstream.records import Record
 
