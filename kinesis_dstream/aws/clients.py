@@ -151,8 +151,8 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
 
 
 # A fixed User-Agent. botocore otherwise assembles its structured one anew for every
-# request (some 300 string operations): about a seventh of the CPU of an empty GetRecords,
-# which every idle shard pays once a batch.
+# request, a sizeable share of the CPU of an empty GetRecords, which every idle shard pays
+# once a batch.
 USER_AGENT = (f"kinesis-dstream botocore/{botocore.__version__} "
               f"Python/{platform.python_version()}")
 

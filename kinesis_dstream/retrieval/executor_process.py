@@ -74,8 +74,8 @@ def freeze_long_lived_objects() -> None:
     """Keep PySpark's per-task full garbage collection off boto3's objects.
 
     A reused PySpark worker runs ``gc.collect()`` after every task (pyspark/daemon.py). Once
-    botocore has loaded its service models that walks tens of thousands of objects every
-    task, and in a worker forked from PySpark's daemon it also copies every page it touches.
+    botocore has loaded its service models that walks all of their objects every task, and
+    in a worker forked from PySpark's daemon it also copies every page it touches.
     The clients live as long as the process, so they move to the collector's permanent
     generation; reference counting still frees everything else, and later tasks' garbage is
     collected as before.

@@ -1,8 +1,8 @@
 """Shard groups: which shards a Spark task reads (planned in the driver), read concurrently.
 
-A wide stream is mostly quiet shards. A task per shard and batch made each of them pay a
-task's fixed cost (scheduling, a Python worker round trip) every batch, so a 64-shard stream
-needed more than two cores to stand still. A task now reads several shards, concurrently in
+A wide stream is mostly quiet shards. A task per shard and batch would make each of them
+pay a task's fixed cost (scheduling, a Python worker round trip) every batch, so a wide idle
+stream would take cores just to stand still. A task reads several shards, concurrently in
 threads (a read mostly waits on the network), and the planner groups the shards so that an
 idle wide stream needs few tasks while a backlog on a few shards still spreads over the
 cores (the Databricks connector's ``shardsPerTask``, default 5, is the same idea).

@@ -9,7 +9,7 @@ once the batch that read the shard's last records has completed, with every batc
 
 Positions are ``ExtendedSequenceNumber``s, so the sub-sequence inside a KPL aggregate is
 checkpointed too and ordering is the KCL's. The coordinator does the writing and reports
-back with ``checkpoint_written`` / ``checkpoint_failed``.
+each write that succeeded with ``checkpoint_written`` (until then the position stays due).
 """
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ class KinesisUtils:
         """Create an input stream that pulls messages from a Kinesis stream.
 
         Parameters as ``pyspark.streaming.kinesis.KinesisUtils.createStream``. Executors
-        read each batch's records (one task per leased shard) and cache them at
+        read each batch's records (a task reads a group of leased shards) and cache them at
         ``storageLevel``; the driver only plans. A position is checkpointed
         (``checkpointInterval`` seconds at most once per shard) only after the batch holding
         it completed, with its KPL sub-sequence number. Several createStream calls with one

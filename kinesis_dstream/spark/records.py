@@ -3,7 +3,7 @@
 The read task turns each record into its value (``messageHandler``, the decoder, or the
 bytes) before Spark caches the batch: the cache and every output operation then handle
 the values, never a record object per value (pickling a ``KinesisRecord`` and loading it
-again cost about ten times what a decoded string does).
+again costs far more than a decoded string does).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lease coordination: which leases to take (LeaseTaker), keeping them (LeaseRenewer).
+"""Lease coordination: which leases to take (LeaseTaker), holding them (LeaseCoordinator).
 
 Expiry is judged the KCL's way, on our own clock: a lease whose ``leaseCounter`` has not
 moved for ``failover_time_ms`` since we first saw that value is expired, whatever the
@@ -294,9 +294,9 @@ class LeaseCoordinator:
     def renew_leases(self) -> None:
         """Renew every held lease, up to RENEW_THREADS at a time.
 
-        One after another, 64 leases at 10 ms a write already take most of a renew period,
-        and 128 took longer than failover: another worker would have taken them while we
-        still read them. The KCL renews on a pool of 20 threads for the same reason.
+        One after another, the renewals of many leases add up to more than a renew period,
+        and past failover time another worker takes leases we still read. The KCL renews
+        on a pool of 20 threads for the same reason.
 
         A renewal that succeeds, however late, keeps its lease (its condition proves nobody
         took it meanwhile); only leases still unrenewed after the pass are let go, as the

@@ -1,10 +1,10 @@
 """The worker's scheduler loop (the KCL's Scheduler), without the KCL's start-up sleeps.
 
 At start it checks the stream, creates the lease table if needed, syncs shards and takes
-leases in its first pass, so the first record arrives in about a second instead of the
-KCL's 30 to 90. Then it loops: shard sync on its interval or at a shard end, lease taking
-on its interval, one ShardConsumer per held lease. On a graceful shutdown each processor
-gets shutdown_requested, then every lease is released for the next worker to take at once.
+leases in its first pass, so the first lease is read at once. Then it loops: shard sync
+on its interval or at a shard end, lease taking on its interval, one ShardConsumer per held
+lease. On a graceful shutdown each processor gets shutdown_requested, then every lease is
+released for the next worker to take at once.
 """
 from __future__ import annotations
 

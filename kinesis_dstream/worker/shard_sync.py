@@ -104,7 +104,7 @@ class ShardSyncer:
         """List shards and create missing leases; returns how many were created.
 
         The leases of one generation are written concurrently: a new application on a
-        1,000-shard stream would otherwise wait for 1,000 PutItems one after the other
+        wide stream would otherwise wait for a PutItem per shard, one after the other,
         before its first lease is taken (the KCL writes them one by one)."""
         shards = self.kinesis.list_shards()
         existing = {lease.lease_key: lease for lease in self.table.list_leases()}
