@@ -141,6 +141,29 @@ def Number(minimum: float | None = None) -> ValueType:  # noqa: N802
 
 BOOLEAN = ValueType("boolean", parse_boolean)
 
+# Spark's byte strings: a unit of 1024s, any case; a bare number is bytes.
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
+_BYTE_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def parse_bytes(label: str, value: Any) -> int:
+    """Bytes from Spark's form: ``512``, ``64k``, ``10mb``, ``20gb`` (units of 1024)."""
+    match = _BYTE_SIZE.fullmatch(str(value).strip().lower())
+    if match is None or match.group(2) not in _BYTE_UNITS:
+        raise ConfigurationError(f"{label}: cannot read {value!r} as a size (512, 64k, 10mb, "
+                                 "20gb)")
+    return int(float(match.group(1)) * _BYTE_UNITS[match.group(2)])
+
+
+def Bytes(minimum: int = 0) -> ValueType:  # noqa: N802
+    def read(label: str, value: Any) -> int:
+        number = parse_bytes(label, value)
+        if number < minimum:
+            raise ConfigurationError(f"{label}: must be at least {minimum} bytes, got {value!r}")
+        return number
+    return ValueType("size in bytes (512, 64k, 10mb, 20gb)", read)
+
 
 def Choice(*choices: str) -> ValueType:  # noqa: N802
     return ValueType(f"one of {', '.join(choices)} (any case)",

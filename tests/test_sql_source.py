@@ -899,3 +899,32 @@ def test_a_missing_stream_fails_the_query_within_30_s_naming_it(spark, env, chec
     assert time.monotonic() - began < 30
     message = str(failure.value)
     assert "'no-such-stream-9c1d'" in message and "us-east-1" in message, message[-1500:]
+
+
+# -- format("kinesis") with the Databricks connector's option names ---------------------------
+@pytest.mark.spark
+def test_databricks_option_names_read_every_record_once_from_trim_horizon(
+        spark, env, make_stream, put_records, checkpoint):
+    """A job written for Databricks' connector, unchanged: its option names only. Records put
+    before the query started are read (initialPosition trim_horizon is honoured, not LATEST)."""
+    stream = make_stream(2)
+    before = [p.data for p in put_records(stream, [f"before-{i}" for i in range(120)])]
+    opts = {"streamName": stream, "region": "us-east-1", "endpoint": env["kinesis"],
+            "initialPosition": "trim_horizon", "awsAccessKey": os.environ["AWS_ACCESS_KEY_ID"],
+            "awsSecretKey": os.environ["AWS_SECRET_ACCESS_KEY"],
+            # Not Databricks' (it has no range table): the emulator's DynamoDB, as on AWS the
+            # region's would be.
+            "kinesis.dynamodb.endpointUrl": env["dynamodb"]}
+    sink = Batches()
+    df = spark.readStream.format("kinesis").options(**opts).load()
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=TRIGGER).start())
+    try:
+        wait_until(lambda: sum(sink.data().values()) >= len(before), 120, "records put before")
+        after = [p.data for p in put_records(stream, [f"after-{i}" for i in range(60)])]
+        wait_until(lambda: sum(sink.data().values()) >= len(before) + len(after), 60,
+                   "records put after")
+    finally:
+        stop(query)
+    assert sink.data() == Counter(before + after)  # every record exactly once
+    assert not sink.reruns_differing

@@ -7,13 +7,15 @@ through this package; it reads Kinesis through ``aws/``. Its parts, one role eac
 - ``source``: the record-source interface (``RecordSource``, ``open_source``), and
   ``polling``, the source that polls (``KinesisDataFetcher``, de-aggregating with
   ``aws.kpl``), with ``data_loss`` (records trimmed before they were read);
-- ``pacer``: how every read loop waits after a refused or failed call;
+- ``pacer``: how every read loop waits after a refused or failed call; ``fetch_pace``:
+  how fast a reading may call GetRecords (a byte rate, a least period);
 - ``read_loop``: the executors' read of one shard; ``shard_reader``: the range decision,
   the same records every time a partition is computed; ``shard_groups``: which shards a
   task reads, concurrently;
 - ``executor_process``: what an executor's Python worker keeps between tasks (clients,
   logging, garbage-collection set-up).
 """
+from .fetch_pace import FetchPace
 from .model import ITERATOR_TTL_S, MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, start_after
 from .pacer import Pacer
 from .polling import KinesisDataFetcher
@@ -22,5 +24,5 @@ from .shard_reader import read_shard_range, waiting_out_dynamodb
 from .source import RecordSource, open_source
 
 __all__ = ["ITERATOR_TTL_S", "MAX_FETCH_TIME_PER_SHARD_S", "ReadReport", "ShardRange",
-           "start_after", "Pacer", "KinesisDataFetcher", "group_shards", "read_shards",
+           "start_after", "FetchPace", "Pacer", "KinesisDataFetcher", "group_shards", "read_shards",
            "read_shard_range", "waiting_out_dynamodb", "RecordSource", "open_source"]

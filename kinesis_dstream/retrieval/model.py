@@ -29,7 +29,8 @@ class ShardRange:
     when the planner knows it, is where the previous batch ended, and ``iterator`` the
     NextShardIterator that batch's read handed back (valid at ``start``). ``record_empty``
     records an empty read's range too, for callers that cannot tell a task which computation
-    of the partition is the first.
+    of the partition is the first. ``max_bytes`` caps a new range's bytes as ``max_records`` its
+    records; ``max_bytes_per_s`` and ``min_fetch_period_s`` space its GetRecords calls.
     """
 
     stream_key: str
@@ -45,6 +46,9 @@ class ShardRange:
     owner: str | None = None  # the driver's worker id: read only while it holds the lease
     iterator: str | None = field(default=None, repr=False)
     record_empty: bool = False
+    max_bytes: int = 0  # a new range stops once it read this many bytes (0: no cap)
+    max_bytes_per_s: float = 0.0  # pacing of the read's GetRecords calls (0: none)
+    min_fetch_period_s: float = 0.0
 
 
 @dataclass(frozen=True)

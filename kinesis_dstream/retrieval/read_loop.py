@@ -26,6 +26,7 @@ from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
 from ..retry import Backoff, Deadline, is_transient
 from .data_loss import TrimmedRange
 from .executor_process import fault_log
+from .fetch_pace import FetchPace
 from .pacer import Pacer
 from .source import RecordSource, open_source
 
@@ -54,18 +55,23 @@ class Reading:
     throttled: int = 0
     faults: int = 0
     lost: TrimmedRange | None = None  # records trimmed by retention before this read's start
-    more_left: bool = False  # stopped at the time budget or the record cap
+    more_left: bool = False  # stopped at the time budget, the record cap or the byte cap
+    bytes_read: int = 0
 
 
 def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
          start: ExtendedSequenceNumber, timestamp: float | None, *,
          end: ExtendedSequenceNumber | None = None, iterator: str | None = None,
-         max_records: int = 0, time_budget_s: float = 0.0,
+         max_records: int = 0, time_budget_s: float = 0.0, max_bytes: int = 0,
+         pace: FetchPace | None = None,
          sleep: Callable[[float], None] = time.sleep) -> Reading:
     """From ``start`` (exclusive), either exactly through ``end`` (a recorded range), or until
-    ``max_records``, the shard's end, its tip or ``time_budget_s`` (a new range)."""
+    ``max_records``, ``max_bytes`` (reached, not bounded: a page is kept whole), the shard's
+    end, its tip or ``time_budget_s`` (a new range). ``pace`` spaces the GetRecords calls; a
+    new range whose next call would wait past its time budget stops there."""
     exact = end is not None
     reading = Reading()
+    began = last_call = time.monotonic()
     pacer = Pacer(Backoff(base_ms=config.retry_wait_time_ms), fault_log(shard_id),
                   deadline=Deadline(EXACT_READ_PATIENCE_S if exact else time_budget_s),
                   throttle_patience_s=None if exact else NEW_READ_THROTTLE_PATIENCE_S)
@@ -83,12 +89,22 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                         source.resume(start, iterator)
                     else:
                         source.initialize(start)
-                began = time.perf_counter()
+                if pace is not None and pace.paces and reading.calls:
+                    hold = pace.wait_s(began=began, bytes_read=reading.bytes_read,
+                                       last_call=last_call, now=time.monotonic())
+                    if not exact and pacer.deadline is not None and \
+                            hold > pacer.deadline.remaining_s():
+                        reading.more_left = True
+                        break
+                    if hold > 0:
+                        sleep(hold)
+                last_call = time.monotonic()
+                called = time.perf_counter()
                 try:
                     result = source.get_records()
                 finally:
                     reading.calls += 1
-                    reading.seconds += time.perf_counter() - began
+                    reading.seconds += time.perf_counter() - called
                 reading.served += 1
             except KinesisDStreamError as exc:
                 if not is_transient(exc):
@@ -103,6 +119,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                 continue
             pacer.succeeded()
             reading.millis_behind_latest = result.millis_behind_latest
+            reading.bytes_read += sum(len(r.binary_data) for r in result.records)
             if exact:
                 assert end is not None
                 aligned = False  # a recorded range's read hands no iterator on
@@ -128,6 +145,9 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                 reading.shard_end, reading.child_shard_ids = True, tuple(result.child_shard_ids)
                 break
             if result.at_tip(config.max_records):
+                break
+            if max_bytes and reading.bytes_read >= max_bytes:
+                reading.more_left = True
                 break
             if pacer.deadline is not None and pacer.deadline.expired:
                 reading.more_left = True

@@ -32,6 +32,7 @@ from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
 from ..retry import Backoff, wait_out
 from .data_loss import report_data_loss
 from .executor_process import ReaderClients, clients_for, fault_log
+from .fetch_pace import FetchPace
 from .model import ReadReport, ShardRange, start_after
 from .read_loop import EXACT_READ_PATIENCE_S, Reading, read
 
@@ -99,7 +100,9 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
         timestamp = None
     reading = read(clients.kinesis, config, planned.shard_id, start, timestamp,
                    iterator=iterator, max_records=planned.max_records,
-                   time_budget_s=planned.time_budget_s, sleep=sleep)
+                   time_budget_s=planned.time_budget_s, max_bytes=planned.max_bytes,
+                   pace=FetchPace(planned.max_bytes_per_s, planned.min_fetch_period_s),
+                   sleep=sleep)
     if reading.lost is not None and config.fail_on_data_loss:
         report_data_loss(config, reading.lost)  # raises: no record leaves the task
     if reading.records and _lease_moved(clients, planned):

@@ -88,7 +88,8 @@ class KinesisDataSource(DataSource):
 
 
 class KinesisShortNameDataSource(KinesisDataSource):
-    """``kinesis``: the name qubole's and Databricks' connectors use; the same options."""
+    """``kinesis``: the name qubole's and Databricks' connectors use; the same options, which
+    include those connectors' names (``initialPosition``, ``region``, ...: see ``options``)."""
 
     @classmethod
     def name(cls) -> str:

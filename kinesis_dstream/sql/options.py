@@ -11,7 +11,6 @@ spelling (``kinesis.streamName``).
 """
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import os
 import re
@@ -21,7 +20,30 @@ from typing import Any, Mapping
 from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
-from ..settings import BOOLEAN, Choice, Duration, FrontEnd, Option, Read, Text, ValueType, Whole, parse_choice
+from ..settings import (
+    BOOLEAN,
+    Bytes,
+    Choice,
+    Duration,
+    FrontEnd,
+    Number,
+    Option,
+    Read,
+    Text,
+    ValueType,
+    Whole,
+    parse_choice,
+)
+from .other_connectors import (
+    CONSUMER_MODE,
+    NO_EFFECT_ELSEWHERE,
+    QUBOLE_ADD_IDLE_TIME,
+    QUBOLE_IDLE_TIME,
+    consumer_mode,
+    endpoint_of_region,
+    warn_no_effect,
+)
+from .starting_position import StartingPosition, parse_starting_position
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +81,10 @@ MAX_RECORDS_PER_TRIGGER = "kinesis.maxRecordsPerTrigger"  # our extension: ReadM
 MAX_FETCH_TIME_PER_SHARD_MS = "kinesis.maxFetchTimePerShardMs"  # our extension
 SHARDS_PER_TASK = "kinesis.shardsPerTask"  # the Databricks connector's shardsPerTask
 ARROW_BATCHES = "kinesis.arrowBatches"  # our extension: read() yields Arrow (true) or tuples
+# The Databricks connector's pacing and buffer options (no awslabs name; given ours).
+MAX_FETCH_RATE = "kinesis.maxFetchRate"
+MIN_FETCH_PERIOD = "kinesis.minFetchPeriod"
+FETCH_BUFFER_SIZE = "kinesis.fetchBufferSize"
 # awslabs source options we accept and have nothing to do for (said in the README).
 ACCEPTED_WITHOUT_EFFECT = ("kinesis.minBatchesToRetain", "kinesis.checkNewRecordThreads",
                            "kinesis.metadataNumRetries", "kinesis.metadataRetryIntervalsMs",
@@ -88,67 +114,43 @@ def _accepted(key: str, value: str) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class StartingPosition:
-    """LATEST, TRIM_HORIZON (EARLIEST), or AT_TIMESTAMP with epoch seconds."""
-
-    kind: str
-    timestamp: float | None = None
-
-
-def parse_starting_position(text: str, key: str = STARTING_POSITION) -> StartingPosition:
-    """``LATEST``, ``TRIM_HORIZON``/``EARLIEST``, or ``AT_TIMESTAMP <ISO 8601 time>``."""
-    words = str(text).strip().split(None, 1)
-    kind = words[0].upper() if words else ""
-    if kind in ("LATEST", "TRIM_HORIZON", "EARLIEST") and len(words) == 1:
-        return StartingPosition("TRIM_HORIZON" if kind == "EARLIEST" else kind)
-    if kind == "AT_TIMESTAMP" and len(words) == 2:
-        raw = words[1].strip()
-        try:
-            moment = _dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
-            raise ConfigurationError(
-                f"{key}: cannot read {raw!r} as an ISO 8601 time") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=_dt.timezone.utc)
-        return StartingPosition("AT_TIMESTAMP", moment.timestamp())
-    raise ConfigurationError(
-        f"{key}: expected LATEST, TRIM_HORIZON, EARLIEST or 'AT_TIMESTAMP <ISO time>', "
-        f"got {text!r}")
-
-
 # -- the tables ------------------------------------------------------------------------------
 _TEXT = Text()
 _ATTEMPTS = Whole(0, then=lambda retries: retries + 1)  # awslabs counts retries, we attempts
 _NO_EFFECT = ValueType("text", _accepted)
 _CONSUMER_TYPE = ValueType("GetRecords (SubscribeToShard is not supported yet)", _consumer_type)
 _STARTING_POSITION = ValueType(
-    "LATEST, TRIM_HORIZON, EARLIEST or AT_TIMESTAMP <ISO 8601 time> (any case)",
+    "LATEST, TRIM_HORIZON, EARLIEST or AT_TIMESTAMP <ISO 8601 time> (any case), or "
+    "{\"at_timestamp\": \"<time>\", \"format\": \"<Java pattern>\"}",
     lambda key, value: parse_starting_position(value, key))
+_BYTES = Bytes(1)
+_CONSUMER_MODE = ValueType("polling (efo is not supported yet)", consumer_mode)
+
 
 # The qubole kinesis-sql names of options that mean exactly the same there are aliases, so
 # jobs written for that jar (and for format("kinesis")) run unchanged.
 CONNECTION_OPTIONS: tuple[Option, ...] = (
-    Option(ENDPOINT_URL, _TEXT, "The Kinesis endpoint. Required by the source; the sink "
-           "uses boto3's resolution without it.", aliases=("endpointUrl",),
-           field="kinesis_endpoint"),
+    Option(ENDPOINT_URL, _TEXT, "The Kinesis endpoint. The source needs it or a region "
+           "(then the region's public endpoint); the sink uses boto3's resolution without it.",
+           aliases=("endpointUrl", "endpoint"), field="kinesis_endpoint"),
     Option(REGION, _TEXT, "AWS region; by default the one in the endpoint's host name, else "
-           "AWS_REGION.", aliases=("regionName",), field="region_name"),
+           "AWS_REGION.", aliases=("regionName", "region"), field="region_name"),
     Option(STREAM_NAME, _TEXT, "The Kinesis stream (required).", aliases=("streamName",),
            field="stream_name"),
     Option(ACCESS_KEY_ID, _TEXT, "Static credentials: the key id, with kinesis.awsSecretKey; "
-           "without both, boto3's default chain.", aliases=("awsAccessKeyId",),
+           "without both, boto3's default chain.", aliases=("awsAccessKeyId", "awsAccessKey"),
            field="aws_access_key_id"),
     Option(SECRET_KEY, _TEXT, "Static credentials: the secret key, with "
            "kinesis.awsAccessKeyId.", aliases=("awsSecretKey",), field="aws_secret_key"),
     Option(STS_ROLE_ARN, _TEXT, "A role to assume (needs kinesis.stsSessionName).",
-           aliases=("awsSTSRoleARN",), field="sts_assume_role_arn"),
+           aliases=("awsSTSRoleARN", "roleArn"), field="sts_assume_role_arn"),
     Option(STS_SESSION_NAME, _TEXT, "The RoleSessionName STS records for the assumed role.",
-           aliases=("awsSTSSessionName",), field="sts_session_name"),
+           aliases=("awsSTSSessionName", "roleSessionName"), field="sts_session_name"),
     Option(STS_EXTERNAL_ID, _TEXT, "Ours: the ExternalId for roles whose trust policy "
-           "asks for one (only with kinesis.stsRoleArn).", field="sts_external_id"),
+           "asks for one (only with kinesis.stsRoleArn).", aliases=("roleExternalId",),
+           field="sts_external_id"),
     Option(STS_ENDPOINT_URL, _TEXT, "The STS endpoint; by default boto3's resolution.",
-           field="sts_endpoint"),
+           aliases=("stsEndpoint",), field="sts_endpoint"),
 )
 
 SINK_OPTIONS: tuple[Option, ...] = (
@@ -174,32 +176,59 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "AWS_ENDPOINT_URL_DYNAMODB as the driver sees it, else boto3's resolution.",
            field="dynamodb_endpoint"),
     Option(RECORDS_PER_FETCH, Whole(1, MAX_RECORDS_PER_GET), "Records asked for per "
-           "GetRecords call.", str(MAX_RECORDS_PER_GET), field="max_records"),
+           "GetRecords call.", str(MAX_RECORDS_PER_GET),
+           aliases=("maxRecordsPerFetch", "kinesis.executor.maxRecordPerRead"),
+           field="max_records"),
     Option(FETCH_INTERVAL_MS, Duration(0), "Wait between GetRecords calls on a shard at its "
            "tip.", "200", field="idle_time_between_reads_ms"),
     Option(CLIENT_NUM_RETRIES, _ATTEMPTS, "Retries of a failed AWS call.", "5",
-           field="retry_max_attempts"),
+           aliases=("kinesis.client.numRetries",), field="retry_max_attempts"),
     Option(CLIENT_RETRY_INTERVALS_MS, Duration(1), "First wait between retries of a failed "
-           "AWS call (doubling).", "1000", field="retry_wait_time_ms"),
+           "AWS call (doubling).", "1000", aliases=("kinesis.client.retryIntervalMs",),
+           field="retry_wait_time_ms"),
     Option(SHARDS_PER_TASK, Whole(1), "How many shards one Spark task reads, concurrently "
            "(the Databricks connector's name).", "32", aliases=("shardsPerTask",),
            field="shards_per_task"),
-    Option(STARTING_POSITION, _STARTING_POSITION, "Where a new query starts.", "LATEST",
-           aliases=("startingPosition",), target="source", field="starting_position"),
+    Option(STARTING_POSITION, _STARTING_POSITION, "Where a new query starts; an "
+           "unreadable value is refused, never taken as LATEST.", "LATEST",
+           aliases=("startingPosition", "initialPosition"), target="source",
+           field="starting_position"),
     Option(FAIL_ON_DATA_LOSS, BOOLEAN, "A start trimmed by the stream's retention fails the "
            "query (true) or goes on from the oldest record (false).", "false",
-           target="source", field="fail_on_data_loss"),
+           aliases=("failOnDataLoss",), target="source", field="fail_on_data_loss"),
     Option(MAX_FETCH_RECORDS_PER_SHARD, Whole(1), "Most records one shard gives one "
-           "micro-batch.", "100000", target="source", field="max_fetch_records_per_shard"),
+           "micro-batch.", "100000", aliases=("kinesis.executor.maxFetchRecordsPerShard",),
+           target="source", field="max_fetch_records_per_shard"),
     Option(MAX_RECORDS_PER_TRIGGER, Whole(1), "Ours: most records of one micro-batch, all "
            "shards together (Spark's ReadMaxRows).", "unlimited", target="source",
            field="max_records_per_trigger"),
     Option(MAX_FETCH_TIME_PER_SHARD_MS, Duration(0, unit_ms=1000), "Ours: longest one shard's "
            "read of a micro-batch may take.", f"{int(MAX_FETCH_TIME_PER_SHARD_S * 1000)}",
-           target="source", field="max_fetch_time_per_shard_s"),
+           aliases=("maxFetchDuration", "kinesis.executor.maxFetchTimeInMs"), target="source",
+           field="max_fetch_time_per_shard_s"),
     Option(DESCRIBE_SHARD_INTERVAL, Duration(0, unit_ms=1000), "Shortest time between two "
-           "looks at the stream's shards.", "1s", target="source",
-           field="describe_shard_interval_s"),
+           "looks at the stream's shards.", "1s",
+           aliases=("shardFetchInterval", "kinesis.client.describeShardInterval"),
+           target="source", field="describe_shard_interval_s"),
+    Option(MAX_FETCH_RATE, Number(0.001), "Most MB (MiB) a second one shard's reads bring "
+           "(Databricks' name; the GetRecords calls of a reading are spaced to it).",
+           "unlimited", aliases=("maxFetchRate",), target="source",
+           field="max_fetch_rate_mb_s"),
+    Option(MIN_FETCH_PERIOD, Duration(0, unit_ms=1000), "Least time between two GetRecords "
+           "calls of one shard's reading (Databricks' name).", "0",
+           aliases=("minFetchPeriod",), target="source", field="min_fetch_period_s"),
+    Option(FETCH_BUFFER_SIZE, _BYTES, "Bytes one micro-batch reads, all shards together, "
+           "split evenly over the shards it reads; a stopping condition, not a strict bound "
+           "(Databricks' name).", "unlimited", aliases=("fetchBufferSize",), target="source",
+           field="fetch_buffer_size_bytes"),
+    Option(CONSUMER_MODE, _CONSUMER_MODE, "Databricks' name: polling (efo, enhanced fan-out, "
+           "is not supported yet).", "polling", target="source"),
+    Option(QUBOLE_ADD_IDLE_TIME, BOOLEAN, "qubole's name: wait "
+           f"{QUBOLE_IDLE_TIME} between GetRecords calls (as {MIN_FETCH_PERIOD}).", "false",
+           target="qubole", field="add_idle_time"),
+    Option(QUBOLE_IDLE_TIME, Duration(0, unit_ms=1000), f"qubole's name: with "
+           f"{QUBOLE_ADD_IDLE_TIME} true, the least time between GetRecords calls.", "1000",
+           target="qubole", field="idle_time_s"),
     Option(METADATA_COMMITTER_TYPE, Choice("HDFS", "DYNAMODB"), "Accepted for the awslabs "
            "connector's jobs: batch ranges are kept in DynamoDB either way.", "HDFS",
            target="source", field="metadata_committer_type"),
@@ -211,10 +240,15 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "the checkpoint's offset log.", target="source"),
     *(Option(name, _NO_EFFECT, "Accepted for the awslabs connector's jobs; no effect here.",
              target="source") for name in ACCEPTED_WITHOUT_EFFECT),
+    *(Option(name, _NO_EFFECT, f"The {who} connector's; no effect here (warned about): it "
+             f"would have {what}.", target="source")
+      for name, (who, what) in NO_EFFECT_ELSEWHERE.items()),
 )
 
 _SQL_DOC = ("Options of {what} with format(\"aws-kinesis\") (also format(\"kinesis\")): "
-            "the awslabs connector's names; the qubole kinesis-sql names are aliases.")
+            "the awslabs connector's names; the Databricks connector's and the qubole "
+            "kinesis-sql names are aliases where they mean the same (see \"Databricks and "
+            "qubole option names\" in docs/migration.md).")
 SQL_SOURCE = FrontEnd(
     name="SQL source (readStream)", doc=_SQL_DOC.format(what="spark.readStream"),
     options=CONNECTION_OPTIONS + SOURCE_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS,
@@ -279,6 +313,9 @@ class SourceOptions:
     describe_shard_interval_s: float = 1.0
     metadata_committer_type: str = "HDFS"
     arrow_batches: bool = True
+    max_fetch_rate_mb_s: float | None = None
+    min_fetch_period_s: float = 0.0
+    fetch_buffer_size_bytes: int | None = None
     unknown: tuple[str, ...] = ()
 
     @property
@@ -356,8 +393,15 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     _check_connection(config_values)
     if "fail_on_data_loss" in source_values:  # the executors' readers decide on a trimmed start
         config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
+    if "kinesis_endpoint" not in config_values and config_values.get("region_name"):
+        config_values["kinesis_endpoint"] = endpoint_of_region(config_values["region_name"])
     if "kinesis_endpoint" not in config_values:
-        raise ConfigurationError(f"{ENDPOINT_URL} is required: the Kinesis endpoint to read from")
+        raise ConfigurationError(f"{ENDPOINT_URL} is required: the Kinesis endpoint to read from "
+                                 f"(or {REGION}, whose public endpoint is then read)")
+    qubole = read.of("qubole")
+    if qubole.get("add_idle_time") and "min_fetch_period_s" not in source_values:
+        source_values["min_fetch_period_s"] = qubole.get("idle_time_s", 1.0)
+    warn_no_effect(read.given)
     # Read on the driver so that executors, which may lack the variable, use the same table.
     config_values.setdefault("dynamodb_endpoint",
                              os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or None)

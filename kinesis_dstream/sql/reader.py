@@ -47,6 +47,7 @@ from .offsets import (
     without_quiet,
 )
 from .options import SourceOptions
+from .other_connectors import MB
 from .partition_reader import ShardPartition, read_partition
 from .prober import ShardProber, each_shard
 
@@ -245,23 +246,32 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         driver = self.driver
         key = stream_key(self.config.stream_name, end["query"])
         batch, cap = int(end["batch"]), int(end["limit"])
+        read_now = {s: e for s, e in end["shards"].items() if is_read(e)}
+        pacing = self._pacing(len(read_now))
         ranges = []
-        for shard_id, entry in end["shards"].items():
-            if not is_read(entry):
-                continue
+        for shard_id, entry in read_now.items():
             position, timestamp = position_of(entry)
             # Every empty read is recorded: a task cannot tell a re-run of its batch from
             # its first computation here.
             ranges.append(ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
                                      self.options.max_fetch_time_per_shard_s, position,
                                      timestamp, iterator=driver.prober.iterator(shard_id, entry),
-                                     record_empty=True))
+                                     record_empty=True, **pacing))
         driver.read_in[batch] = [r.shard_id for r in ranges]
         weight = dict(driver.weight)
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
                               lambda r: weight.get(r.shard_id, 0))
         return [ShardPartition(self.config, group, self.options.arrow_batches)
                 for group in groups]
+
+    def _pacing(self, shards_read: int) -> dict[str, Any]:
+        """A reading's byte cap (fetchBufferSize, split over the shards it reads) and the
+        pacing of each shard's GetRecords calls (maxFetchRate, minFetchPeriod)."""
+        options = self.options
+        buffer = options.fetch_buffer_size_bytes
+        return {"max_bytes": max(1, buffer // max(1, shards_read)) if buffer else 0,
+                "max_bytes_per_s": (options.max_fetch_rate_mb_s or 0.0) * MB,
+                "min_fetch_period_s": options.min_fetch_period_s}
 
     @staticmethod
     def _parallelism() -> int:

@@ -1,0 +1,72 @@
+"""Other connectors' option names with no awslabs counterpart: Databricks' and qubole's.
+
+Where such an option has a knob here it is an alias or an option in ``options``; this
+module holds the rest: the ones with no effect here, each warned about by name once per
+process with what it would have done there (a job moved from another connector must not
+lose a setting silently), and the rules that only those connectors' names need.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from ..errors import ConfigurationError
+from ..settings import parse_choice
+
+log = logging.getLogger(__name__)
+
+CONSUMER_MODE = "consumerMode"
+# qubole's pair for a least time between GetRecords calls (our kinesis.minFetchPeriod).
+QUBOLE_ADD_IDLE_TIME = "kinesis.executor.addIdleTimeBetweenReads"
+QUBOLE_IDLE_TIME = "kinesis.executor.idleTimeBetweenReadsInMs"
+# A MB of Databricks' maxFetchRate, as the Kinesis limits count it (2 MB/s a shard).
+MB = 1024 * 1024
+
+# Other connectors' options with no effect here: name -> (connector, what it would have done).
+# Each is warned about once per process, by name.
+NO_EFFECT_ELSEWHERE: Mapping[str, tuple[str, str]] = {
+    "consumerName": ("Databricks", "named the enhanced fan-out consumer; this source polls"),
+    "requireConsumerDeregistration": ("Databricks", "deregistered the enhanced fan-out "
+                                      "consumer at the query's end; this source polls"),
+    "coalesceThresholdBlockSize": ("Databricks", "coalesced small blocks of records before "
+                                   "Spark sees them; tasks here hand out Arrow batches of "
+                                   "10,000 rows"),
+    "coalesceBinSize": ("Databricks", "sized the coalesced blocks; tasks here hand out Arrow "
+                        "batches of 10,000 rows"),
+    "serviceCredential": ("Databricks", "authenticated with a Databricks service credential; "
+                          "here the key or role options, else boto3's default chain, are used"),
+    "kinesis.client.maxRetryIntervalMs": ("qubole", "capped the wait between retries; ours "
+                                          "double from kinesis.clientRetryIntervalsMs"),
+    "kinesis.client.avoidEmptyBatches": ("qubole", "skipped empty micro-batches; this source "
+                                         "always does (it probes quiet shards)"),
+    "awsUseInstanceProfile": ("qubole", "used the instance profile; without key options "
+                              "boto3's default chain does, the instance profile included"),
+}
+
+
+def consumer_mode(key: str, value: str) -> str:
+    mode = parse_choice(key, value, ("polling", "efo"))
+    if mode == "efo":
+        raise ConfigurationError(f"{key}: efo (enhanced fan-out) is not supported yet by this "
+                                 "source; use polling (the default)")
+    return mode
+
+
+def endpoint_of_region(region: str) -> str:
+    """The public Kinesis endpoint of ``region`` (Databricks' default for ``endpoint``)."""
+    suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"https://kinesis.{region}.{suffix}"
+
+
+_WARNED: set[str] = set()
+
+
+def warn_no_effect(given: Mapping[str, str]) -> None:
+    """Another connector's option that does nothing here: said once per process, by name,
+    with what it would have done there."""
+    for name, key in given.items():
+        if name in NO_EFFECT_ELSEWHERE and name not in _WARNED:
+            _WARNED.add(name)
+            who, what = NO_EFFECT_ELSEWHERE[name]
+            log.warning("format kinesis (reading): option %r is the %s connector's and has no "
+                        "effect here: it would have %s", key, who, what)

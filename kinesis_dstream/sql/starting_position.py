@@ -1,0 +1,170 @@
+"""Where a new SQL query starts, as each connector's users write it.
+
+The awslabs and qubole connectors write ``LATEST``, ``TRIM_HORIZON``/``EARLIEST`` or (ours)
+``AT_TIMESTAMP <ISO 8601 time>``; Databricks' ``initialPosition`` writes them in lower case
+and a time as JSON, ``{"at_timestamp": "06/25/2020 10:23:45 PDT", "format": "MM/dd/yyyy
+HH:mm:ss ZZZ"}``, the format a Java date-time pattern (that one by default). Anything else is
+refused naming the option: a query that silently starts at LATEST loses what it was asked to
+read.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+
+# Databricks' default pattern for {"at_timestamp": ...} without a "format".
+DEFAULT_TIMESTAMP_FORMAT = "MM/dd/yyyy HH:mm:ss ZZZ"
+
+# Zone abbreviations a Java pattern's zone letters read (Java knows more; these are the ones
+# without two meanings). An IANA name (America/Los_Angeles) or an offset reads too.
+_ZONE_HOURS = {"UTC": 0, "GMT": 0, "Z": 0, "UT": 0, "PST": -8, "PDT": -7, "MST": -7, "MDT": -6,
+               "CST": -6, "CDT": -5, "EST": -5, "EDT": -4, "AKST": -9, "AKDT": -8, "HST": -10,
+               "WET": 0, "WEST": 1, "CET": 1, "CEST": 2, "EET": 2, "EEST": 3, "JST": 9,
+               "KST": 9, "AEST": 10, "AEDT": 11}
+
+# Java pattern letters -> (field, regex). Runs of a letter are one field.
+_FIELDS = {"y": ("year", r"\d{4}"), "u": ("year", r"\d{4}"), "M": ("month", r"\d{1,2}"),
+           "d": ("day", r"\d{1,2}"), "H": ("hour", r"\d{1,2}"), "h": ("hour12", r"\d{1,2}"),
+           "m": ("minute", r"\d{1,2}"), "s": ("second", r"\d{1,2}"), "S": ("fraction", r"\d+"),
+           "a": ("ampm", r"[AaPp][Mm]"), "z": ("zone", r"[A-Za-z_/+\-:0-9]+"),
+           "Z": ("zone", r"[A-Za-z_/+\-:0-9]+"), "X": ("zone", r"[A-Za-z_/+\-:0-9]+"),
+           "x": ("zone", r"[+\-][0-9:]+"), "V": ("zone", r"[A-Za-z_/+\-:0-9]+")}
+_OFFSET = re.compile(r"([+-])(\d{2}):?(\d{2})?")
+
+
+@dataclass(frozen=True)
+class StartingPosition:
+    """LATEST, TRIM_HORIZON (EARLIEST), or AT_TIMESTAMP with epoch seconds."""
+
+    kind: str
+    timestamp: float | None = None
+
+
+def _pattern_regex(pattern: str, key: str) -> re.Pattern[str]:
+    """A Java date-time pattern (``MM/dd/yyyy HH:mm:ss ZZZ``) as a regex of named groups."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "'":  # quoted literal text; '' is a quote
+            end = pattern.find("'", i + 1)
+            if end < 0:
+                raise ConfigurationError(f"{key}: unclosed quote in format {pattern!r}")
+            out.append(re.escape(pattern[i + 1:end] or "'"))
+            i = end + 1
+            continue
+        run = len(pattern[i:]) - len(pattern[i:].lstrip(char))
+        if char in _FIELDS:
+            name, regex = _FIELDS[char]
+            if name == "year" and run == 2:
+                name, regex = "year2", r"\d{2}"
+            if name == "month" and run >= 3:
+                name, regex = "month_name", r"[A-Za-z]+"
+            out.append(f"(?P<{name}>{regex})")
+        elif char.isalpha():
+            raise ConfigurationError(f"{key}: the format letter {char!r} in {pattern!r} is not "
+                                     "read here (use y M d H h m s S a z Z X)")
+        else:
+            out.append(re.escape(char * run))
+        i += run
+    try:
+        return re.compile("".join(out), re.IGNORECASE)
+    except re.error:
+        raise ConfigurationError(f"{key}: format {pattern!r} repeats a field") from None
+
+
+def _zone(text: str, key: str) -> _dt.tzinfo:
+    offset = _OFFSET.fullmatch(text)
+    if offset:
+        minutes = int(offset.group(2)) * 60 + int(offset.group(3) or 0)
+        return _dt.timezone(_dt.timedelta(minutes=-minutes if offset.group(1) == "-" else minutes))
+    if text.upper() in _ZONE_HOURS:
+        return _dt.timezone(_dt.timedelta(hours=_ZONE_HOURS[text.upper()]))
+    try:
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(text)
+    except Exception:  # noqa: BLE001 - ZoneInfo raises several kinds for a bad name
+        raise ConfigurationError(f"{key}: unknown time zone {text!r} (use an offset such as "
+                                 "-0700, or a name such as America/Los_Angeles)") from None
+
+
+def parse_java_time(text: str, pattern: str, key: str) -> float:
+    """Epoch seconds of ``text`` read with the Java date-time ``pattern``."""
+    match = _pattern_regex(pattern, key).fullmatch(text.strip())
+    if match is None:
+        raise ConfigurationError(f"{key}: cannot read {text!r} with the format {pattern!r}")
+    parts = {k: v for k, v in match.groupdict().items() if v is not None}
+    try:
+        year = (int(parts["year"]) if "year" in parts else
+                2000 + int(parts["year2"]) if "year2" in parts else 1970)
+        if "month_name" in parts:
+            month = _dt.datetime.strptime(parts["month_name"][:3].title(), "%b").month
+        else:
+            month = int(parts.get("month", 1))
+        hour = int(parts.get("hour", 0))
+        if "hour12" in parts:
+            hour = int(parts["hour12"]) % 12 + (12 if parts.get("ampm", "").upper() == "PM" else 0)
+        fraction = parts.get("fraction", "0")
+        micro = int((fraction + "000000")[:6])
+        zone = _zone(parts["zone"], key) if "zone" in parts else _dt.timezone.utc
+        moment = _dt.datetime(year, month, int(parts.get("day", 1)), hour,
+                              int(parts.get("minute", 0)), int(parts.get("second", 0)), micro,
+                              tzinfo=zone)
+    except ValueError as exc:
+        raise ConfigurationError(f"{key}: cannot read {text!r} with the format {pattern!r}: "
+                                 f"{exc}") from None
+    return moment.timestamp()
+
+
+def _iso_time(raw: str, key: str) -> float:
+    try:
+        moment = _dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigurationError(f"{key}: cannot read {raw!r} as an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return moment.timestamp()
+
+
+def _at_timestamp_json(text: str, key: str) -> StartingPosition:
+    """Databricks' ``{"at_timestamp": "<time>", "format": "<Java pattern>"}``."""
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        raise ConfigurationError(f"{key}: cannot read {text!r} as JSON") from None
+    fields = {str(k).lower(): v for k, v in value.items()} if isinstance(value, dict) else {}
+    moment, pattern = fields.get("at_timestamp"), fields.get("format")
+    if not isinstance(moment, str) or set(fields) - {"at_timestamp", "format"} or \
+            (pattern is not None and not isinstance(pattern, str)):
+        raise ConfigurationError(
+            f"{key}: expected {{\"at_timestamp\": \"<time>\", \"format\": \"<pattern>\"}} "
+            f"(format optional), got {text!r}")
+    if pattern is None:  # Databricks' default pattern; an ISO 8601 time reads too
+        try:
+            return StartingPosition("AT_TIMESTAMP", _iso_time(moment, key))
+        except ConfigurationError:
+            pattern = DEFAULT_TIMESTAMP_FORMAT
+    return StartingPosition("AT_TIMESTAMP", parse_java_time(moment, pattern, key))
+
+
+def parse_starting_position(text: Any, key: str) -> StartingPosition:
+    """``LATEST``, ``TRIM_HORIZON``/``EARLIEST``, ``AT_TIMESTAMP <ISO 8601 time>`` (any case),
+    or Databricks' ``{"at_timestamp": ..., "format": ...}``; anything else is refused."""
+    raw = str(text).strip()
+    if raw.startswith("{"):
+        return _at_timestamp_json(raw, key)
+    words = raw.split(None, 1)
+    kind = words[0].upper() if words else ""
+    if kind in ("LATEST", "TRIM_HORIZON", "EARLIEST") and len(words) == 1:
+        return StartingPosition("TRIM_HORIZON" if kind == "EARLIEST" else kind)
+    if kind == "AT_TIMESTAMP" and len(words) == 2:
+        return StartingPosition("AT_TIMESTAMP", _iso_time(words[1].strip(), key))
+    raise ConfigurationError(
+        f"{key}: expected latest, trim_horizon, earliest, 'AT_TIMESTAMP <ISO time>' or "
+        f"{{\"at_timestamp\": \"<time>\", \"format\": \"<pattern>\"}}, got {text!r}; the query "
+        "would otherwise start somewhere it was not asked to")
