@@ -72,6 +72,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     exact = end is not None
     reading = Reading()
     began = last_call = time.monotonic()
+    counting_bytes = bool(max_bytes) or (pace is not None and pace.max_bytes_per_s > 0)
     pacer = Pacer(Backoff(base_ms=config.retry_wait_time_ms), fault_log(shard_id),
                   deadline=Deadline(EXACT_READ_PATIENCE_S if exact else time_budget_s),
                   throttle_patience_s=None if exact else NEW_READ_THROTTLE_PATIENCE_S)
@@ -119,7 +120,8 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                 continue
             pacer.succeeded()
             reading.millis_behind_latest = result.millis_behind_latest
-            reading.bytes_read += sum(len(r.binary_data) for r in result.records)
+            if counting_bytes:  # a per-record sum: only where a byte cap or rate asks for it
+                reading.bytes_read += sum(len(r.binary_data) for r in result.records)
             if exact:
                 assert end is not None
                 aligned = False  # a recorded range's read hands no iterator on
