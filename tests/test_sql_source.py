@@ -169,6 +169,23 @@ def offsets_logged(checkpoint: str) -> list[dict[str, Any]]:
     return out
 
 
+def read_on_exactly_once(query: Any, producer: "KeyedProducer", sink: Batches,
+                         sent_at_stop: int) -> None:
+    """A restarted query while the producer goes on: every record put, each exactly once, and
+    no batch that ran again brought other rows. Stops the producer and the query."""
+    try:
+        wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
+        sent = producer.finish()
+        wait_until(lambda: set(sink.data()) >= set(sent) or not query.isActive, 120,
+                   "every record put")
+    finally:
+        producer.halt.set()
+        stop(query)
+    got = sink.data()
+    assert got == Counter(sent), (len(got), len(sent), [d for d, n in got.items() if n > 1][:5])
+    assert not sink.reruns_differing
+
+
 class KeyedProducer(threading.Thread):
     """Puts 10 records every 0.2 s under 6 fixed partition keys, data unique; ``sent`` in order."""
 
@@ -299,16 +316,7 @@ def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
     if not PYSPARK_4_2 and _failed_naming_4_2(query):
         producer.halt.set()  # pyspark < 4.2 cannot tell the source where the query stands
         return
-    try:
-        wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
-        sent = producer.finish()
-        wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
-    finally:
-        producer.halt.set()
-        stop(query)
-    got = sink.data()
-    assert got == Counter(sent), (len(got), len(sent), [d for d, n in got.items() if n > 1][:5])
-    assert not sink.reruns_differing
+    read_on_exactly_once(query, producer, sink, sent_at_stop)
     # One query id across both runs: the restarted query found its ranges.
     assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
 
@@ -355,17 +363,7 @@ def test_a_query_stopped_between_its_first_plan_and_commit_restarts_exactly_once
     sent_at_stop = len(producer.sent)
     wait_until(lambda: len(producer.sent) >= sent_at_stop + 60, 30, "records put while stopped")
     query = start_query(spark, opts, checkpoint, sink)
-    try:
-        wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
-        sent = producer.finish()
-        wait_until(lambda: set(sink.data()) >= set(sent) or not query.isActive, 120,
-                   "every record put")
-    finally:
-        producer.halt.set()
-        stop(query)
-    got = sink.data()
-    assert got == Counter(sent), (len(got), len(sent), [d for d, n in got.items() if n > 1][:5])
-    assert not sink.reruns_differing
+    read_on_exactly_once(query, producer, sink, sent_at_stop)
     assert 0 in sink.by_batch  # the held batch itself ran again
     # The checkpoint kept its query: the first reading's id and, for LATEST, its pinned time.
     assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
