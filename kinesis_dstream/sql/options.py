@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..config import ConsumerConfig, check_credentials, table_options
+from ..config import ConsumerConfig, check_credentials, stall_options, table_options
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
 from ..settings import (
@@ -184,6 +184,8 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "AWS_ENDPOINT_URL_DYNAMODB as the driver sees it, else boto3's resolution.",
            field="dynamodb_endpoint"),
     *table_options(DYNAMODB_TABLE_OPTIONS, what="the batch-range table"),
+    *stall_options({"stalled_shard_lag_ms": "kinesis.stalledShardLag",
+                    "stalled_shard_time_ms": "kinesis.stalledShardTime"}),
     Option(RECORDS_PER_FETCH, Whole(1, MAX_RECORDS_PER_GET), "Records asked for per "
            "GetRecords call.", str(MAX_RECORDS_PER_GET),
            aliases=("maxRecordsPerFetch", "kinesis.executor.maxRecordPerRead"),
