@@ -21,6 +21,7 @@ from ..settings import parse_choice
 from .connection import EXIT_OK, OPERATOR_RETRY, BadInput, emit_json, emit_table
 
 ROLES = ("lease", "ranges")
+WHAT = {"lease": "lease table", "ranges": "batch-range table"}
 
 
 @dataclass
@@ -119,21 +120,21 @@ def create_table(args: argparse.Namespace) -> int:
              TablePlan("ranges", range_table_name(args.app), RANGE_TABLE_KEYS)]
     plans = [plan for plan in plans if args.only in (None, plan.role)]
     for plan in plans:
-        plan.found = describe(retry, client, plan.table, f"{plan.role} table")
+        plan.found = describe(retry, client, plan.table, WHAT[plan.role])
         problem = plan.found is not None and schema_problem(plan.found, plan.keys)
         if problem:
-            raise BadInput(f"table {plan.table!r} exists but is not a {plan.role} table: "
+            raise BadInput(f"table {plan.table!r} exists but is not a {WHAT[plan.role]}: "
                            f"{problem}; nothing created")
         plan.action = "exists" if plan.found else "would create" if args.dry_run else "create"
     for plan in plans:
         if plan.action != "create":
             continue
-        created = create_table_if_not_exists(retry, client, plan.table, f"{plan.role} table",
+        created = create_table_if_not_exists(retry, client, plan.table, WHAT[plan.role],
                                              plan.keys, args.wait_s, settings)
         if created and plan.role == "ranges":
             enable_ttl(client, plan.table)
         plan.action = "created" if created else "exists"
-        plan.found = describe(retry, client, plan.table, f"{plan.role} table")
+        plan.found = describe(retry, client, plan.table, WHAT[plan.role])
     rows = [plan.to_json(settings) for plan in plans]
     if args.json:
         emit_json({"application": args.app, "dry_run": args.dry_run, "tables": rows})
