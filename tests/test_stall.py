@@ -110,3 +110,25 @@ def test_largest_lag_and_the_view_keep_the_per_shard_shape():
     view = ShardsView({"s1": {"records": 1}}, 10, ["s1"], 1)
     assert dict(view) == {"s1": {"records": 1}} and list(view.values()) == [{"records": 1}]
     assert (view.millis_behind_latest, view.stalled_shards, view.stalls) == (10, ["s1"], 1)
+
+
+def test_the_sql_progress_reports_the_largest_lag_and_the_stalled_shards():
+    from kinesis_dstream.sql.options import parse_source_options
+    from kinesis_dstream.sql.reader import DriverState, KinesisStreamReader
+
+    options = parse_source_options({"kinesis.streamName": "s", "kinesis.region": "us-east-1"})
+    reader = KinesisStreamReader(options)
+    assert reader.reportLatestOffset() is None
+    reader._driver = driver = DriverState(options.config)
+    try:
+        clock = Clock()
+        driver.stalls = watch(clock)
+        driver.lag = {"shardId-1": 300, "shardId-2": 90_000, "shardId-3": None}
+        driver.stalls.observe("shardId-2", 90_000, "p")
+        clock.now += 60
+        driver.stalls.observe("shardId-2", 90_000, "p")
+        assert reader.reportLatestOffset() == {
+            "millisBehindLatest": {"shardId-1": 300, "shardId-2": 90_000, "shardId-3": None},
+            "maxMillisBehindLatest": 90_000, "stalledShards": ["shardId-2"], "stalls": 1}
+    finally:
+        reader.stop()

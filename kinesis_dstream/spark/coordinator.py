@@ -238,7 +238,11 @@ class ShardCoordinator:
     def _pass(self) -> None:
         self.periods.reconcile()
         self._write_checkpoints(force=False)
-        with self._lock:  # the stall rule: each held shard's lag and processed position
+        self._watch_stalls()
+
+    def _watch_stalls(self) -> None:
+        """The stall rule (worker.stall): each held shard's lag and processed position."""
+        with self._lock:
             held = {s: shard for s, shard in self._shards.items() if shard.held}
             self.stalls.retain(held)
             for shard_id, shard in held.items():
