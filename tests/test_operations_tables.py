@@ -113,9 +113,9 @@ def test_a_table_of_another_shape_is_an_error_and_nothing_is_created(
 
 @pytest.mark.parametrize("extra, code, message", [
     (("--billing-mode", "ON_DEMAND"), 2, "expected one of PAY_PER_REQUEST, PROVISIONED"),
-    (("--read-capacity", "5"), 2, "--read-capacity need --billing-mode PROVISIONED"),
-    (("--billing-mode", "PAY_PER_REQUEST", "--write-capacity", "5"), 2,
-     "--write-capacity need --billing-mode PROVISIONED"),
+    (("--read-capacity", "5"), 2, "--read-capacity needs --billing-mode PROVISIONED"),
+    (("--billing-mode", "PAY_PER_REQUEST", "--read-capacity", "5", "--write-capacity", "5"), 2,
+     "--read-capacity and --write-capacity need --billing-mode PROVISIONED"),
     (("--billing-mode", "PROVISIONED", "--read-capacity", "0"), 2, "capacity units >= 1"),
     (("--dynamodb-endpoint", "http://127.0.0.1:9"), 3, "endpoint unreachable"),
 ])

@@ -101,7 +101,8 @@ def settings_of(args: argparse.Namespace) -> TableSettings:
                                       ("--write-capacity", args.write_capacity))
              if value is not None]
     if given and args.billing_mode != "PROVISIONED":
-        raise BadInput(f"{' and '.join(given)} need --billing-mode PROVISIONED (a "
+        raise BadInput(f"{' and '.join(given)} {'need' if len(given) > 1 else 'needs'} "
+                       "--billing-mode PROVISIONED (a "
                        f"{args.billing_mode} table has no provisioned capacity)")
     return TableSettings(args.billing_mode, args.read_capacity or DEFAULT_TABLE_CAPACITY,
                          args.write_capacity or DEFAULT_TABLE_CAPACITY,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 from ..config import ConsumerConfig
 
@@ -84,13 +84,13 @@ def largest_lag(lags: Iterable[int | None]) -> int | None:
     return max(known) if known else None
 
 
-class ShardsView(dict):  # type: ignore[type-arg]
+class ShardsView(dict[str, Any]):
     """``metrics()``: shard id -> that shard's figures, as ever; and the application's own
     figures as attributes: ``millis_behind_latest`` (the largest over the shards, what one
     alarm watches across reshards), ``stalled_shards`` (stalled now) and ``stalls``
     (stalled-shard warnings so far)."""
 
-    def __init__(self, shards: dict, millis_behind_latest: int | None = None,  # type: ignore[type-arg]
+    def __init__(self, shards: Mapping[str, Any], millis_behind_latest: int | None = None,
                  stalled_shards: Iterable[str] = (), stalls: int = 0) -> None:
         super().__init__(shards)
         self.millis_behind_latest = millis_behind_latest
