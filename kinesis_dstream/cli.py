@@ -10,7 +10,7 @@ COMMANDS = {
     "local": ("kinesis_dstream.local", "start local Kinesis and DynamoDB emulators"),
     "worker": ("kinesis_dstream.worker.process", "run one shard worker process"),
     "multilang": ("kinesis_dstream.multilang.daemon", "run a KCL properties file (MultiLangDaemon)"),
-    "leases": ("kinesis_dstream.operations.leases", "status, reset, release of a lease table"),
+    "leases": ("kinesis_dstream.operations.leases", "status, reset, release, create-table of a lease table"),
     "checkpoint": ("kinesis_dstream.operations.checkpoint", "show a Structured Streaming checkpoint"),
 }
 

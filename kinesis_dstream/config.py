@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import ConfigurationError
-from .settings import BOOLEAN, Duration, FrontEnd, Number, Option, Whole
+from .settings import BOOLEAN, Choice, Duration, FrontEnd, Number, Option, ValueType, Whole
 
 # Spark conf keys honoured by the retry policy (same names and defaults as kinesis-asl).
 SPARK_RETRY_WAIT_TIME = "spark.streaming.kinesis.retry.waitTime"
@@ -36,6 +36,62 @@ SPARK_PID_MIN_RATE = "spark.streaming.backpressure.pid.minRate"
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
+BILLING_MODES = ("PAY_PER_REQUEST", "PROVISIONED")
+# The KCL's LeaseManagementConfig defaults for a PROVISIONED lease table.
+DEFAULT_TABLE_CAPACITY = 10
+
+
+# The settings of the DynamoDB tables we create, by ConsumerConfig field: the KCL's
+# LeaseManagementConfig names (MultiLangDaemonConfiguration's where it has the key).
+KCL_TABLE_KEYS = {
+    "billing_mode": "billingMode",
+    "initial_lease_table_read_capacity": "initialLeaseTableReadCapacity",
+    "initial_lease_table_write_capacity": "initialLeaseTableWriteCapacity",
+    "lease_table_deletion_protection_enabled": "leaseTableDeletionProtectionEnabled",
+    "lease_table_pitr_enabled": "leaseTablePitrEnabled",
+}
+# Ours: when a lagging shard whose position stands still is called stalled.
+STALL_KEYS = {"stalled_shard_lag_ms": "stalledShardLagMillis",
+              "stalled_shard_time_ms": "stalledShardTimeMillis"}
+
+
+def table_options(name_of: Mapping[str, str], *, what: str) -> tuple[Option, ...]:
+    """The table settings, declared once: each front end names them (``name_of``: field ->
+    its key) and says which tables they apply to (``what``). They act only when we create
+    a table: one that exists is used as it is."""
+    kcl = " (the KCL's {})"
+    declared: dict[str, tuple[ValueType, str, str]] = {
+        "billing_mode": (Choice(*BILLING_MODES), f"Billing mode of {what} when we create "
+                         "them" + kcl.format("billingMode") + ".", "PAY_PER_REQUEST"),
+        "initial_lease_table_read_capacity": (
+            Whole(0), f"Read capacity units of {what} when created PROVISIONED (no effect "
+            "with PAY_PER_REQUEST).", str(DEFAULT_TABLE_CAPACITY)),
+        "initial_lease_table_write_capacity": (
+            Whole(0), f"Write capacity units of {what} when created PROVISIONED (no effect "
+            "with PAY_PER_REQUEST).", str(DEFAULT_TABLE_CAPACITY)),
+        "lease_table_deletion_protection_enabled": (
+            BOOLEAN, f"Create {what} with deletion protection.", "false"),
+        "lease_table_pitr_enabled": (
+            BOOLEAN, f"Turn point-in-time recovery on for {what} when we create them.",
+            "false"),
+    }
+    return tuple(Option(name, *declared[field_name], field=field_name)
+                 for field_name, name in name_of.items() if field_name in declared)
+
+
+def stall_options(name_of: Mapping[str, str]) -> tuple[Option, ...]:
+    """The stalled-shard warning's settings, named by each front end (field -> key)."""
+    declared: dict[str, tuple[ValueType, str, str]] = {
+        "stalled_shard_lag_ms": (
+            Duration(0), "A shard further behind the tip than this (MillisBehindLatest) "
+            "whose position has not moved for the stalled-shard time is logged once as "
+            "stalled, and counted.", "60s"),
+        "stalled_shard_time_ms": (
+            Duration(1), "How long a lagging shard's position must stand still for it to be "
+            "called stalled.", "5min"),
+    }
+    return tuple(Option(name, *declared[field_name], field=field_name)
+                 for field_name, name in name_of.items() if field_name in declared)
 
 
 def default_worker_id() -> str:
@@ -136,6 +192,11 @@ SPARK_CONF = FrontEnd(
         Option(SPARK_FAIL_ON_DATA_LOSS, BOOLEAN, "A batch whose start was trimmed by the "
                "stream's retention fails (true) or goes on from the oldest record Kinesis "
                "holds (false, as the KCL).", "false", field="fail_on_data_loss"),
+        *table_options({field: f"spark.streaming.kinesis.{key}"
+                        for field, key in KCL_TABLE_KEYS.items()},
+                       what="the lease table and the batch-range table"),
+        *stall_options({"stalled_shard_lag_ms": "spark.streaming.kinesis.stalledShardLag",
+                        "stalled_shard_time_ms": "spark.streaming.kinesis.stalledShardTime"}),
         Option(SPARK_RECEIVER_MAX_RATE, Number(), "Records per second the whole stream may "
                "take a batch; 0 or less: unlimited (Spark's key).", "unlimited",
                target="rate", field="max_rate"),
@@ -225,6 +286,17 @@ class ConsumerConfig:
     # Kinesis still holds, as the KCL does (it reads on from whatever iterator Kinesis hands
     # it); True fails the read, naming the shard and the lost range. Logged once either way.
     fail_on_data_loss: bool = False
+    # The tables we create (KCL LeaseManagementConfig names and defaults); a table that
+    # exists is used as it is.
+    billing_mode: str = "PAY_PER_REQUEST"
+    initial_lease_table_read_capacity: int = DEFAULT_TABLE_CAPACITY
+    initial_lease_table_write_capacity: int = DEFAULT_TABLE_CAPACITY
+    lease_table_deletion_protection_enabled: bool = False
+    lease_table_pitr_enabled: bool = False
+    # A shard further behind than stalled_shard_lag_ms whose position has stood still for
+    # stalled_shard_time_ms is logged once as stalled (worker.stall).
+    stalled_shard_lag_ms: int = 60_000
+    stalled_shard_time_ms: int = 300_000
 
     def __post_init__(self) -> None:
         for name in ("application_name", "stream_name", "region_name"):
@@ -241,17 +313,29 @@ class ConsumerConfig:
                 f"metrics_level must be one of {METRICS_LEVELS}, got {self.metrics_level!r}"
             )
         check_credentials({name: getattr(self, name) for name in _CREDENTIAL_FIELDS})
+        if self.billing_mode not in BILLING_MODES:
+            raise ConfigurationError(
+                f"billing_mode must be one of {BILLING_MODES}, got {self.billing_mode!r}")
+        if self.billing_mode == "PROVISIONED" and min(
+                self.initial_lease_table_read_capacity,
+                self.initial_lease_table_write_capacity) < 1:
+            raise ConfigurationError(
+                "billing_mode PROVISIONED needs read and write capacities of at least 1, got "
+                f"{self.initial_lease_table_read_capacity} and "
+                f"{self.initial_lease_table_write_capacity}")
         positive = ("max_records", "failover_time_ms", "shard_sync_interval_ms",
                     "retry_max_attempts", "retry_wait_time_ms", "sts_duration_s",
                     "metrics_buffer_time_ms", "max_leases_to_steal_at_one_time", "max_leases_for_worker",
-                    "shards_per_task")
+                    "shards_per_task", "stalled_shard_time_ms")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name} must be positive, got {getattr(self, name)}")
         # retry_wait_time_ms is positive, not just non-negative: 0 made every retry and every
         # transient-fault wait a hot loop against a failing service.
         non_negative = ("idle_time_between_reads_ms", "checkpoint_interval_ms",
-                        "shutdown_grace_ms", "parent_shard_poll_interval_ms")
+                        "shutdown_grace_ms", "parent_shard_poll_interval_ms",
+                        "stalled_shard_lag_ms", "initial_lease_table_read_capacity",
+                        "initial_lease_table_write_capacity")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"{name} must not be negative, got {getattr(self, name)}")

@@ -511,3 +511,33 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
                                    for n in range(1, 14))]  # 26: batch 14000's stay
     coordinator._write_checkpoints(force=False)
     assert len(ranges.calls) == 1  # deleted once
+
+
+def test_metrics_carry_the_largest_lag_and_a_shard_whose_batches_stopped_is_stalled_once(
+        coordinator, caplog) -> None:
+    import logging
+
+    now = [100.0]
+    coordinator.stalls.clock = lambda: now[0]
+    coordinator.stalls.lag_threshold_ms, coordinator.stalls.stall_time_ms = 1000, 60_000
+    planned = coordinator.plan("m1", 1000).shards
+    lags = {p.shard_id: 2000 * (n + 1) for n, p in enumerate(planned)}
+    reports = {p.shard_id: ReadReport(BatchRange("m1", p.shard_id, 1000, p.start or TRIM,
+                                                 end=ESN("7"), records=1), lags[p.shard_id])
+               for p in planned}
+    coordinator.batch_read("m1", 1000, reports)
+    coordinator.batch_completed("m1", 1000, True, reports)
+    view = coordinator.metrics()
+    assert set(view) == set(SHARDS)  # still one entry per shard
+    assert view.millis_behind_latest == max(lags.values()) and view.stalls == 0
+    assert coordinator.metrics("m1").millis_behind_latest == max(lags.values())
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.worker.stall"):
+        coordinator._watch_stalls()
+        now[0] += 60
+        coordinator._watch_stalls()  # no batch of m1 completed for a minute: stalled
+        now[0] += 60
+        coordinator._watch_stalls()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == len(planned) and all(any(s in w for w in warned) for s in lags)
+    view = coordinator.metrics()
+    assert view.stalled_shards == sorted(lags) and view.stalls == len(planned)

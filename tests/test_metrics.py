@@ -216,3 +216,114 @@ def test_metrics_level_none_publishes_nothing(
     put_records(stream, [(f"pk-{i}", f"data-{i}") for i in range(10)])
     run_worker(make_config, stream, "NONE", dynamodb, _processed_everything(10))
     assert listed(emulators.client("cloudwatch", dynamodb), unique_app_name) == {}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("level", ["SUMMARY", "DETAILED"])
+def test_millis_behind_latest_also_goes_to_the_application_series_without_a_shard(level):
+    client = StubCloudWatch()
+    pub = publisher(level, client)
+    m.ShardMetricsRecorder(pub, "shardId-000").processed(3, 30, 1200, 5.0)
+    m.ShardMetricsRecorder(pub, "shardId-001").processed(3, 30, 4500, 5.0)
+    m.ShardMetricsRecorder(pub, "shardId-002").processed(3, 30, None, 5.0)
+    pub.flush()
+    lag = [d for d in client.calls[0]["MetricData"] if d["MetricName"] == m.MILLIS_BEHIND_LATEST]
+    application = [d for d in lag if dims(d) == {"Operation": "ApplicationTracker"}]
+    assert len(application) == 1 and application[0]["Unit"] == "Milliseconds"
+    assert application[0]["StatisticValues"] == {"SampleCount": 2.0, "Sum": 5700.0,
+                                                 "Minimum": 1200.0, "Maximum": 4500.0}
+    assert all("ShardId" not in dims(d) for d in lag if "ApplicationTracker" in dims(d).values())
+    pub.close()
+
+
+@pytest.mark.emulator
+@pytest.mark.timeout(120)
+def test_the_application_lag_reaches_cloudwatch_under_the_kcl_name_without_a_shard(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, put_records, unique_app_name):
+    stream = make_stream(2)
+    put_records(stream, [(f"pk-{i}", f"early-{i}") for i in range(20)])
+    time.sleep(1.5)  # the records put later are this much newer: reading the early ones lags
+    put_records(stream, [(f"pk-{i}", f"late-{i}") for i in range(20)])
+    largest: list[int | None] = []
+
+    def wait(scheduler: Scheduler) -> None:
+        _processed_everything(40)(scheduler)
+        largest.append(scheduler.metrics().millis_behind_latest)
+
+    config = make_config(stream, metrics_level="SUMMARY", cloudwatch_endpoint=dynamodb,
+                         metrics_buffer_time_ms=200, max_records=2)
+    scheduler = Scheduler(config, lambda shard_id: Quiet())
+    scheduler.start()
+    try:
+        wait(scheduler)
+    finally:
+        scheduler.shutdown()
+    cloudwatch = emulators.client("cloudwatch", dynamodb)
+    series = listed(cloudwatch, unique_app_name)[m.MILLIS_BEHIND_LATEST]
+    assert {"Operation": "ApplicationTracker"} in series
+    assert all("ShardId" not in d for d in series)  # SUMMARY: no shard series at all
+
+    def maximum(operation: str) -> float:
+        points = cloudwatch.get_metric_statistics(
+            Namespace=unique_app_name, MetricName=m.MILLIS_BEHIND_LATEST,
+            Dimensions=[{"Name": "Operation", "Value": operation}],
+            StartTime=time.time() - 600, EndTime=time.time() + 600, Period=60,
+            Statistics=["Maximum"])["Datapoints"]
+        return max(p["Maximum"] for p in points)
+
+    assert maximum("ApplicationTracker") == maximum("ProcessTask") >= 1000
+    assert largest[0] is not None  # metrics(): the largest of the shards' last lags
+
+
+class Stuck(RecordProcessor):
+    """Hangs in its first processRecords until released: its shard stops moving."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def process_records(self, process_records_input):
+        self.release.wait(60)
+        process_records_input.checkpointer.checkpoint()
+
+
+@pytest.mark.emulator
+@pytest.mark.timeout(120)
+def test_a_worker_warns_once_about_a_stalled_shard_and_counts_it(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, put_records, caplog):
+    stream = make_stream(1)
+    put_records(stream, [(f"pk-{i}", f"early-{i}") for i in range(3)])
+    time.sleep(1.5)
+    put_records(stream, [(f"pk-{i}", f"late-{i}") for i in range(3)])
+    release = threading.Event()
+    config = make_config(stream, max_records=1, stalled_shard_lag_ms=500,
+                         stalled_shard_time_ms=1000)
+    scheduler = Scheduler(config, lambda shard_id: Stuck(release))
+
+    def stall_warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.name == "kinesis_dstream.worker.stall" and r.levelno == logging.WARNING]
+
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.worker.stall"):
+        scheduler.start()
+        try:
+            deadline = time.monotonic() + 30
+            while scheduler.metrics().stalls < 1:
+                assert time.monotonic() < deadline, "no stall found"
+                time.sleep(0.1)
+            view = scheduler.metrics()
+            assert view.stalled_shards == ["shardId-000000000000"] and view.stalls == 1
+            assert view.millis_behind_latest is not None and view.millis_behind_latest > 500
+            # Still stuck for several more stall times and scheduler passes: one warning.
+            until = time.monotonic() + 3
+            while time.monotonic() < until:
+                assert scheduler.metrics().stalls == 1
+                time.sleep(0.2)
+            assert len(stall_warnings()) == 1 and "shardId-000000000000" in stall_warnings()[0]
+            release.set()  # it moves: no longer stalled
+            deadline = time.monotonic() + 30
+            while scheduler.metrics().stalled_shards:
+                assert time.monotonic() < deadline, "the shard never moved on"
+                time.sleep(0.1)
+        finally:
+            release.set()
+            scheduler.shutdown()

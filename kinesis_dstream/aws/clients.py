@@ -13,7 +13,7 @@ import logging
 import platform
 import random
 import time
-from typing import Any, Callable, Literal, Mapping, Sequence, overload
+from typing import Any, Callable, Literal, Mapping, overload
 
 import boto3
 import botocore.config
@@ -36,7 +36,7 @@ from ..errors import (
     TransientServiceError,
     UnreachableAfterRetriesError,
 )
-from ..retry import RetryPolicy, poll_until
+from ..retry import RetryPolicy
 from .protocols import CloudWatchAPI, DynamoDBAPI, KinesisAPI
 
 log = logging.getLogger(__name__)
@@ -326,32 +326,3 @@ def call(policy: RetryPolicy, method: Callable[..., Any], what: str, *,
                 f"{name} endpoint setting or AWS_ENDPOINT_URL_{name.upper()})",
                 exc.last_error) from exc
         raise
-
-
-def create_table_if_not_exists(policy: RetryPolicy, client: DynamoDBAPI, table_name: str, what: str,
-                               keys: Sequence[tuple[str, str, str]],
-                               timeout_s: float = 60.0) -> bool:
-    """Create an on-demand DynamoDB table unless it exists, then wait until it is ACTIVE;
-    True if this call created it. ``keys``: (attribute, HASH or RANGE, S or N). Another
-    worker or driver creating it at the same moment is fine: both wait for the one table."""
-    where = f"(table {table_name})"
-    created = False
-    try:
-        call(policy, client.describe_table, f"describing the {what} {where}",
-             expected=("ResourceNotFoundException",), TableName=table_name)
-    except botocore.exceptions.ClientError:
-        try:
-            call(policy, client.create_table, f"creating the {what} {where}",
-                 expected=("ResourceInUseException",), TableName=table_name,
-                 KeySchema=[{"AttributeName": name, "KeyType": kind} for name, kind, _ in keys],
-                 AttributeDefinitions=[{"AttributeName": name, "AttributeType": type_}
-                                       for name, _, type_ in keys],
-                 BillingMode="PAY_PER_REQUEST")
-            created = True
-            log.info("created %s %s", what, table_name)
-        except botocore.exceptions.ClientError:
-            pass  # created by another process first
-    poll_until(lambda: call(policy, client.describe_table, f"describing the {what} {where}",
-                            TableName=table_name)["Table"]["TableStatus"] == "ACTIVE",
-               f"{what} {table_name} not ACTIVE", timeout_s=timeout_s)
-    return created

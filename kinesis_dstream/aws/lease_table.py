@@ -22,8 +22,12 @@ from ..config import ConsumerConfig
 from ..errors import LeaseLostError
 from ..records import ExtendedSequenceNumber
 from ..retry import RetryPolicy
-from .clients import call, create_table_if_not_exists, make_client
+from .clients import call, make_client
 from .protocols import DynamoDBAPI
+from .tables import TableSettings, create_table_if_not_exists
+
+# The KCL 2.x lease table's key: (attribute, key type, attribute type).
+LEASE_TABLE_KEYS = (("leaseKey", "HASH", "S"),)
 
 
 @dataclass(frozen=True)
@@ -120,10 +124,12 @@ class LeaseTable:
 
     # -- table --------------------------------------------------------------------------
     def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
-        """Create the table in the KCL 2.x shape; True if this call created it."""
+        """Create the table in the KCL 2.x shape, billed as the config says, unless it
+        exists; True if this call created it."""
         assert self.client is not None  # set in __post_init__
         return create_table_if_not_exists(self.retry, self.client, self.table_name,
-                                          "lease table", [("leaseKey", "HASH", "S")], timeout_s)
+                                          "lease table", LEASE_TABLE_KEYS, timeout_s,
+                                          TableSettings.of(self.config))
 
     # -- reads --------------------------------------------------------------------------
     def list_leases(self) -> list[Lease]:

@@ -25,13 +25,17 @@ import botocore.exceptions
 from ..config import ConsumerConfig
 from ..records import ExtendedSequenceNumber
 from ..retry import RetryPolicy
-from .clients import call, create_table_if_not_exists, make_client
+from .clients import call, make_client
 from .protocols import DynamoDBAPI
+from .tables import TableSettings, create_table_if_not_exists
 
 log = logging.getLogger(__name__)
 
 # Items outlive a crashed driver that never cleans up, but not forever.
 RANGE_TTL_S = 7 * 24 * 3600
+RANGE_TTL_ATTRIBUTE = "expiresAt"
+# (attribute, key type, attribute type)
+RANGE_TABLE_KEYS = (("rangeKey", "HASH", "S"), ("batchTime", "RANGE", "N"))
 
 
 def range_table_name(application_name: str) -> str:
@@ -81,7 +85,7 @@ def _item(r: BatchRange) -> dict[str, Any]:
         "startSub": {"N": str(r.start.sub_sequence_number)},
         "records": {"N": str(r.records)},
         "shardEnd": {"BOOL": r.shard_end},
-        "expiresAt": {"N": str(int(time.time()) + RANGE_TTL_S)},
+        RANGE_TTL_ATTRIBUTE: {"N": str(int(time.time()) + RANGE_TTL_S)},
     }
     if r.start_timestamp is not None:
         item["startTimestamp"] = {"N": repr(float(r.start_timestamp))}
@@ -115,6 +119,17 @@ def _range(item: dict[str, Any]) -> BatchRange:
                               if "millisBehindLatest" in item else None))
 
 
+def enable_ttl(client: DynamoDBAPI, table_name: str) -> None:
+    """TTL on ``expiresAt``, where the DynamoDB has it (dynalite has not): the explicit
+    deletes are what count, TTL only sweeps what a crashed driver left."""
+    try:
+        client.update_time_to_live(
+            TableName=table_name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": RANGE_TTL_ATTRIBUTE})
+    except Exception as exc:  # noqa: BLE001 - optional, and logged
+        log.debug("no TTL on %s: %s", table_name, exc)
+
+
 class BatchRangeTable:
     """Conditional writes and consistent reads of batch ranges; no policy."""
 
@@ -128,16 +143,15 @@ class BatchRangeTable:
         return call(self.retry, getattr(self.client, operation), f"{what} (table {self.table_name})",
                     expected=expected, **kwargs)
 
-    def create_table_if_not_exists(self, timeout_s: float = 60.0) -> None:
-        create_table_if_not_exists(self.retry, self.client, self.table_name, "batch-range table",
-                                   [("rangeKey", "HASH", "S"), ("batchTime", "RANGE", "N")],
-                                   timeout_s)
-        try:  # not every DynamoDB (dynalite) has TTL: the explicit deletes are what count
-            self.client.update_time_to_live(
-                TableName=self.table_name,
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"})
-        except Exception as exc:  # noqa: BLE001 - optional, and logged
-            log.debug("no TTL on %s: %s", self.table_name, exc)
+    def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
+        """Create the table unless it exists (billed as the config says), with TTL on
+        ``expiresAt``; True if this call created it. A table that exists is left as it is."""
+        created = create_table_if_not_exists(self.retry, self.client, self.table_name,
+                                             "batch-range table", RANGE_TABLE_KEYS, timeout_s,
+                                             TableSettings.of(self.config))
+        if created:
+            enable_ttl(self.client, self.table_name)
+        return created
 
     def get(self, stream_key: str, shard_id: str, batch_ms: int) -> BatchRange | None:
         item = self._call(f"reading the range of batch {batch_ms} of shard {shard_id}", "get_item",

@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-from ..config import INITIAL_POSITIONS, METRICS_LEVELS, ConsumerConfig
+from ..config import (
+    BILLING_MODES,
+    INITIAL_POSITIONS,
+    KCL_TABLE_KEYS,
+    METRICS_LEVELS,
+    STALL_KEYS,
+    ConsumerConfig,
+    stall_options,
+    table_options,
+)
 from ..errors import ConfigurationError
 from ..settings import BOOLEAN, Choice, Duration, FrontEnd, Number, Option, Text, ValueType, Whole
 from .java_properties import read_properties_file
@@ -34,7 +43,6 @@ log = logging.getLogger(__name__)
 DEFAULT_ACTION_TIMEOUT_S = 60.0
 RETRIEVAL_MODES = ("POLLING", "FANOUT", "DEFAULT")
 CLIENT_VERSIONS = ("CLIENT_VERSION_CONFIG_3X", "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X")
-BILLING_MODES = ("PAY_PER_REQUEST", "PROVISIONED")
 _DEFAULT_PROVIDERS = {"DefaultAWSCredentialsProviderChain", "DefaultCredentialsProvider"}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
 
@@ -225,6 +233,10 @@ PROPERTIES = FrontEnd(
         _config("leaseAssignmentIntervalMillis", Whole(1), "lease_taker_interval_ms",
                 "KCL 3.x's lease assignment period; here how often this worker looks for "
                 "leases to take, ms.", "failoverTimeMillis / 3"),
+        # The lease table's settings (billingMode is LeaseManagementConfig's: the Java
+        # daemon has no key for it and ignores it; the 3.x daemon reads the last two).
+        *table_options(KCL_TABLE_KEYS, what="the lease table"),
+        *stall_options(STALL_KEYS),
         _ignored("maxActiveThreads", Whole(-2**31)),
         _ignored("metricsMaxQueueSize", Whole(0)),
         _ignored("metricsEnabledDimensions", _ANY),
@@ -232,8 +244,6 @@ PROPERTIES = FrontEnd(
         _ignored("taskBackoffTimeMillis", Whole(0)),
         _ignored("cleanupLeasesUponShardCompletion", BOOLEAN),
         _ignored("ignoreUnexpectedChildShards", BOOLEAN),
-        _ignored("initialLeaseTableReadCapacity", Whole(0)),
-        _ignored("initialLeaseTableWriteCapacity", Whole(0)),
         _ignored("maxLeaseRenewalThreads", Whole(1)),
         _ignored("listShardsBackoffTimeInMillis", Whole(0)),
         _ignored("maxListShardsRetryAttempts", Whole(0)),
@@ -252,8 +262,6 @@ PROPERTIES = FrontEnd(
         # KCL 3.x (MultiLangDaemonConfiguration of 3.1.3): a 3.x file is accepted as it is.
         _ignored("clientVersionConfig", Choice(*CLIENT_VERSIONS), _KCL3),
         _ignored("enablePriorityLeaseAssignment", BOOLEAN, _KCL3),
-        _ignored("leaseTableDeletionProtectionEnabled", BOOLEAN, _KCL3),
-        _ignored("leaseTablePitrEnabled", BOOLEAN, _KCL3),
         _ignored("millisBehindLatestThresholdForReducedTps", Whole(0), _KCL3),
         _ignored("gracefulLeaseHandoffTimeoutMillis", Whole(0), _KCL3),
         _ignored("isGracefulLeaseHandoffEnabled", BOOLEAN, _KCL3),

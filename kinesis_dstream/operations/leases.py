@@ -1,4 +1,4 @@
-"""``kinesis-dstream leases``: ``status``, ``reset`` and ``release`` on a KCL lease table.
+"""``kinesis-dstream leases``: ``status``, ``reset``, ``release`` and ``create-table``.
 
 Exit codes (every sub-command of the operator's command line):
 0 done; 1 done, and found something to act on (``status --expiry``: expired leases);
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import reset, status
+from . import create_table, reset, status
 from .connection import main_of
 
 EPILOG = ("exit codes: 0 done; 1 a finding (status --expiry: expired leases); 2 usage or "
@@ -24,7 +24,8 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
     status.add_parser(commands)
     reset.add_parsers(commands)
-    for name in ("status", "reset", "release"):
+    create_table.add_parser(commands)
+    for name in ("status", "reset", "release", "create-table"):
         commands.choices[name].epilog = EPILOG
     return top
 

@@ -35,6 +35,7 @@ from ..worker.lease_loop import lease_loop_backoff, run_lease_loop
 from ..worker.leases import LeaseCoordinator, LeaseManager
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
+from ..worker.stall import ShardsView, StallWatch, largest_lag
 from .checkpointer import SHARD_END, KinesisCheckpointer
 from .lease_period import LeasePeriods, ShardState
 from .planning import BatchPlan
@@ -69,6 +70,7 @@ class ShardCoordinator:
         self.stopped = False
         self.fatal: BaseException | None = None
         self._up = False
+        self.stalls = StallWatch.of(config, self.name)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def add_member(self, key: str) -> None:
@@ -236,6 +238,16 @@ class ShardCoordinator:
     def _pass(self) -> None:
         self.periods.reconcile()
         self._write_checkpoints(force=False)
+        self._watch_stalls()
+
+    def _watch_stalls(self) -> None:
+        """The stall rule (worker.stall): each held shard's lag and processed position."""
+        with self._lock:
+            held = {s: shard for s, shard in self._shards.items() if shard.held}
+            self.stalls.retain(held)
+            for shard_id, shard in held.items():
+                self.stalls.observe(shard_id, shard.millis_behind_latest,
+                                    self.checkpointer.completed_position(shard_id))
 
     def _waiting_on_parents(self) -> bool:
         with self._lock:
@@ -319,12 +331,17 @@ class ShardCoordinator:
                         "%s", self.name, len(doomed), len({d[1] for d in doomed}), exc)
 
     # -- visibility -------------------------------------------------------------------------
-    def metrics(self, member: str | None = None) -> dict[str, dict[str, Any]]:
+    def metrics(self, member: str | None = None) -> ShardsView:
+        """Per shard, and as attributes the largest lag and the stalled shards (ShardsView)."""
         with self._lock:
-            return {shard_id: shard.view(self.config.worker_id,
-                                         self.checkpointer.completed_position(shard_id))
-                    for shard_id, shard in sorted(self._shards.items())
-                    if member is None or shard.member == member}
+            shards = {shard_id: shard.view(self.config.worker_id,
+                                           self.checkpointer.completed_position(shard_id))
+                      for shard_id, shard in sorted(self._shards.items())
+                      if member is None or shard.member == member}
+            stalled = [s for s in self.stalls.stalled if s in shards]
+            return ShardsView(shards, largest_lag(v["millis_behind_latest"]
+                                                  for v in shards.values()),
+                              stalled, self.stalls.stalls)
 
     def owned_shard_ids(self) -> list[str]:
         return self.leases.owned_shard_ids()

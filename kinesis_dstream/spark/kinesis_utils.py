@@ -22,6 +22,7 @@ from pyspark.streaming import kinesis as _pyspark_kinesis  # pure Python: needs 
 from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
 from ..preflight import check_executors, use_driver_python_on_local_master
+from ..worker.stall import ShardsView, largest_lag
 from .dstream import attach, make_batch_function
 from .planner import StreamSpec
 from .rate import RateSettings
@@ -201,7 +202,7 @@ class KinesisUtils:
         return stream
 
     @staticmethod
-    def metrics(streamName: Optional[str] = None) -> dict[str, dict[str, Any]]:
+    def metrics(streamName: Optional[str] = None) -> ShardsView:
         """Per-shard view of this driver's Kinesis streams (of ``streamName`` if given).
 
         shard id -> records (read by executors), data_bytes, millis_behind_latest, owner
@@ -209,15 +210,15 @@ class KinesisUtils:
         the lease table), processed (highest position of a completed batch), state,
         read_by_pids (the executor processes that read it), throttled (reads Kinesis refused
         for throughput, waited out, in completed batches), faults (other transient read
-        failures waited out).
+        failures waited out). The application's figures are attributes (``ShardsView``):
+        millis_behind_latest (the largest over the shards), stalled_shards, stalls.
         """
-        view: dict[str, dict[str, Any]] = {}
-        for coordinator in coordinators():
-            if not coordinator.started:
-                continue
-            if streamName is None or coordinator.config.stream_name == streamName:
-                view.update(coordinator.metrics())
-        return view
+        views = [coordinator.metrics() for coordinator in coordinators()
+                 if coordinator.started and streamName in (None, coordinator.config.stream_name)]
+        return ShardsView({k: v for view in views for k, v in view.items()},
+                          largest_lag(view.millis_behind_latest for view in views),
+                          [s for view in views for s in view.stalled_shards],
+                          sum(view.stalls for view in views))
 
 
 def _build_config(settings: dict[str, Any], properties_file: Optional[str],

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..config import ConsumerConfig, check_credentials
+from ..config import ConsumerConfig, check_credentials, stall_options, table_options
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
 from ..settings import (
@@ -73,6 +73,14 @@ METADATA_COMMITTER_TYPE = "kinesis.metadataCommitterType"
 METADATA_PATH = "kinesis.metadataPath"
 DYNAMODB_TABLE_NAME = "kinesis.dynamodb.tableName"
 DYNAMODB_ENDPOINT_URL = "kinesis.dynamodb.endpointUrl"  # our extension
+# Ours: how the batch-range table is created when it does not exist (KCL setting names).
+DYNAMODB_TABLE_OPTIONS = {
+    "billing_mode": "kinesis.dynamodb.billingMode",
+    "initial_lease_table_read_capacity": "kinesis.dynamodb.readCapacity",
+    "initial_lease_table_write_capacity": "kinesis.dynamodb.writeCapacity",
+    "lease_table_deletion_protection_enabled": "kinesis.dynamodb.deletionProtectionEnabled",
+    "lease_table_pitr_enabled": "kinesis.dynamodb.pitrEnabled",
+}
 RECORDS_PER_FETCH = "kinesis.getRecords.numberOfRecordsPerFetch"
 FETCH_INTERVAL_MS = "kinesis.getRecords.fetchIntervalMs"
 CLIENT_NUM_RETRIES = "kinesis.clientNumRetries"
@@ -175,6 +183,9 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
     Option(DYNAMODB_ENDPOINT_URL, _TEXT, "Ours: the DynamoDB endpoint; by default "
            "AWS_ENDPOINT_URL_DYNAMODB as the driver sees it, else boto3's resolution.",
            field="dynamodb_endpoint"),
+    *table_options(DYNAMODB_TABLE_OPTIONS, what="the batch-range table"),
+    *stall_options({"stalled_shard_lag_ms": "kinesis.stalledShardLag",
+                    "stalled_shard_time_ms": "kinesis.stalledShardTime"}),
     Option(RECORDS_PER_FETCH, Whole(1, MAX_RECORDS_PER_GET), "Records asked for per "
            "GetRecords call.", str(MAX_RECORDS_PER_GET),
            aliases=("maxRecordsPerFetch", "kinesis.executor.maxRecordPerRead"),

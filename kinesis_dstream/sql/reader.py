@@ -35,6 +35,7 @@ from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON
 from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
+from ..worker.stall import StallWatch, largest_lag
 from .offsets import (
     advance,
     is_first_reading_again,
@@ -80,6 +81,7 @@ class DriverState:
         self.listed_at = 0.0  # monotonic s
         self.read_in: dict[int, list[str]] = {}  # reading -> the shards it read (to clean up)
         self.lag: dict[str, int | None] = {}
+        self.stalls = StallWatch.of(config, f"aws-kinesis {config.stream_name}")
         self.weight: dict[str, int] = {}  # what each shard of the planned reading read last
         # The ranges of the last completed reading: (stream key, reading, shard -> range).
         self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
@@ -202,6 +204,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                self._target_ms)
         driver.lag = {**{s: p.millis_behind_latest for s, p in probes.items()},
                       **{s: r.millis_behind_latest for s, r in going.items()}}
+        driver.stalls.retain(driver.lag)
+        for shard_id, lag in driver.lag.items():  # lag, and where the shard's next read starts
+            driver.stalls.observe(shard_id, lag, position_of(shards[shard_id]))
         driver.weight = {**{s: p.millis_behind_latest or 0 for s, p in probes.items()},
                          **{s: r.records for s, r in going.items()}}
         busy = [s for s in readable if s in going or probes[s].has_data]
@@ -226,11 +231,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return end
 
     def reportLatestOffset(self) -> dict | None:  # noqa: N802 - PySpark's name
-        """Shown as the source's ``latestOffset`` in the query progress: the lag per shard."""
-        lag = self._driver.lag if self._driver is not None else {}
+        """Shown as the source's ``latestOffset`` in the query progress: the lag per shard,
+        the largest (the query's lag, whatever the shards), and the stalled shards."""
+        driver = self._driver
+        lag = driver.lag if driver is not None else {}
         if not lag:
             return None
-        return {"millisBehindLatest": {k: lag[k] for k in sorted(lag)}}
+        assert driver is not None
+        return {"millisBehindLatest": {k: lag[k] for k in sorted(lag)},
+                "maxMillisBehindLatest": largest_lag(lag.values()),
+                "stalledShards": driver.stalls.stalled, "stalls": driver.stalls.stalls}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if start.get("query") != end.get("query") and not is_first_reading_again(start, end):

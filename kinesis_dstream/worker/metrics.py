@@ -11,6 +11,10 @@ The namespace is the application name, as the KCL's. Dimensions follow ``metrics
   values given a shard id;
 - ``NONE``: nothing is recorded and no CloudWatch client is made.
 
+``MillisBehindLatest`` also goes, as in the KCL 2.5+, to operation ``ApplicationTracker``
+with no shard dimension: its Maximum is the application's lag, one series that outlives
+every reshard.
+
 Publishing must never stop a consumer: a failed call drops that period's values and is
 logged once, then at most once a minute with a count while it keeps failing.
 """
@@ -34,6 +38,8 @@ log = logging.getLogger(__name__)
 PROCESS_TASK = "ProcessTask"
 RENEW_ALL_LEASES = "RenewAllLeases"
 TAKE_LEASES = "TakeLeases"
+# The KCL's operation for application-level figures (no ShardId dimension at any level).
+APPLICATION_TRACKER = "ApplicationTracker"
 
 RECORDS_PROCESSED = "RecordsProcessed"
 DATA_BYTES_PROCESSED = "DataBytesProcessed"
@@ -216,6 +222,8 @@ class ShardMetricsRecorder:
         if millis_behind_latest is not None:
             publisher.record(MILLIS_BEHIND_LATEST, millis_behind_latest, operation=PROCESS_TASK,
                              shard_id=self._shard_id, unit=MILLISECONDS)
+            publisher.record(MILLIS_BEHIND_LATEST, millis_behind_latest,
+                             operation=APPLICATION_TRACKER, unit=MILLISECONDS)
         if elapsed_ms is not None:
             publisher.record(PROCESS_RECORDS_TIME, elapsed_ms, operation=PROCESS_TASK,
                              shard_id=self._shard_id, unit=MILLISECONDS)

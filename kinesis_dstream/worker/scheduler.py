@@ -18,12 +18,13 @@ from ..config import ConsumerConfig
 from ..errors import LeaseLostError
 from ..records import ExtendedSequenceNumber
 from ..retrieval.source import RecordSource, open_source
-from .consumer import ConsumerState, ShardConsumer, ShardMetrics, ShutdownReason
+from .consumer import ConsumerState, ShardConsumer, ShutdownReason
 from .lease_loop import lease_loop_backoff, run_lease_loop
 from .leases import LeaseCoordinator, LeaseManager
 from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
+from .stall import ShardsView, StallWatch, largest_lag
 
 if TYPE_CHECKING:
     from ..aws.kinesis import KinesisClient
@@ -54,6 +55,7 @@ class Scheduler:
         # Built in start(): CloudWatch is only contacted by a worker that runs.
         self._metrics = metrics
         self._owns_metrics = metrics is None
+        self.stalls = StallWatch.of(config, f"worker {config.worker_id}")
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -143,6 +145,14 @@ class Scheduler:
                     metrics=self._metrics)
                 self._consumers[shard_id] = consumer
                 consumer.start()
+            self._watch_stalls()
+
+    def _watch_stalls(self) -> None:
+        """Each pass: every consumer's lag and last delivered position to the stall rule."""
+        self.stalls.retain(self._consumers)
+        for shard_id, consumer in self._consumers.items():
+            view = consumer.metrics(None)
+            self.stalls.observe(shard_id, view.millis_behind_latest, view.last_delivered)
 
     # -- callbacks from consumers and the renewer ------------------------------------------------
     def _make_fetcher(self, shard_id: str) -> RecordSource:
@@ -171,10 +181,13 @@ class Scheduler:
             consumer.lease_lost()
 
     # -- visibility ---------------------------------------------------------------------------
-    def metrics(self) -> dict[str, ShardMetrics]:
-        """Per shard this worker processes: records, lag, owner and last checkpoint."""
+    def metrics(self) -> ShardsView:
+        """Per shard this worker processes: records, lag, owner and last checkpoint; and as
+        attributes the largest lag, the stalled shards and the stall count (``ShardsView``)."""
         with self._lock:
             consumers = dict(self._consumers)
-        return {shard_id: consumer.metrics(self.config.worker_id
-                                           if self.coordinator.owned_lease(shard_id) else None)
-                for shard_id, consumer in consumers.items()}
+        shards = {shard_id: consumer.metrics(self.config.worker_id
+                                             if self.coordinator.owned_lease(shard_id) else None)
+                  for shard_id, consumer in consumers.items()}
+        return ShardsView(shards, largest_lag(m.millis_behind_latest for m in shards.values()),
+                          self.stalls.stalled, self.stalls.stalls)
