@@ -32,7 +32,8 @@ from ..errors import (
 )
 from ..retrieval import ReadReport
 from ..worker.lease_loop import lease_loop_backoff, run_lease_loop
-from ..worker.leases import LeaseCoordinator, LeaseManager
+from ..worker.lease_manager import LeaseManager
+from ..worker.leases import LeaseCoordinator
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
 from .checkpointer import SHARD_END, KinesisCheckpointer
