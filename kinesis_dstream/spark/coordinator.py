@@ -53,15 +53,17 @@ class ShardCoordinator:
         self.kinesis = kinesis if kinesis is not None else KinesisClient(config)
         self.table = lease_table if lease_table is not None else LeaseTable(config)
         self.ranges = range_table if range_table is not None else BatchRangeTable(config)
-        self.leases = LeaseCoordinator(config, self.table,
-                                       on_lease_lost=lambda shard_id: self.periods.lease_lost(shard_id))
+        self.leases = LeaseCoordinator(
+            config, self.table, on_lease_lost=lambda shard_id: self.periods.lease_lost(shard_id),
+            on_lease_lapsed=lambda shard_id, held: self.periods.lease_lost(shard_id, held),
+            on_lease_taken=lambda previous, new: self.periods.lease_taken(previous, new))
         self.syncer = ShardSyncer(config, self.kinesis, self.table)
         self.lease_manager = LeaseManager(config, self.leases, self.syncer)
         self.publisher: MetricsPublisher | None = None  # made at start: CloudWatch, the KCL's names
         self.checkpointer = KinesisCheckpointer(config.checkpoint_interval_ms / 1000.0)
         self._lock = threading.RLock()
-        self.periods = LeasePeriods(self.name, self.leases, self.checkpointer,
-                                    config.initial_position_timestamp, self._lock)
+        self.periods = LeasePeriods(self.name, self.leases, config.initial_position_timestamp,
+                                    self._lock)
         self._shards = self.periods.shards
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -154,7 +156,7 @@ class ShardCoordinator:
             with self._lock:
                 shard = self._shards.get(shard_id)
                 if shard is not None and shard.held:
-                    self.periods.close(shard, "released")
+                    shard.close("released")
                     doomed += self._checkpointed_ranges(shard, keep_newest=False)
         self._delete_ranges(doomed)
         self.leases.stop()
@@ -164,8 +166,8 @@ class ShardCoordinator:
 
     # -- planning (the planners' interface, ``planning.BatchCoordinator``) ------------------
     def plan(self, member: str, batch_ms: int) -> BatchPlan:
-        """The shards ``member`` reads in batch ``batch_ms`` (registered with the checkpoint
-        policy), each with where its read starts when that is known here."""
+        """The shards ``member`` reads in batch ``batch_ms`` (each registers the batch with
+        its checkpoint progress), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
         # A lease not renewed for failover time is read no more.
@@ -184,7 +186,6 @@ class ShardCoordinator:
                              "known yet", self.name, shard_id, batch_ms, shard.unsettled_ms)
                     continue
                 planned.append(shard.plan(member, batch_ms, now))
-            self.checkpointer.batch_generated(batch_ms, [p.shard_id for p in planned])
         return BatchPlan(planned, self.config.worker_id, self.leases.wanted_more)
 
     def batch_read(self, member: str, batch_ms: int, reads: dict[str, ReadReport]) -> None:
@@ -198,8 +199,6 @@ class ShardCoordinator:
     def batch_completed(self, member: str, batch_ms: int, succeeded: bool,
                         reads: dict[str, ReadReport]) -> None:
         """Batch ``batch_ms`` of input stream ``member`` completed (or failed)."""
-        reached = {shard_id: (r.batch_range.end, r.batch_range.shard_end)
-                   for shard_id, r in reads.items()}
         if succeeded and self.publisher is not None:
             for shard_id, r in reads.items():
                 recorder = ShardMetricsRecorder(self.publisher, shard_id)
@@ -212,9 +211,8 @@ class ShardCoordinator:
             shard_ids = [shard_id for shard_id, shard in self._shards.items()
                          if shard_id in reads or (member, batch_ms) in shard.planned]
             shard_ids += [shard_id for shard_id in reads if shard_id not in self._shards]
-            shard_ids = [shard_id for shard_id in shard_ids
-                         if self._shard(shard_id).complete(member, batch_ms, reads.get(shard_id))]
-            touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)
+            touched = [shard_id for shard_id in shard_ids if self._shard(shard_id).complete(
+                member, batch_ms, reads.get(shard_id), succeeded)]
         if touched:
             self._wake.set()
 
@@ -247,7 +245,8 @@ class ShardCoordinator:
     # -- checkpoints ------------------------------------------------------------------------
     def _write_checkpoints(self, force: bool) -> None:
         with self._lock:
-            due = self.checkpointer.due_checkpoints(force=force)
+            due = self.checkpointer.due_checkpoints(
+                [shard.track for shard in self._shards.values() if shard.track is not None], force)
         doomed: list[tuple[str, str, int]] = []
         for shard_id, position in due:
             try:
@@ -255,10 +254,9 @@ class ShardCoordinator:
             except LeaseLostError:
                 continue  # reported by the lease coordinator
             with self._lock:
-                self.checkpointer.checkpoint_written(shard_id, position)
                 shard = self._shards.get(shard_id)
                 if shard is not None:
-                    shard.last_checkpoint = position
+                    shard.checkpointed(position, self.checkpointer.clock())
                     doomed += self._checkpointed_ranges(shard, keep_newest=True)
             log.debug("%s: checkpointed %s at %s", self.name, shard_id, position)
             if position.sequence_number == SHARD_END.sequence_number:
@@ -273,8 +271,8 @@ class ShardCoordinator:
         25 at a time, one BatchWriteItem. (An idle shard's empty reads record nothing.)
         """
         with self._lock:
-            idle = [shard for shard in self._shards.values()
-                    if len(shard.recorded) > 1 and self.checkpointer.all_written(shard.shard_id)]
+            idle = [shard for shard in self._shards.values() if len(shard.recorded) > 1
+                    and shard.track is not None and shard.track.all_written]
             if not idle or (not force and sum(len(s.recorded) - 1 for s in idle) < 25):
                 return []
             return [r for shard in idle for r in self._checkpointed_ranges(shard, keep_newest=True)]
@@ -288,7 +286,7 @@ class ShardCoordinator:
                  shard_id, children or "from the next shard sync")
         if shard is not None:
             with self._lock:
-                self.periods.close(shard, "ended")
+                shard.close("ended")
                 doomed = self._checkpointed_ranges(shard, keep_newest=False)
             self._delete_ranges(doomed)
         self.leases.release(shard_id)
@@ -322,8 +320,7 @@ class ShardCoordinator:
     # -- visibility -------------------------------------------------------------------------
     def metrics(self, member: str | None = None) -> dict[str, dict[str, Any]]:
         with self._lock:
-            return {shard_id: shard.view(self.config.worker_id,
-                                         self.checkpointer.completed_position(shard_id))
+            return {shard_id: shard.view(self.config.worker_id)
                     for shard_id, shard in sorted(self._shards.items())
                     if member is None or shard.member == member}
 

@@ -30,27 +30,31 @@ class LeaseCoordinator:
 
     All writes to one lease go through that lease's lock so the counter we hold stays the
     counter in the table; a failed guard drops the lease and tells ``on_lease_lost`` at once.
+    A lease let go for want of renewal goes to ``on_lease_lapsed`` with the lease as we last
+    held it (to ``on_lease_lost`` when that is not given), and each take to
+    ``on_lease_taken`` with the lease as the take found it: a holder that can resume a
+    lapsed lease's work judges from these alone.
     """
 
     def __init__(self, config: ConsumerConfig, table: LeaseTable,
                  on_lease_lost: Callable[[str], None] = lambda shard_id: None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, *,
+                 on_lease_lapsed: Callable[[str, Lease], None] | None = None,
+                 on_lease_taken: Callable[[Lease, Lease], None] | None = None):
         self.config = config
         self.table = table
         self.worker_id = config.worker_id
         self.taker = LeaseTaker(config.worker_id, config.failover_time_ms,
                                 config.max_leases_for_worker, config.max_leases_to_steal_at_one_time)
         self._on_lease_lost = on_lease_lost
+        self._on_lease_lapsed = on_lease_lapsed
+        self._on_lease_taken = on_lease_taken
         self._clock = clock
         self._lock = threading.RLock()
         self._owned: dict[str, Lease] = {}
         self._last_renewed: dict[str, float] = {}
         self._lease_locks: dict[str, threading.Lock] = {}
         self._all: dict[str, Lease] = {}
-        # Leases let go for want of renewal, as we last held them; and those taken back
-        # untouched (nobody wrote them in between: the counter is still ours).
-        self._lapsed: dict[str, Lease] = {}
-        self._resumed: set[str] = set()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._renew_pool: ThreadPoolExecutor | None = None
@@ -64,26 +68,6 @@ class LeaseCoordinator:
     def owned_lease(self, shard_id: str) -> Lease | None:
         with self._lock:
             return self._owned.get(shard_id)
-
-    def is_lapsed(self, shard_id: str) -> bool:
-        """Let go for want of renewal, and nobody else is known to have written it since: a
-        reader of the shard may take it back where it stood (see ``take_leases``)."""
-        with self._lock:
-            held = self._lapsed.get(shard_id)
-            if held is None:
-                return False
-            # A scan may predate our last renewal; any other worker's write moves the
-            # counter past the one we last wrote.
-            seen = self._all.get(shard_id, held)
-            return seen.lease_counter <= held.lease_counter
-
-    def resumed(self, shard_id: str) -> bool:
-        """Taken back untouched after a lapse (asked once: the answer is consumed)."""
-        with self._lock:
-            if shard_id in self._resumed:
-                self._resumed.discard(shard_id)
-                return True
-            return False
 
     def known_leases(self, drop_lapsed: bool = False) -> dict[str, Lease]:
         """Every lease as of the last table scan, ours as we hold them; ``drop_lapsed``
@@ -133,12 +117,8 @@ class LeaseCoordinator:
             with self._lock:
                 self._owned[new.lease_key] = new
                 self._last_renewed[new.lease_key] = self._clock()
-                held = self._lapsed.pop(new.lease_key, None)
-                # The take's condition held on the counter we last wrote: nobody took it
-                # (a take moves the counter), so nobody read it since.
-                if held is not None and (lease.lease_owner, lease.lease_counter) == \
-                        (held.lease_owner, held.lease_counter):
-                    self._resumed.add(new.lease_key)
+            if self._on_lease_taken is not None:
+                self._on_lease_taken(lease, new)
             taken.append(new.lease_key)
         return taken
 
@@ -251,10 +231,11 @@ class LeaseCoordinator:
             if lease is None:
                 return
             self._last_renewed.pop(shard_id, None)
-            if lapsed:
-                self._lapsed[shard_id] = lease
         log.warning("lost lease %s: %s", shard_id, reason)
-        self._on_lease_lost(shard_id)
+        if lapsed and self._on_lease_lapsed is not None:
+            self._on_lease_lapsed(shard_id, lease)
+        else:
+            self._on_lease_lost(shard_id)
 
     # -- checkpoint and release -------------------------------------------------------------
     def checkpoint(self, shard_id: str, position: ExtendedSequenceNumber) -> Lease:
