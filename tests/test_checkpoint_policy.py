@@ -35,14 +35,11 @@ class Shards:
         self.tracks.pop(shard_id, None)
 
     def batch_generated(self, time_ms: int, shard_ids) -> None:
-        for shard_id in shard_ids:
-            self.tracks[shard_id].batch_generated(time_ms)
+        self.policy.batch_generated(time_ms, [self.tracks[s] for s in shard_ids])
 
-    def batch_completed(self, time_ms: int, succeeded: bool, reached: dict, shard_ids) -> None:
-        for shard_id in shard_ids:
-            if shard_id in self.tracks:
-                self.tracks[shard_id].batch_completed(time_ms, succeeded,
-                                                      *reached.get(shard_id, (None, False)))
+    def batch_completed(self, time_ms: int, succeeded: bool, reached: dict, shard_ids) -> list:
+        return self.policy.batch_completed(time_ms, succeeded, [
+            (self.tracks[s], *reached.get(s, (None, False))) for s in shard_ids if s in self.tracks])
 
     def due_checkpoints(self, force: bool = False) -> list:
         return self.policy.due_checkpoints(self.tracks.values(), force)

@@ -95,6 +95,22 @@ class KinesisCheckpointer:
         self.interval_s = max(0.0, float(interval_s))
         self.clock = clock
 
+    @staticmethod
+    def batch_generated(time_ms: int, tracks: Iterable[ShardTrack]) -> None:
+        """Batch ``time_ms`` planned the shards of ``tracks``."""
+        for track in tracks:
+            track.batch_generated(time_ms)
+
+    @staticmethod
+    def batch_completed(time_ms: int, succeeded: bool,
+                        reached: Iterable[tuple[ShardTrack, ExtendedSequenceNumber | None, bool]],
+                        ) -> list[str]:
+        """Batch ``time_ms`` completed; ``reached``: each shard it planned, with the last
+        record the batch read of it (None: nothing) and whether that was the shard's end.
+        Returns the shards whose progress may have changed."""
+        return [track.shard_id for track, end, shard_end in reached
+                if track.batch_completed(time_ms, succeeded, end, shard_end)]
+
     def due_checkpoints(self, tracks: Iterable[ShardTrack], force: bool = False,
                         ) -> list[tuple[str, ExtendedSequenceNumber]]:
         """Positions to write now: at most one per shard per interval (``force``: all)."""

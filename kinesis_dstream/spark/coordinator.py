@@ -30,6 +30,7 @@ from ..errors import (
     LeaseLostError,
     StreamNotFoundError,
 )
+from ..records import ExtendedSequenceNumber
 from ..retrieval import ReadReport
 from ..worker.lease_loop import lease_loop_backoff, run_lease_loop
 from ..worker.lease_manager import LeaseManager
@@ -166,13 +167,13 @@ class ShardCoordinator:
 
     # -- planning (the planners' interface, ``planning.BatchCoordinator``) ------------------
     def plan(self, member: str, batch_ms: int) -> BatchPlan:
-        """The shards ``member`` reads in batch ``batch_ms`` (each registers the batch with
-        its checkpoint progress), each with where its read starts when that is known here."""
+        """The shards ``member`` reads in batch ``batch_ms`` (the batch joins each one's
+        checkpoint progress), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
         # A lease not renewed for failover time is read no more.
         leases = self.leases.known_leases(drop_lapsed=True)
-        planned = []
+        planned, tracks = [], []
         now = time.time()
         with self._lock:
             for shard_id, shard in sorted(self._shards.items()):
@@ -186,6 +187,9 @@ class ShardCoordinator:
                              "known yet", self.name, shard_id, batch_ms, shard.unsettled_ms)
                     continue
                 planned.append(shard.plan(member, batch_ms, now))
+                if shard.track is not None:
+                    tracks.append(shard.track)
+            self.checkpointer.batch_generated(batch_ms, tracks)
         return BatchPlan(planned, self.config.worker_id, self.leases.wanted_more)
 
     def batch_read(self, member: str, batch_ms: int, reads: dict[str, ReadReport]) -> None:
@@ -211,8 +215,11 @@ class ShardCoordinator:
             shard_ids = [shard_id for shard_id, shard in self._shards.items()
                          if shard_id in reads or (member, batch_ms) in shard.planned]
             shard_ids += [shard_id for shard_id in reads if shard_id not in self._shards]
-            touched = [shard_id for shard_id in shard_ids if self._shard(shard_id).complete(
-                member, batch_ms, reads.get(shard_id), succeeded)]
+            completed = [shard for shard in map(self._shard, shard_ids)
+                         if shard.complete(member, batch_ms, reads.get(shard.shard_id))]
+            touched = self.checkpointer.batch_completed(batch_ms, succeeded, [
+                (shard.track, *_reached(reads.get(shard.shard_id)))
+                for shard in completed if shard.track is not None])
         if touched:
             self._wake.set()
 
@@ -326,3 +333,10 @@ class ShardCoordinator:
 
     def owned_shard_ids(self) -> list[str]:
         return self.leases.owned_shard_ids()
+
+
+def _reached(report: ReadReport | None) -> tuple[ExtendedSequenceNumber | None, bool]:
+    """The last record a batch read of a shard (None: nothing), and whether it was the end."""
+    if report is None:
+        return None, False
+    return report.batch_range.end, report.batch_range.shard_end

@@ -147,8 +147,6 @@ class ShardState:
         assert self.floor is not None
         self.last_planned_ms = self.unsettled_ms = batch_ms
         self.planned.add((member, batch_ms))
-        if self.track is not None:
-            self.track.batch_generated(batch_ms)
         return PlannedShard(self.shard_id, self.floor, self.floor_timestamp, self.since_ms,
                             start, timestamp, iterator, weight)
 
@@ -185,11 +183,10 @@ class ShardState:
             self.ended = True
             self.child_shard_ids = report.batch_range.child_shard_ids
 
-    def complete(self, member: str, batch_ms: int, report: ReadReport | None,
-                 succeeded: bool) -> bool:
+    def complete(self, member: str, batch_ms: int, report: ReadReport | None) -> bool:
         """``member``'s batch ``batch_ms`` completed, with the shard's read in it if any (the
         read-ahead's was reported already, a later computation's was not). True when the
-        batch had planned the shard and its checkpoint progress may have changed."""
+        batch had planned the shard."""
         if report is not None:
             if self.last_read is None or self.last_read.batch_range.batch_ms < batch_ms:
                 self.read(member, batch_ms, report)
@@ -201,11 +198,7 @@ class ShardState:
         self.settle(batch_ms)  # its range is recorded now, or never will be
         if report is not None and report.recorded:
             self.recorded.add((member, batch_ms))
-        if self.track is None:
-            return False
-        end, shard_end = (report.batch_range.end, report.batch_range.shard_end) \
-            if report is not None else (None, False)
-        return self.track.batch_completed(batch_ms, succeeded, end, shard_end)
+        return True
 
     def view(self, owner: str) -> dict[str, Any]:
         """The shard's line in ``metrics()``."""
