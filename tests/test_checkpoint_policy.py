@@ -1,11 +1,11 @@
-"""The DStream driver's checkpoint policy (KinesisCheckpointer), pure logic: which position
-is due when, after which batch completed."""
+"""The DStream driver's checkpoint policy (each shard's ShardTrack and KinesisCheckpointer),
+pure logic: which position is due when, after which batch completed."""
 from __future__ import annotations
 
 import pytest
 
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.spark.checkpointer import SHARD_END, KinesisCheckpointer
+from kinesis_dstream.spark.checkpointer import SHARD_END, KinesisCheckpointer, ShardTrack
 
 pytestmark = pytest.mark.unit
 
@@ -20,15 +20,53 @@ class Clock:
         return self.now
 
 
-def owned(*shard_ids: str, interval_s: float = 0, clock: Clock | None = None) -> KinesisCheckpointer:
+class Shards:
+    """The policy over some shards' tracks, driven as the coordinator drives it through each
+    shard's ShardState (which holds its track while it holds the lease)."""
+
+    def __init__(self, interval_s: float, clock: Clock) -> None:
+        self.policy = KinesisCheckpointer(interval_s, clock)
+        self.tracks: dict[str, ShardTrack] = {}
+
+    def shard_started(self, shard_id: str, checkpoint: ESN) -> None:
+        self.tracks[shard_id] = ShardTrack(shard_id, written=checkpoint)
+
+    def shard_closed(self, shard_id: str) -> None:
+        self.tracks.pop(shard_id, None)
+
+    def batch_generated(self, time_ms: int, shard_ids) -> None:
+        self.policy.batch_generated(time_ms, [self.tracks[s] for s in shard_ids])
+
+    def batch_completed(self, time_ms: int, succeeded: bool, reached: dict, shard_ids) -> list:
+        return self.policy.batch_completed(time_ms, succeeded, [
+            (self.tracks[s], *reached.get(s, (None, False))) for s in shard_ids if s in self.tracks])
+
+    def due_checkpoints(self, force: bool = False) -> list:
+        return self.policy.due_checkpoints(self.tracks.values(), force)
+
+    def checkpoint_written(self, shard_id: str, position: ESN) -> None:
+        track = self.tracks[shard_id]
+        track.written, track.written_at = position, self.policy.clock()
+
+    def has_running_batches(self, shard_id: str) -> bool:
+        return self.tracks[shard_id].has_running_batches
+
+    def has_failed(self, shard_id: str) -> bool:
+        return self.tracks[shard_id].has_failed
+
+    def completed_position(self, shard_id: str) -> ESN | None:
+        return self.tracks[shard_id].completed
+
+
+def owned(*shard_ids: str, interval_s: float = 0, clock: Clock | None = None) -> Shards:
     """A checkpointer whose shards we took at TRIM_HORIZON."""
-    cp = KinesisCheckpointer(interval_s=interval_s, clock=clock or Clock())
+    cp = Shards(interval_s, clock or Clock())
     for shard_id in shard_ids:
         cp.shard_started(shard_id, TRIM)
     return cp
 
 
-def run(cp: KinesisCheckpointer, time_ms: int, reached: dict, succeeded: bool = True) -> None:
+def run(cp: Shards, time_ms: int, reached: dict, succeeded: bool = True) -> None:
     """Batch ``time_ms`` planned the shards of ``reached`` and completed."""
     cp.batch_generated(time_ms, reached)
     cp.batch_completed(time_ms, succeeded, {s: (ESN(*p) if p else None, False)
@@ -103,7 +141,7 @@ def test_at_most_one_checkpoint_per_interval_per_shard() -> None:
 
 
 def test_nothing_at_or_below_the_lease_checkpoint_is_due() -> None:
-    cp = KinesisCheckpointer(0, Clock())
+    cp = Shards(0, Clock())
     cp.shard_started("s1", ESN("20"))  # taken at a checkpoint someone else wrote
     run(cp, 1000, {"s1": ("9", 0)})  # "9" > "20" as text: compare as numbers
     assert cp.due_checkpoints() == []

@@ -170,7 +170,7 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
      "operations/bad.py:1 (operations) imports sql"),
     ({"operations/bad.py": "def f():\n    import pyspark\n"},
      "operations/bad.py:2 (operations) lazily imports pyspark"),
-    ({"operations/bad.py": "from ..worker.leases import LeaseTaker\n"},
+    ({"operations/bad.py": "from ..worker.lease_taker import LeaseTaker\n"},
      "operations/bad.py:1 (operations) imports worker"),
 ])
 def test_the_checker_flags_a_forbidden_import(tmp_path, files, expected):

@@ -141,7 +141,7 @@ def test_a_lapsed_lease_taken_by_another_worker_ends_the_period():
     coordinator.leases.refresh()
     coordinator.periods.reconcile()
     assert coordinator.metrics()[SHARDS[0]]["state"] == "lost"
-    assert coordinator.checkpointer.track(SHARDS[0]) is None  # no checkpoint of it here
+    assert coordinator.periods.shards[SHARDS[0]].track is None  # no checkpoint of it here
     assert coordinator.metrics()[SHARDS[1]]["state"] == "lapsed"
 
 
@@ -163,7 +163,7 @@ def test_a_lapsed_lease_taken_back_untouched_reads_on_where_it_stood():
     reports = {s: ReadReport(BatchRange("m", s, 1000, ESN("TRIM_HORIZON"),
                                                      end=ESN("5"), records=5)) for s in SHARDS}
     coordinator.batch_completed("m", 1000, True, reports)
-    assert all(coordinator.checkpointer.completed_position(s) == ESN("5") for s in SHARDS)
+    assert all(coordinator.periods.shards[s].track.completed == ESN("5") for s in SHARDS)
     assert coordinator.metrics()[SHARDS[0]]["state"] == "processing"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.records import ExtendedSequenceNumber
-from kinesis_dstream.worker.leases import LeaseTaker
+from kinesis_dstream.worker.lease_taker import LeaseTaker
 
 pytestmark = pytest.mark.unit
 

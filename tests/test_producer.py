@@ -16,8 +16,8 @@ from kinesis_dstream.aws.producer import (
     MAX_RECORD_BYTES,
     PUT_RECORDS_RETRY,
     KinesisProducer,
-    hash_key_of,
 )
+from kinesis_dstream.aws.shard_map import hash_key_of
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError, PutRecordsFailedError, ThrottlingError
 from kinesis_dstream.retry import RetryPolicy, classify

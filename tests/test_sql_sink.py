@@ -287,7 +287,7 @@ def test_round_trip_through_the_sink_and_the_source(spark, kinesis_local, dynamo
                                                     make_stream, unique_app_name, tmp_path):
     """10k rows written aggregated, read back with readStream.format("aws-kinesis"): all
     come back once, each on the shard its own key maps to, in far fewer Kinesis records."""
-    from kinesis_dstream.aws.producer import hash_key_of
+    from kinesis_dstream.aws.shard_map import hash_key_of
 
     stream = make_stream(4)
     rows = [(f"key-{i % 997}", f"row-{i}") for i in range(10_000)]

@@ -11,8 +11,6 @@ write a record twice; refused entries are retried, never dropped silently.
 """
 from __future__ import annotations
 
-import bisect
-import hashlib
 import logging
 import random
 import time
@@ -32,6 +30,7 @@ from .clients import call, error_for_code, make_client
 from .kinesis import KinesisClient
 from .kpl import Aggregate
 from .protocols import KinesisAPI
+from .shard_map import MAX_HASH_KEY, ShardMap, hash_key_of
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,6 @@ MAX_RECORD_BYTES = 1024 * 1024          # one record: data + partition key
 MAX_REQUEST_BYTES = 5 * 1024 * 1024     # one PutRecords: data + partition keys
 MAX_REQUEST_ENTRIES = 500
 MAX_PARTITION_KEY_CHARS = 256
-MAX_HASH_KEY = 2**128 - 1
 # The KPL's AggregationMaxSize default: big enough for hundreds of small records per
 # Kinesis record, small enough that a consumer's GetRecords page stays a sane size.
 DEFAULT_AGGREGATION_MAX_BYTES = 51200
@@ -50,42 +48,6 @@ DEFAULT_AGGREGATION_MAX_BYTES = 51200
 # under the Spark retry settings when the whole call fails.
 PUT_RECORDS_RETRY = RetryPolicy(wait_time_ms=100, max_attempts=10, max_wait_ms=5000,
                                 deadline_ms=120_000)
-
-
-def hash_key_of(partition_key: str, explicit_hash_key: str | None = None) -> int:
-    """Where Kinesis puts a record: its explicit hash key, else MD5(partition key) as 128 bits."""
-    if explicit_hash_key is not None:
-        return int(explicit_hash_key)
-    return int.from_bytes(hashlib.md5(partition_key.encode("utf-8")).digest(), "big")
-
-
-@dataclass(frozen=True)
-class _OpenShard:
-    shard_id: str
-    start: int
-    end: int
-
-
-class ShardMap:
-    """Open shards' hash ranges, for grouping user records by the shard they belong on."""
-
-    def __init__(self, shards: Iterable[_OpenShard]) -> None:
-        self.shards = sorted(shards, key=lambda s: s.start)
-        self._starts = [s.start for s in self.shards]
-        if not self.shards:
-            raise KinesisDStreamError("the stream has no open shards")
-
-    @classmethod
-    def load(cls, kinesis: KinesisClient) -> "ShardMap":
-        return cls(_OpenShard(s.shard_id, int(s.starting_hash_key), int(s.ending_hash_key))
-                   for s in kinesis.list_shards() if not s.is_closed)
-
-    def shard_for(self, hash_key: int) -> _OpenShard:
-        index = bisect.bisect_right(self._starts, hash_key) - 1
-        shard = self.shards[max(index, 0)]
-        if not shard.start <= hash_key <= shard.end:  # a gap: only while a reshard settles
-            raise KinesisDStreamError(f"no open shard holds hash key {hash_key}")
-        return shard
 
 
 @dataclass

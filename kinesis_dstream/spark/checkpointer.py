@@ -8,8 +8,9 @@ not processed (they come again after a restart). At most one checkpoint per shar
 once the batch that read the shard's last records has completed, with every batch before it.
 
 Positions are ``ExtendedSequenceNumber``s, so the sub-sequence inside a KPL aggregate is
-checkpointed too and ordering is the KCL's. The coordinator does the writing and reports
-each write that succeeded with ``checkpoint_written`` (until then the position stays due).
+checkpointed too and ordering is the KCL's. Each shard's progress (``ShardTrack``) is part of
+its ``ShardState``; the coordinator does the writing and records each write that succeeded
+there (until then the position stays due).
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class _Batch:
 
 @dataclass
 class ShardTrack:
-    """One shard's progress through this driver's batches while it holds the lease."""
+    """One shard's progress through this driver's batches in one lease period (the shard's
+    ``ShardState`` holds it while it holds the lease)."""
 
     shard_id: str
     batches: deque = field(default_factory=deque)
@@ -46,6 +48,35 @@ class ShardTrack:
     def has_running_batches(self) -> bool:
         return any(b.succeeded is None for b in self.batches)
 
+    @property
+    def has_failed(self) -> bool:
+        return self.failed_batch_ms is not None
+
+    @property
+    def all_written(self) -> bool:
+        """Every batch completed and what they reached is in the lease table (an idle
+        shard's empty batches, say): their ranges serve nothing any more."""
+        if self.failed_batch_ms is not None or self.has_running_batches:
+            return False
+        return self.completed is None or (self.written is not None
+                                          and self.completed <= self.written)
+
+    def batch_generated(self, time_ms: int) -> None:
+        self.batches.append(_Batch(time_ms))
+
+    def batch_completed(self, time_ms: int, succeeded: bool, end: ExtendedSequenceNumber | None,
+                        shard_end: bool) -> bool:
+        """Batch ``time_ms`` completed, having read through ``end`` (None: nothing) and
+        ``shard_end``. A batch that planned the shard but never read it (an output operation
+        that looked at only some partitions) made no progress: its records come in a later
+        batch. True when the shard's progress may have changed."""
+        for batch in self.batches:
+            if batch.time_ms == time_ms and batch.succeeded is None:
+                batch.end, batch.shard_end, batch.succeeded = end, shard_end, succeeded
+                self.advance()
+                return True
+        return False
+
     def advance(self) -> None:
         while self.failed_batch_ms is None and self.batches and self.batches[0].succeeded is not None:
             batch = self.batches.popleft()
@@ -58,80 +89,34 @@ class ShardTrack:
 
 
 class KinesisCheckpointer:
-    """Tracks batches per shard; says which positions are due to be written."""
+    """Says which of the shards' completed positions are due to be written."""
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic):
         self.interval_s = max(0.0, float(interval_s))
-        self._clock = clock
-        self._tracks: dict[str, ShardTrack] = {}
+        self.clock = clock
 
-    def shard_started(self, shard_id: str, checkpoint: ExtendedSequenceNumber) -> None:
-        """We took the lease, whose checkpoint is ``checkpoint``: a fresh track."""
-        self._tracks[shard_id] = ShardTrack(shard_id, written=checkpoint)
+    @staticmethod
+    def batch_generated(time_ms: int, tracks: Iterable[ShardTrack]) -> None:
+        """Batch ``time_ms`` planned the shards of ``tracks``."""
+        for track in tracks:
+            track.batch_generated(time_ms)
 
-    def shard_closed(self, shard_id: str) -> None:
-        """Lease lost or released: nothing more is written for it by us."""
-        self._tracks.pop(shard_id, None)
+    @staticmethod
+    def batch_completed(time_ms: int, succeeded: bool,
+                        reached: Iterable[tuple[ShardTrack, ExtendedSequenceNumber | None, bool]],
+                        ) -> list[str]:
+        """Batch ``time_ms`` completed; ``reached``: each shard it planned, with the last
+        record the batch read of it (None: nothing) and whether that was the shard's end.
+        Returns the shards whose progress may have changed."""
+        return [track.shard_id for track, end, shard_end in reached
+                if track.batch_completed(time_ms, succeeded, end, shard_end)]
 
-    def track(self, shard_id: str) -> ShardTrack | None:
-        return self._tracks.get(shard_id)
-
-    def batch_generated(self, time_ms: int, shard_ids: Iterable[str]) -> None:
-        for shard_id in shard_ids:
-            track = self._tracks.get(shard_id)
-            if track is not None:
-                track.batches.append(_Batch(time_ms))
-
-    def batch_completed(self, time_ms: int, succeeded: bool,
-                        reached: dict[str, tuple[ExtendedSequenceNumber | None, bool]],
-                        shard_ids: Iterable[str]) -> list[str]:
-        """Batch ``time_ms`` completed; ``reached[shard] = (last record read, shard end)``.
-
-        ``shard_ids`` are the shards the batch planned (of one input stream). A shard the
-        batch planned but never read (an output operation that looked at only some
-        partitions) made no progress: its records come in a later batch.
-        Returns the shards whose progress may have changed.
-        """
-        touched = []
-        for shard_id in shard_ids:
-            track = self._tracks.get(shard_id)
-            if track is None:
-                continue
-            for batch in track.batches:
-                if batch.time_ms == time_ms and batch.succeeded is None:
-                    batch.end, batch.shard_end = reached.get(track.shard_id, (None, False))
-                    batch.succeeded = succeeded
-                    track.advance()
-                    touched.append(track.shard_id)
-                    break
-        return touched
-
-    def has_running_batches(self, shard_id: str) -> bool:
-        track = self._tracks.get(shard_id)
-        return bool(track and track.has_running_batches)
-
-    def completed_position(self, shard_id: str) -> ExtendedSequenceNumber | None:
-        track = self._tracks.get(shard_id)
-        return track.completed if track else None
-
-    def all_written(self, shard_id: str) -> bool:
-        """Every batch of the shard completed and what they reached is in the lease table
-        (an idle shard's empty batches, say): their ranges serve nothing any more."""
-        track = self._tracks.get(shard_id)
-        if track is None or track.failed_batch_ms is not None or track.has_running_batches:
-            return False
-        return track.completed is None or (track.written is not None
-                                           and track.completed <= track.written)
-
-    def has_failed(self, shard_id: str) -> bool:
-        track = self._tracks.get(shard_id)
-        return bool(track and track.failed_batch_ms is not None)
-
-    def due_checkpoints(self, force: bool = False) -> list[tuple[str, ExtendedSequenceNumber]]:
+    def due_checkpoints(self, tracks: Iterable[ShardTrack], force: bool = False,
+                        ) -> list[tuple[str, ExtendedSequenceNumber]]:
         """Positions to write now: at most one per shard per interval (``force``: all)."""
-        now = self._clock()
+        now = self.clock()
         due = []
-        for track in self._tracks.values():
+        for track in tracks:
             if track.ended and track.failed_batch_ms is None and track.written != SHARD_END:
                 due.append((track.shard_id, SHARD_END))
                 continue
@@ -143,8 +128,3 @@ class KinesisCheckpointer:
                 continue
             due.append((track.shard_id, track.completed))
         return due
-
-    def checkpoint_written(self, shard_id: str, position: ExtendedSequenceNumber) -> None:
-        track = self._tracks.get(shard_id)
-        if track is not None:
-            track.written, track.written_at = position, self._clock()

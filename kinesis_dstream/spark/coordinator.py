@@ -30,9 +30,11 @@ from ..errors import (
     LeaseLostError,
     StreamNotFoundError,
 )
+from ..records import ExtendedSequenceNumber
 from ..retrieval import ReadReport
 from ..worker.lease_loop import lease_loop_backoff, run_lease_loop
-from ..worker.leases import LeaseCoordinator, LeaseManager
+from ..worker.lease_manager import LeaseManager
+from ..worker.leases import LeaseCoordinator
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
 from ..worker.stall import ShardsView, StallWatch, largest_lag
@@ -53,15 +55,17 @@ class ShardCoordinator:
         self.kinesis = kinesis if kinesis is not None else KinesisClient(config)
         self.table = lease_table if lease_table is not None else LeaseTable(config)
         self.ranges = range_table if range_table is not None else BatchRangeTable(config)
-        self.leases = LeaseCoordinator(config, self.table,
-                                       on_lease_lost=lambda shard_id: self.periods.lease_lost(shard_id))
+        self.leases = LeaseCoordinator(
+            config, self.table, on_lease_lost=lambda shard_id: self.periods.lease_lost(shard_id),
+            on_lease_lapsed=lambda shard_id, held: self.periods.lease_lost(shard_id, held),
+            on_lease_taken=lambda previous, new: self.periods.lease_taken(previous, new))
         self.syncer = ShardSyncer(config, self.kinesis, self.table)
         self.lease_manager = LeaseManager(config, self.leases, self.syncer)
         self.publisher: MetricsPublisher | None = None  # made at start: CloudWatch, the KCL's names
         self.checkpointer = KinesisCheckpointer(config.checkpoint_interval_ms / 1000.0)
         self._lock = threading.RLock()
-        self.periods = LeasePeriods(self.name, self.leases, self.checkpointer,
-                                    config.initial_position_timestamp, self._lock)
+        self.periods = LeasePeriods(self.name, self.leases, config.initial_position_timestamp,
+                                    self._lock)
         self._shards = self.periods.shards
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -155,7 +159,7 @@ class ShardCoordinator:
             with self._lock:
                 shard = self._shards.get(shard_id)
                 if shard is not None and shard.held:
-                    self.periods.close(shard, "released")
+                    shard.close("released")
                     doomed += self._checkpointed_ranges(shard, keep_newest=False)
         self._delete_ranges(doomed)
         self.leases.stop()
@@ -165,13 +169,13 @@ class ShardCoordinator:
 
     # -- planning (the planners' interface, ``planning.BatchCoordinator``) ------------------
     def plan(self, member: str, batch_ms: int) -> BatchPlan:
-        """The shards ``member`` reads in batch ``batch_ms`` (registered with the checkpoint
-        policy), each with where its read starts when that is known here."""
+        """The shards ``member`` reads in batch ``batch_ms`` (the batch joins each one's
+        checkpoint progress), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
         # A lease not renewed for failover time is read no more.
         leases = self.leases.known_leases(drop_lapsed=True)
-        planned = []
+        planned, tracks = [], []
         now = time.time()
         with self._lock:
             for shard_id, shard in sorted(self._shards.items()):
@@ -185,7 +189,9 @@ class ShardCoordinator:
                              "known yet", self.name, shard_id, batch_ms, shard.unsettled_ms)
                     continue
                 planned.append(shard.plan(member, batch_ms, now))
-            self.checkpointer.batch_generated(batch_ms, [p.shard_id for p in planned])
+                if shard.track is not None:
+                    tracks.append(shard.track)
+            self.checkpointer.batch_generated(batch_ms, tracks)
         return BatchPlan(planned, self.config.worker_id, self.leases.wanted_more)
 
     def batch_read(self, member: str, batch_ms: int, reads: dict[str, ReadReport]) -> None:
@@ -199,8 +205,6 @@ class ShardCoordinator:
     def batch_completed(self, member: str, batch_ms: int, succeeded: bool,
                         reads: dict[str, ReadReport]) -> None:
         """Batch ``batch_ms`` of input stream ``member`` completed (or failed)."""
-        reached = {shard_id: (r.batch_range.end, r.batch_range.shard_end)
-                   for shard_id, r in reads.items()}
         if succeeded and self.publisher is not None:
             for shard_id, r in reads.items():
                 recorder = ShardMetricsRecorder(self.publisher, shard_id)
@@ -213,9 +217,11 @@ class ShardCoordinator:
             shard_ids = [shard_id for shard_id, shard in self._shards.items()
                          if shard_id in reads or (member, batch_ms) in shard.planned]
             shard_ids += [shard_id for shard_id in reads if shard_id not in self._shards]
-            shard_ids = [shard_id for shard_id in shard_ids
-                         if self._shard(shard_id).complete(member, batch_ms, reads.get(shard_id))]
-            touched = self.checkpointer.batch_completed(batch_ms, succeeded, reached, shard_ids)
+            completed = [shard for shard in map(self._shard, shard_ids)
+                         if shard.complete(member, batch_ms, reads.get(shard.shard_id))]
+            touched = self.checkpointer.batch_completed(batch_ms, succeeded, [
+                (shard.track, *_reached(reads.get(shard.shard_id)))
+                for shard in completed if shard.track is not None])
         if touched:
             self._wake.set()
 
@@ -246,8 +252,9 @@ class ShardCoordinator:
             held = {s: shard for s, shard in self._shards.items() if shard.held}
             self.stalls.retain(held)
             for shard_id, shard in held.items():
+                track = shard.track
                 self.stalls.observe(shard_id, shard.millis_behind_latest,
-                                    self.checkpointer.completed_position(shard_id))
+                                    track.completed if track is not None else None)
 
     def _waiting_on_parents(self) -> bool:
         with self._lock:
@@ -258,7 +265,8 @@ class ShardCoordinator:
     # -- checkpoints ------------------------------------------------------------------------
     def _write_checkpoints(self, force: bool) -> None:
         with self._lock:
-            due = self.checkpointer.due_checkpoints(force=force)
+            due = self.checkpointer.due_checkpoints(
+                [shard.track for shard in self._shards.values() if shard.track is not None], force)
         doomed: list[tuple[str, str, int]] = []
         for shard_id, position in due:
             try:
@@ -266,10 +274,9 @@ class ShardCoordinator:
             except LeaseLostError:
                 continue  # reported by the lease coordinator
             with self._lock:
-                self.checkpointer.checkpoint_written(shard_id, position)
                 shard = self._shards.get(shard_id)
                 if shard is not None:
-                    shard.last_checkpoint = position
+                    shard.checkpointed(position, self.checkpointer.clock())
                     doomed += self._checkpointed_ranges(shard, keep_newest=True)
             log.debug("%s: checkpointed %s at %s", self.name, shard_id, position)
             if position.sequence_number == SHARD_END.sequence_number:
@@ -284,8 +291,8 @@ class ShardCoordinator:
         25 at a time, one BatchWriteItem. (An idle shard's empty reads record nothing.)
         """
         with self._lock:
-            idle = [shard for shard in self._shards.values()
-                    if len(shard.recorded) > 1 and self.checkpointer.all_written(shard.shard_id)]
+            idle = [shard for shard in self._shards.values() if len(shard.recorded) > 1
+                    and shard.track is not None and shard.track.all_written]
             if not idle or (not force and sum(len(s.recorded) - 1 for s in idle) < 25):
                 return []
             return [r for shard in idle for r in self._checkpointed_ranges(shard, keep_newest=True)]
@@ -299,7 +306,7 @@ class ShardCoordinator:
                  shard_id, children or "from the next shard sync")
         if shard is not None:
             with self._lock:
-                self.periods.close(shard, "ended")
+                shard.close("ended")
                 doomed = self._checkpointed_ranges(shard, keep_newest=False)
             self._delete_ranges(doomed)
         self.leases.release(shard_id)
@@ -334,8 +341,7 @@ class ShardCoordinator:
     def metrics(self, member: str | None = None) -> ShardsView:
         """Per shard, and as attributes the largest lag and the stalled shards (ShardsView)."""
         with self._lock:
-            shards = {shard_id: shard.view(self.config.worker_id,
-                                           self.checkpointer.completed_position(shard_id))
+            shards = {shard_id: shard.view(self.config.worker_id)
                       for shard_id, shard in sorted(self._shards.items())
                       if member is None or shard.member == member}
             stalled = [s for s in self.stalls.stalled if s in shards]
@@ -345,3 +351,10 @@ class ShardCoordinator:
 
     def owned_shard_ids(self) -> list[str]:
         return self.leases.owned_shard_ids()
+
+
+def _reached(report: ReadReport | None) -> tuple[ExtendedSequenceNumber | None, bool]:
+    """The last record a batch read of a shard (None: nothing), and whether it was the end."""
+    if report is None:
+        return None, False
+    return report.batch_range.end, report.batch_range.shard_end

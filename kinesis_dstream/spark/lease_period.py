@@ -5,6 +5,11 @@ lease's checkpoint when taken, where its first batch starts; LATEST is pinned to
 AT_TIMESTAMP of that moment, so that the batch that starts there reads the same records
 however often it is computed. A lease that lapsed (not renewed for failover time) and is
 taken back untouched resumes its period where it stood; any other change closes it.
+
+What the driver knows of a shard is one ``ShardState``: its lease period, its reads, its
+progress through the checkpoint policy (``checkpointer.ShardTrack``) and, once its lease
+lapsed, the lease as it was last held; the lease coordinator only reports what happened to
+the lease, and this module alone decides what that means for the period.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from ..aws.lease_table import Lease
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
 from ..retrieval import ITERATOR_TTL_S, ReadReport, start_after
 from ..worker.leases import LeaseCoordinator
-from .checkpointer import KinesisCheckpointer
+from .checkpointer import ShardTrack
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +62,10 @@ class ShardState:
     # planned meanwhile could only guess its start and read the same records again.
     unsettled_ms: int | None = None
     ended: bool = False  # a batch read its last record: plan no more
-    # The lease was not renewed for failover time: plan no more, but keep the period (and
-    # the batches under way) in case it is taken back untouched.
-    lapsed: bool = False
+    # The lease as last held, once it was not renewed for failover time: plan no more, but
+    # keep the period (and the batches under way) in case it is taken back untouched.
+    lapsed: Lease | None = None
+    track: ShardTrack | None = None  # the period's progress through the checkpoint policy
     child_shard_ids: tuple[str, ...] = ()
     last_read: ReadReport | None = None  # the report of the period's newest batch read
     # (member, batch) planned and not yet completed; completed ones whose range is recorded
@@ -79,16 +85,53 @@ class ShardState:
     def held(self) -> bool:
         return self.member is not None
 
-    def open(self, member: str, floor: ExtendedSequenceNumber, timestamp: float | None) -> None:
+    def open(self, member: str, floor: ExtendedSequenceNumber, timestamp: float | None,
+             checkpoint: ExtendedSequenceNumber) -> None:
+        """A lease period begins, the lease's checkpoint being ``checkpoint``."""
         self.member, self.floor, self.floor_timestamp = member, floor, timestamp
-        self.lapsed = False
+        self.lapsed = None
         self.since_ms = self.last_planned_ms = self.unsettled_ms = None
         self.ended, self.child_shard_ids, self.last_read = False, (), None
+        self.state, self.last_checkpoint = "processing", checkpoint
+        self.track = ShardTrack(self.shard_id, written=checkpoint)
 
     def close(self, state: str) -> None:
+        """Lease lost, released or finished: nothing more is planned or written for it here."""
         self.member = None
-        self.lapsed = False
+        self.lapsed = None
         self.state = state
+        self.track = None
+
+    def lapse(self, held: Lease, seen: Lease | None) -> bool:
+        """The lease was let go for want of renewal, ``held`` as we last held it; ``seen`` is
+        the last table scan's. True when the period is kept (lapsed) for a take back;
+        False when another worker is known to have written the lease since."""
+        self.lapsed, self.state = held, "lapsed"
+        return self.still_lapsed(seen)
+
+    def still_lapsed(self, seen: Lease | None) -> bool:
+        """Lapsed, and nobody else is known to have written the lease since (a scan may
+        predate our last renewal; any other worker's write moves the counter past ours)."""
+        return self.lapsed is not None and \
+            (seen is None or seen.lease_counter <= self.lapsed.lease_counter)
+
+    def taken_back(self, previous: Lease) -> bool:
+        """We took the lease again, finding it as ``previous``. Taken back untouched (the
+        take's condition held on the counter we last wrote: nobody took it, which moves the
+        counter, so nobody read the shard meanwhile) the period goes on where it stood, its
+        batches under way included, not from the checkpoint, which would hand their records
+        out twice. True when it resumed."""
+        if self.lapsed is None or (previous.lease_owner, previous.lease_counter) != \
+                (self.lapsed.lease_owner, self.lapsed.lease_counter):
+            return False
+        self.lapsed, self.state = None, "processing"
+        return True
+
+    def checkpointed(self, position: ExtendedSequenceNumber, at: float) -> None:
+        """``position`` is in the lease table now (written at ``at`` on the policy's clock)."""
+        self.last_checkpoint = position
+        if self.track is not None:
+            self.track.written, self.track.written_at = position, at
 
     def settle(self, batch_ms: int) -> None:
         """Batch ``batch_ms`` of the shard has a known end now: plan the shard again."""
@@ -157,8 +200,9 @@ class ShardState:
             self.recorded.add((member, batch_ms))
         return True
 
-    def view(self, owner: str, completed: ExtendedSequenceNumber | None) -> dict[str, Any]:
+    def view(self, owner: str) -> dict[str, Any]:
         """The shard's line in ``metrics()``."""
+        completed = self.track.completed if self.track is not None else None
         return dict(records=self.records, data_bytes=self.data_bytes,
                     millis_behind_latest=self.millis_behind_latest,
                     owner=owner if self.held and not self.lapsed else None,
@@ -176,11 +220,10 @@ class LeasePeriods:
     application, the least loaded, so nothing is read twice between them.
     """
 
-    def __init__(self, name: str, leases: LeaseCoordinator, checkpointer: KinesisCheckpointer,
-                 initial_timestamp: float | None, lock: threading.RLock) -> None:
+    def __init__(self, name: str, leases: LeaseCoordinator, initial_timestamp: float | None,
+                 lock: threading.RLock) -> None:
         self.name = name
         self.leases = leases
-        self.checkpointer = checkpointer
         self.initial_timestamp = initial_timestamp
         self.lock = lock
         self.members: list[str] = []
@@ -193,22 +236,20 @@ class LeasePeriods:
         """Open a lease period for each lease taken; close those lost or finished."""
         owned = {shard_id: self.leases.owned_lease(shard_id)
                  for shard_id in self.leases.owned_shard_ids()}
+        seen = self.leases.known_leases()
         with self.lock:
             for shard in self.shards.values():
                 if shard.held and shard.shard_id not in owned and \
-                        not (shard.lapsed and self.leases.is_lapsed(shard.shard_id)):
-                    self.close(shard, "lost")
+                        not shard.still_lapsed(seen.get(shard.shard_id)):
+                    shard.close("lost")
             for shard_id, lease in sorted(owned.items()):
                 known = self.shards.get(shard_id)
                 if lease is None:
                     continue
                 if known is not None and known.held:
-                    if not known.lapsed:
+                    if known.lapsed is None:
                         continue
-                    if self.leases.resumed(shard_id):
-                        self._resume(known)
-                        continue
-                    self.close(known, "lost")  # written by another in between
+                    known.close("lost")  # taken back, but written by another in between
                 if lease.is_finished:
                     self.leases.release(shard_id)
                     continue
@@ -225,37 +266,32 @@ class LeasePeriods:
             if shard.held and shard.member is not None:
                 counts[shard.member] = counts.get(shard.member, 0) + 1
         member = min(self.members, key=lambda m: counts[m])
-        shard = self.shard(lease.lease_key)
-        shard.open(member, floor, timestamp)
-        shard.state, shard.last_checkpoint = "processing", lease.checkpoint
-        self.checkpointer.shard_started(lease.lease_key, lease.checkpoint)
+        self.shard(lease.lease_key).open(member, floor, timestamp, lease.checkpoint)
         log.info("%s: leased shard %s from %s for input stream %d", self.name, lease.lease_key,
                  lease.checkpoint, self.members.index(member))
 
-    def _resume(self, shard: ShardState) -> None:
-        """A lapsed lease taken back untouched: nobody read the shard meanwhile, so its
-        period goes on where it stood, its batches under way included (not from the
-        checkpoint, which would hand their records out twice)."""
-        shard.lapsed, shard.state = False, "processing"
+    def lease_taken(self, previous: Lease, new: Lease) -> None:
+        """The lease coordinator took ``new``, found as ``previous``: a lapsed period taken
+        back untouched resumes here; any other take opens a period at the next reconcile."""
+        with self.lock:
+            shard = self.shards.get(new.lease_key)
+            if shard is None or not shard.held or not shard.taken_back(previous):
+                return
         log.warning("%s: took the lease of shard %s back untouched after it lapsed; reading "
-                    "on where it stood", self.name, shard.shard_id)
+                    "on where it stood", self.name, new.lease_key)
 
-    def close(self, shard: ShardState, state: str) -> None:
-        shard.close(state)
-        self.checkpointer.shard_closed(shard.shard_id)
-
-    def lease_lost(self, shard_id: str) -> None:
-        """The lease coordinator let go of the lease: a lapse keeps the period, else it ends."""
+    def lease_lost(self, shard_id: str, lapsed: Lease | None = None) -> None:
+        """The lease coordinator let go of the lease (``lapsed``: for want of renewal, as we
+        last held it): a lapse keeps the period, else it ends."""
+        seen = self.leases.known_leases().get(shard_id) if lapsed is not None else None
         with self.lock:
             shard = self.shards.get(shard_id)
-            if shard is not None and shard.held and self.leases.is_lapsed(shard_id):
-                shard.lapsed, shard.state = True, "lapsed"
-                log.warning("%s: the lease of shard %s lapsed (not renewed for failover "
-                            "time): no further reads of it until it is taken back",
-                            self.name, shard_id)
-                return
             if shard is not None and shard.held:
-                self.close(shard, "lost")
+                if lapsed is not None and shard.lapse(lapsed, seen):
+                    log.warning("%s: the lease of shard %s lapsed (not renewed for failover "
+                                "time): no further reads of it until it is taken back",
+                                self.name, shard_id)
+                    return
+                shard.close("lost")
         log.warning("%s: lost the lease of shard %s; no further checkpoint of it here",
                     self.name, shard_id)
-

@@ -16,7 +16,7 @@ from typing import Callable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retry import Backoff, FaultLog
-from .leases import LeaseManager
+from .lease_manager import LeaseManager
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from ..records import ExtendedSequenceNumber
 from ..retrieval.source import RecordSource, open_source
 from .consumer import ConsumerState, ShardConsumer, ShutdownReason
 from .lease_loop import lease_loop_backoff, run_lease_loop
-from .leases import LeaseCoordinator, LeaseManager
+from .lease_manager import LeaseManager
+from .leases import LeaseCoordinator
 from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
