@@ -324,3 +324,123 @@ def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
     assert first.end.response["Error"]["Code"] == "ResourceInUseException"
     second.wait(lambda: second.data() == [b"x"])
     assert not second.done.is_set()
+
+
+@pytest.mark.emulator
+def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=0.5)
+    other = emulators.register_consumer(front.endpoint, stream, "other")
+    unknown = consumer.replace("/consumer/app:", "/consumer/nobody:")
+    for arn, shard in ((unknown, SHARD0), (consumer, "shardId-000000000009")):
+        with pytest.raises(ClientError) as missing:
+            _subscribe(kinesis, arn, shard=shard)
+        assert _code(missing) == "ResourceNotFoundException"
+        assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+    # deregistered through the endpoint: its subscription ends at once
+    reader = _subscribe(kinesis, consumer)
+    reader.wait(lambda: len(reader.events) >= 1)
+    asked = time.monotonic()
+    kinesis.deregister_stream_consumer(ConsumerARN=consumer)
+    reader.wait(lambda: reader.done.is_set(), timeout=5)
+    assert time.monotonic() - asked < 1.0
+    assert isinstance(reader.end, EventStreamError)
+    assert reader.end.response["Error"]["Code"] == "ResourceNotFoundException"
+    time.sleep(1.0)
+    with pytest.raises(ClientError) as gone:
+        _subscribe(kinesis, consumer)
+    assert _code(gone) == "ResourceNotFoundException"
+
+    # deregistered elsewhere (on the emulator itself): noticed within a heartbeat or two
+    behind = _subscribe(kinesis, other)
+    behind.wait(lambda: len(behind.events) >= 1)
+    front.deregister_behind(other)
+    behind.wait(lambda: behind.done.is_set(), timeout=5)
+    assert behind.end.response["Error"]["Code"] == "ResourceNotFoundException"
+
+
+@pytest.mark.emulator
+def test_a_split_parent_ends_with_no_continuation_and_its_child_shards(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
+    emulators.put_records(front.endpoint, stream, [b"before-1", b"before-2"])
+    reader = _subscribe(kinesis, consumer)
+    reader.wait(lambda: len(reader.records) == 2)
+    kinesis.split_shard(StreamName=stream, ShardToSplit=SHARD0,
+                        NewStartingHashKey=str(2**127))
+    reader.wait(lambda: reader.done.is_set(), timeout=10)
+    emulators.wait_stream_active(kinesis, stream)
+    assert reader.end == "ended"
+    last = reader.events[-1]
+    assert last.get("ContinuationSequenceNumber") is None and last["Records"] == []
+    assert sorted(c["ShardId"] for c in last["ChildShards"]) == [
+        "shardId-000000000001", "shardId-000000000002"]
+    assert all(c["ParentShards"] == [SHARD0] for c in last["ChildShards"])
+    assert all(e.get("ContinuationSequenceNumber") for e in reader.events[:-1])
+    # a child is read like any shard
+    emulators.put_records(front.endpoint, stream, [(f"k{i}", f"child-{i}") for i in range(20)])
+    children = [_subscribe(kinesis, consumer, shard=c["ShardId"]) for c in last["ChildShards"]]
+    for child in children:
+        child.wait(lambda c=child: len(children[0].records) + len(children[1].records) == 20)
+    assert front.count("GetRecords") == 0
+
+
+@pytest.mark.emulator
+def test_a_subscription_cut_mid_stream(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=0.3)
+    emulators.put_records(front.endpoint, stream, [b"a"])
+    front.cut_after(2)
+    reader = _subscribe(kinesis, consumer)
+    reader.wait(lambda: reader.done.is_set(), timeout=5)
+    assert front.cuts == 1 and len(reader.events) == 2
+    assert reader.end != "ended" and not isinstance(reader.end, EventStreamError)  # a broken body
+    assert reader.data() == [b"a"]
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("code", ["ResourceInUseException", "LimitExceededException"])
+def test_the_next_subscribe_refused(fanout, code):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
+    front.refuse_next(code)
+    with pytest.raises(ClientError) as refused:
+        _subscribe(kinesis, consumer)
+    assert _code(refused) == code and front.refused[code] == 1
+    reader = _subscribe(kinesis, consumer)  # only the next one
+    reader.wait(lambda: len(reader.events) >= 1)
+    assert front.count("SubscribeToShard", SHARD0) == 2
+
+
+@pytest.mark.emulator
+def test_calls_are_counted_by_operation_and_shard(fanout):
+    front, kinesis, stream, consumer = fanout(shards=2, lifetime_s=30.0)
+    emulators.put_records(front.endpoint, stream, [(f"k{i}", f"d{i}") for i in range(20)])
+    readers = [_subscribe(kinesis, consumer, shard=s) for s in (SHARD0, "shardId-000000000001")]
+    for reader in readers:
+        reader.wait(lambda: sum(len(r.records) for r in readers) == 20)
+    assert front.count("GetRecords") == 0
+    assert front.count("SubscribeToShard", SHARD0) == 1
+    assert front.count("SubscribeToShard", "shardId-000000000001") == 1
+    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=SHARD0,
+                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    page = kinesis.get_records(ShardIterator=iterator)
+    kinesis.get_records(ShardIterator=page["NextShardIterator"])
+    assert front.count("GetShardIterator", SHARD0) == 1
+    assert front.count("GetRecords", SHARD0) == 2  # attributed through the iterators
+    assert front.count("GetRecords", "shardId-000000000001") == 0
+
+
+@pytest.mark.emulator
+def test_each_consumer_reads_a_shard_at_its_own_read_limit(fanout):
+    rate = 256 * 1024  # a small limit keeps the test short; the rule is the same at 2 MiB/s
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, read_bytes_per_s=rate)
+    other = emulators.register_consumer(front.endpoint, stream, "other")
+    emulators.put_records(front.endpoint, stream, [("k", b"x" * 50_000)] * 21)  # ~1 MiB
+    readers = [_subscribe(kinesis, arn) for arn in (consumer, other)]
+    for reader in readers:
+        reader.wait(lambda r=reader: len(r.records) == 21, timeout=15)
+    # one second's worth goes at once, the rest at the rate (the last event as soon as the
+    # budget allows): 2.8 s for each consumer at once; a limit shared by both: 6.8 s
+    expected = (20 * 50_001 - rate) / rate
+    for reader in readers:
+        elapsed = reader.arrived[-1] - reader.arrived[0]
+        assert expected - 0.3 < elapsed < expected + 3.0
+        assert max(len(e["Records"]) for e in reader.events) <= 2  # a fifth of a second's worth

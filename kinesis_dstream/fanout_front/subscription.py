@@ -164,13 +164,15 @@ class Subscription:
             return self._call("GetRecords", ShardIterator=self._iterator, Limit=10000)
 
     def _push(self, records: list[dict[str, Any]], behind: int) -> None:
-        """Records in events of at most max_event_bytes, each paced to the read limit."""
+        """Records in events of at most a fifth of a second's reads (and max_event_bytes),
+        each paced to the read limit, so a backlog drains at the limit, not in bursts."""
         batch: list[dict[str, Any]] = []
         size = 0
+        limit = min(self._settings.max_event_bytes, self._pacer.bytes_per_s / 5)
         for index, record in enumerate(records):
             batch.append(record)
             size += record_size(record)
-            if size >= self._settings.max_event_bytes or index == len(records) - 1:
+            if size >= limit or index == len(records) - 1:
                 while (wait := self._pacer.wait_s(self.key)) > 0 and self._ending is None:
                     self._wake.wait(wait)
                 if self._ending is not None:
