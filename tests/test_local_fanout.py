@@ -305,6 +305,20 @@ def test_heartbeats_on_an_idle_shard_and_a_latest_continuation_that_skips_nothin
 
 
 @pytest.mark.emulator
+def test_an_idle_subscription_polls_the_emulator_less_often(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
+                                              poll_interval_s=0.1, idle_poll_interval_s=0.5)
+    reader = _subscribe(kinesis, consumer, Type="LATEST")
+    time.sleep(3.0)
+    # 0.1, 0.2, 0.4, then every 0.5 s: about 8 GetRecords in 3 s, not 30
+    assert 4 <= front.upstream_calls["GetRecords"] <= 12
+    put_at = time.monotonic()
+    emulators.put_records(front.endpoint, stream, [b"after-idle"])
+    reader.wait(lambda: reader.data() == [b"after-idle"])
+    assert reader.arrived[-1] - put_at < 1.0
+
+
+@pytest.mark.emulator
 def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
     first = _subscribe(kinesis, consumer)
@@ -328,8 +342,9 @@ def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
 
 @pytest.mark.emulator
 def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout):
-    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=0.5)
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=2.0)
     other = emulators.register_consumer(front.endpoint, stream, "other")
+    emulators.put_records(front.endpoint, stream, [b"a"])  # a first event at once
     unknown = consumer.replace("/consumer/app:", "/consumer/nobody:")
     for arn, shard in ((unknown, SHARD0), (consumer, "shardId-000000000009")):
         with pytest.raises(ClientError) as missing:
@@ -343,7 +358,7 @@ def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout):
     asked = time.monotonic()
     kinesis.deregister_stream_consumer(ConsumerARN=consumer)
     reader.wait(lambda: reader.done.is_set(), timeout=5)
-    assert time.monotonic() - asked < 1.0
+    assert time.monotonic() - asked < 0.5  # not at the next heartbeat's check
     assert isinstance(reader.end, EventStreamError)
     assert reader.end.response["Error"]["Code"] == "ResourceNotFoundException"
     time.sleep(1.0)
@@ -355,7 +370,7 @@ def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout):
     behind = _subscribe(kinesis, other)
     behind.wait(lambda: len(behind.events) >= 1)
     front.deregister_behind(other)
-    behind.wait(lambda: behind.done.is_set(), timeout=5)
+    behind.wait(lambda: behind.done.is_set(), timeout=6)
     assert behind.end.response["Error"]["Code"] == "ResourceNotFoundException"
 
 
@@ -444,3 +459,44 @@ def test_each_consumer_reads_a_shard_at_its_own_read_limit(fanout):
         elapsed = reader.arrived[-1] - reader.arrived[0]
         assert expected - 0.3 < elapsed < expected + 3.0
         assert max(len(e["Records"]) for e in reader.events) <= 2  # a fifth of a second's worth
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("flags", [(), ("--no-fanout",)])
+def test_kinesis_dstream_local_prints_the_fanout_endpoint(flags):
+    import os
+    import subprocess
+    import sys
+
+    from processes import reap
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    cli = subprocess.Popen([sys.executable, "-m", "kinesis_dstream", "local",
+                            "--fanout-lifetime", "7", *flags], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        exports = {}
+        while len(exports) < 7:
+            line = cli.stdout.readline()
+            assert line, cli.stderr.read()
+            name, _, value = line.removeprefix("export ").strip().partition("=")
+            exports[name] = value
+        endpoint = exports["AWS_ENDPOINT_URL_KINESIS"]
+        kinesis = _client(endpoint)
+        stream = emulators.unique_name("cli-fanout")
+        emulators.create_stream(endpoint, stream, 1)
+        consumer = emulators.register_consumer(endpoint, stream, "app")
+        emulators.put_records(endpoint, stream, [b"a"])
+        if flags:  # kinesis-local's own SubscribeToShard: botocore cannot read its answer
+            with pytest.raises(Exception, match="initial-response"):
+                _subscribe(kinesis, consumer)
+        else:
+            started = time.monotonic()
+            reader = _subscribe(kinesis, consumer)
+            reader.wait(lambda: reader.done.is_set(), timeout=12)
+            assert reader.end == "ended" and reader.data() == [b"a"]
+            assert 6.5 < time.monotonic() - started < 10  # --fanout-lifetime
+        cli.terminate()
+        assert cli.wait(timeout=20) == 0
+    finally:
+        reap(cli)

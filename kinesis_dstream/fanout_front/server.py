@@ -31,17 +31,19 @@ class FanOutFront:
     ``upstream`` is the emulator's ``http://host:port``; ``endpoint`` is where clients go.
     ``lifetime_s`` ends each subscription (Kinesis: 300 s), ``heartbeat_s`` spaces the empty
     events on an idle shard, ``poll_interval_s`` is how often an open subscription asks the
-    emulator for new records, ``read_bytes_per_s`` paces each consumer's reads of a shard.
+    emulator for new records (backing off to ``idle_poll_interval_s`` while none come), ``read_bytes_per_s`` paces each consumer's reads of a shard.
     ``call_interval_s`` and ``takeover_after_s`` are SubscribeToShard's 1 s and 5 s rules.
     """
 
     def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0,
                  lifetime_s: float = 300.0, heartbeat_s: float = 5.0,
-                 poll_interval_s: float = 0.1, read_bytes_per_s: float = 2 * MiB,
+                 poll_interval_s: float = 0.1, idle_poll_interval_s: float = 0.5,
+                 read_bytes_per_s: float = 2 * MiB,
                  call_interval_s: float = 1.0, takeover_after_s: float = 5.0) -> None:
         self.upstream = Upstream(upstream)
         self.settings = FrontSettings(lifetime_s=lifetime_s, heartbeat_s=heartbeat_s,
-                                      poll_interval_s=poll_interval_s)
+                                      poll_interval_s=poll_interval_s,
+                                      idle_poll_interval_s=idle_poll_interval_s)
         self.rules: SubscribeRules[Subscription] = SubscribeRules(
             call_interval_s=call_interval_s, takeover_after_s=takeover_after_s)
         self.pacer = ReadPacer(read_bytes_per_s)
