@@ -115,8 +115,8 @@ class Subscription:
                                       f"Consumer {self.request.consumer_arn} not found.")
                         continue
                 try:
-                    due = now - last_event >= self._settings.heartbeat_s
-                    pushed = self._poll_once(heartbeat=due)
+                    beat = now - last_event >= self._settings.heartbeat_s
+                    pushed = self._poll_once(heartbeat=beat)
                 except UpstreamError as exc:
                     log.warning("fan-out front: %s on %s: %s", exc.code, self.key, exc.message)
                     self._send(self, frames.exception("InternalFailureException", exc.message))
