@@ -31,7 +31,8 @@ class FanOutFront:
     ``upstream`` is the emulator's ``http://host:port``; ``endpoint`` is where clients go.
     ``lifetime_s`` ends each subscription (Kinesis: 300 s), ``heartbeat_s`` spaces the empty
     events on an idle shard, ``poll_interval_s`` is how often an open subscription asks the
-    emulator for new records (backing off to ``idle_poll_interval_s`` while none come), ``read_bytes_per_s`` paces each consumer's reads of a shard.
+    emulator for new records (backing off to ``idle_poll_interval_s`` while none come),
+    ``read_bytes_per_s`` paces each consumer's reads of a shard.
     ``call_interval_s`` and ``takeover_after_s`` are SubscribeToShard's 1 s and 5 s rules.
     """
 

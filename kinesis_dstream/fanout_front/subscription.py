@@ -3,9 +3,10 @@
 The stream polls its shard every ``poll_interval_s`` while records come, so a record is
 pushed that long after it is put at most; on a shard without new records the interval doubles
 up to ``idle_poll_interval_s``, so many idle subscriptions cost the emulator little. An idle
-shard gets an empty event (a heartbeat) every ``heartbeat_s``, inside boto3's 60 s read timeout. Every event carries the
-ContinuationSequenceNumber to resubscribe AFTER: the last record's, else the one before.
-At the shard's end the last event has no continuation and names the ChildShards.
+shard gets an empty event (a heartbeat) every ``heartbeat_s``, inside boto3's 60 s read
+timeout. Every event carries the ContinuationSequenceNumber to resubscribe AFTER: the last
+record's, else the one before. At the shard's end the last event has no continuation and
+names the ChildShards.
 """
 from __future__ import annotations
 
