@@ -462,6 +462,23 @@ def test_each_consumer_reads_a_shard_at_its_own_read_limit(fanout):
 
 
 @pytest.mark.emulator
+def test_http2_connections_are_relayed_to_the_emulator(make_fanout_front):
+    """The Java SDK (so the Java KCL) speaks HTTP/2 with prior knowledge: kinesis-local
+    answers it through the front, as without it."""
+    import socket
+    import struct
+
+    front = make_fanout_front()
+    port = int(front.endpoint.rpartition(":")[2])
+    settings = struct.pack(">I", 0)[1:] + b"\x04\x00" + struct.pack(">I", 0)  # empty SETTINGS
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings)
+        frame = conn.recv(9, socket.MSG_WAITALL)
+    assert len(frame) == 9 and frame[3] == 0x4  # the emulator's SETTINGS frame
+    assert _client(front.endpoint).list_streams()["StreamNames"] is not None  # HTTP/1.1 still
+
+
+@pytest.mark.emulator
 @pytest.mark.parametrize("flags", [(), ("--no-fanout",)])
 def test_kinesis_dstream_local_prints_the_fanout_endpoint(flags):
     import os

@@ -19,7 +19,8 @@ GetRecords:
 - at the shard's end an event without continuation naming the ChildShards, then the body
   ends; after ``lifetime_s`` (300 s) the body simply ends, as AWS's does.
 
-It speaks HTTP/1.1 (what botocore uses), not HTTP/2.
+It serves SubscribeToShard over HTTP/1.1 (what botocore uses); an HTTP/2 connection (the Java
+SDK's) is relayed to the emulator unchanged.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -15,7 +16,14 @@ from typing import Any
 from . import frames
 from .rules import MiB, ReadPacer, Refused, SubscribeRules
 from .subscription import FrontSettings, SubscribeRequest, Subscription
-from .upstream import JSON_CONTENT_TYPE, TARGET_PREFIX, Upstream, UpstreamError
+from .upstream import (
+    HTTP2_PREFACE,
+    JSON_CONTENT_TYPE,
+    TARGET_PREFIX,
+    Upstream,
+    UpstreamError,
+    tunnel,
+)
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +249,17 @@ class _FrontHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - no stderr lines
         pass
+
+    def handle(self) -> None:
+        """HTTP/1.1 here; an HTTP/2 connection (its preface) is relayed to the emulator."""
+        try:
+            first = self.connection.recv(len(HTTP2_PREFACE), socket.MSG_PEEK | socket.MSG_WAITALL)
+        except OSError:
+            return
+        if first == HTTP2_PREFACE:
+            tunnel(self.connection, self.owner.upstream.host, self.owner.upstream.port)
+            return
+        super().handle()
 
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
