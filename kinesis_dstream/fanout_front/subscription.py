@@ -128,8 +128,8 @@ class Subscription:
                             min(interval * 2, max(self._settings.idle_poll_interval_s,
                                                   self._settings.poll_interval_s)))
                 if self._iterator is None:
-                    self._event({"Records": [], "MillisBehindLatest": 0,
-                                 "ChildShards": self._child_shards()})
+                    self._event({"Records": [], "ContinuationSequenceNumber": None,
+                                 "MillisBehindLatest": 0, "ChildShards": self._child_shards()})
                     return "shard-end"
                 if not pushed or pushed == "heartbeat":
                     due = min(deadline, last_event + self._settings.heartbeat_s)
