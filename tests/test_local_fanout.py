@@ -517,3 +517,21 @@ def test_kinesis_dstream_local_prints_the_fanout_endpoint(flags):
         assert cli.wait(timeout=20) == 0
     finally:
         reap(cli)
+
+
+@pytest.mark.emulator
+def test_an_unreachable_emulator_is_an_internal_failure():
+    from kinesis_dstream.fanout_front import FanOutFront
+    from kinesis_dstream.local import free_port
+
+    with FanOutFront(f"http://127.0.0.1:{free_port()}") as front:
+        kinesis = _client(front.endpoint)
+        with pytest.raises(ClientError) as failed:
+            kinesis.subscribe_to_shard(
+                ConsumerARN="arn:aws:kinesis:us-east-1:000000000000:stream/s/consumer/c:1",
+                ShardId=SHARD0, StartingPosition={"Type": "LATEST"})
+        assert _code(failed) == "InternalFailureException"
+        assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+        with pytest.raises(ClientError) as passed_through:
+            kinesis.list_streams()
+        assert passed_through.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502

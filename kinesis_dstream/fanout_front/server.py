@@ -135,6 +135,9 @@ class FanOutFront:
         except (Refused, UpstreamError) as exc:
             handler.send_error_body(exc.code, exc.message)
             return
+        except OSError as exc:  # the emulator is unreachable
+            handler.send_error_body("InternalFailureException", str(exc), status=500)
+            return
         subscription = Subscription(
             request, iterator, upstream=self.upstream, auth=auth, settings=self.settings,
             pacer=self.pacer, send=self.send, write=handler.write_chunk,
@@ -282,9 +285,9 @@ class _FrontHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def send_error_body(self, code: str, message: str) -> None:
-        """An error as Kinesis answers it: HTTP 400 and a JSON ``__type``."""
-        self.send_body(400, [("Content-Type", JSON_CONTENT_TYPE),
+    def send_error_body(self, code: str, message: str, status: int = 400) -> None:
+        """An error as Kinesis answers it: HTTP 400 (500 for its own failure), a ``__type``."""
+        self.send_body(status, [("Content-Type", JSON_CONTENT_TYPE),
                              ("x-amzn-RequestId", str(uuid.uuid4()))],
                        json.dumps({"__type": code, "message": message}).encode())
 
