@@ -60,6 +60,8 @@ class FanOutFront:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._consumer_seen: dict[str, float] = {}  # consumer ARN -> when last seen present
+        # ARN -> (ACTIVE description, when): a wide stream's subscribe calls ask once
+        self._active: dict[str, tuple[dict[str, Any], float]] = {}
         self._consumers_gone: set[str] = set()
         self._lock = threading.Lock()
 
@@ -168,7 +170,7 @@ class FanOutFront:
         if position.get("Type") not in _START_TYPES:
             raise Refused("InvalidArgumentException",
                           f"StartingPosition Type must be one of {', '.join(_START_TYPES)}.")
-        consumer = self._describe_consumer(consumer_arn, auth)
+        consumer = self._consumer(consumer_arn, auth)
         if consumer["ConsumerStatus"] != "ACTIVE":
             raise Refused("ResourceInUseException",
                           f"Consumer {consumer_arn} is {consumer['ConsumerStatus']}, not ACTIVE.")
@@ -188,7 +190,17 @@ class FanOutFront:
             raise
         return SubscribeRequest(consumer_arn, shard_id, stream_name, position), iterator
 
+    def _consumer(self, consumer_arn: str, auth: dict[str, str]) -> dict[str, Any]:
+        """The consumer's description; an ACTIVE one is remembered for a heartbeat."""
+        with self._lock:
+            known, when = self._active.get(consumer_arn, ({}, -1e9))
+        if known and time.monotonic() - when < self.settings.heartbeat_s:
+            return known
+        return self._describe_consumer(consumer_arn, auth)
+
     def _describe_consumer(self, consumer_arn: str, auth: dict[str, str]) -> dict[str, Any]:
+        with self._lock:
+            self._active.pop(consumer_arn, None)
         try:
             answer = self.upstream.call("DescribeStreamConsumer", {"ConsumerARN": consumer_arn},
                                         auth)
@@ -200,6 +212,9 @@ class FanOutFront:
         consumer = dict(answer["ConsumerDescription"])
         if consumer["ConsumerStatus"] == "DELETING":
             raise Refused("ResourceNotFoundException", f"Consumer {consumer_arn} not found.")
+        if consumer["ConsumerStatus"] == "ACTIVE":
+            with self._lock:
+                self._active[consumer_arn] = (consumer, time.monotonic())
         return consumer
 
     def _consumer_deregistered(self, call: dict[str, Any], handler: "_FrontHandler") -> None:
@@ -212,6 +227,7 @@ class FanOutFront:
             if arn == call.get("ConsumerARN") or named:
                 with self._lock:
                     self._consumers_gone.add(arn)
+                    self._active.pop(arn, None)
                 subscription.end_with("ResourceNotFoundException", f"Consumer {arn} not found.")
 
     def _consumer_gone(self, consumer_arn: str, auth: dict[str, str]) -> bool:
@@ -236,6 +252,7 @@ class FanOutFront:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # a consumer of a wide stream subscribes to every shard at once
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client gone mid-call is routine: a line in the log, not a traceback on stderr."""

@@ -195,7 +195,7 @@ class Subscription:
     def _child_shards(self) -> list[dict[str, Any]]:
         if self._child_shards_seen:
             return list(self._child_shards_seen)
-        shards = self._call("ListShards", StreamName=self.request.stream_name)["Shards"]
+        shards = self._shards()
         parent = self.request.shard_id
         return [{"ShardId": s["ShardId"],
                  "ParentShards": [p for p in (s.get("ParentShardId"),
@@ -216,7 +216,7 @@ class Subscription:
         if kind == "AT_SEQUENCE_NUMBER":
             first = int(position["SequenceNumber"])
             found = self._last_record(None, lambda r: int(r["SequenceNumber"]) >= first)
-        elif kind in ("LATEST", "AT_TIMESTAMP"):
+        elif kind in ("LATEST", "AT_TIMESTAMP") and not self._shard_is_empty():
             until = float(position["Timestamp"]) if kind == "AT_TIMESTAMP" else time.time()
 
             def after(record: dict[str, Any]) -> bool:
@@ -249,8 +249,24 @@ class Subscription:
             iterator = page.get("NextShardIterator")
         return last
 
+    def _shard_is_empty(self) -> bool:
+        iterator = self._call("GetShardIterator", StreamName=self.request.stream_name,
+                              ShardId=self.request.shard_id,
+                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        return not self._call("GetRecords", ShardIterator=iterator, Limit=1).get("Records")
+
+    def _shards(self) -> list[dict[str, Any]]:
+        """The stream's shards, every page."""
+        shards: list[dict[str, Any]] = []
+        page = self._call("ListShards", StreamName=self.request.stream_name)
+        while True:
+            shards += page["Shards"]
+            if not page.get("NextToken"):
+                return shards
+            page = self._call("ListShards", NextToken=page["NextToken"])
+
     def _first_sequence(self) -> str:
-        for shard in self._call("ListShards", StreamName=self.request.stream_name)["Shards"]:
+        for shard in self._shards():
             if shard["ShardId"] == self.request.shard_id:
                 return str(shard["SequenceNumberRange"]["StartingSequenceNumber"])
         raise UpstreamError(400, "ResourceNotFoundException",
