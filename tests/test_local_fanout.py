@@ -319,6 +319,22 @@ def test_an_idle_subscription_polls_the_emulator_less_often(fanout):
 
 
 @pytest.mark.emulator
+def test_a_put_through_the_front_is_pushed_at_once(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
+                                              poll_interval_s=3.0, idle_poll_interval_s=3.0)
+    reader = _subscribe(kinesis, consumer, Type="LATEST")
+    time.sleep(0.5)  # the first poll is behind it: the next one is 3 s away
+    put_at = time.monotonic()
+    emulators.put_records(front.endpoint, stream, [b"through-the-front"])
+    reader.wait(lambda: reader.data() == [b"through-the-front"], timeout=5)
+    assert reader.arrived[-1] - put_at < 1.0
+    # put on the emulator itself: the front does not see it, its next poll finds it
+    direct = f"http://{front.upstream.host}:{front.upstream.port}"
+    emulators.put_records(direct, stream, [b"direct"])
+    reader.wait(lambda: reader.data()[-1:] == [b"direct"], timeout=8)
+
+
+@pytest.mark.emulator
 def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
     first = _subscribe(kinesis, consumer)

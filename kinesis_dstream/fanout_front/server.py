@@ -39,14 +39,15 @@ class FanOutFront:
     ``upstream`` is the emulator's ``http://host:port``; ``endpoint`` is where clients go.
     ``lifetime_s`` ends each subscription (Kinesis: 300 s), ``heartbeat_s`` spaces the empty
     events on an idle shard, ``poll_interval_s`` is how often an open subscription asks the
-    emulator for new records (backing off to ``idle_poll_interval_s`` while none come),
+    emulator for new records (backing off to ``idle_poll_interval_s`` while none come; a put
+    through the front wakes its shard's subscriptions at once),
     ``read_bytes_per_s`` paces each consumer's reads of a shard.
     ``call_interval_s`` and ``takeover_after_s`` are SubscribeToShard's 1 s and 5 s rules.
     """
 
     def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0,
                  lifetime_s: float = 300.0, heartbeat_s: float = 5.0,
-                 poll_interval_s: float = 0.1, idle_poll_interval_s: float = 0.5,
+                 poll_interval_s: float = 0.1, idle_poll_interval_s: float = 1.0,
                  read_bytes_per_s: float = 2 * MiB,
                  call_interval_s: float = 1.0, takeover_after_s: float = 5.0) -> None:
         self.upstream = Upstream(upstream)
@@ -121,6 +122,8 @@ class FanOutFront:
             return
         if operation == "DeregisterStreamConsumer" and status == 200:
             self._consumer_deregistered(json.loads(body or b"{}"), handler)
+        if operation in ("PutRecord", "PutRecords") and status == 200:
+            self._records_put(json.loads(body or b"{}"), json.loads(data or b"{}"))
         handler.send_body(status, reply_headers, data)
 
     def exchange(self, operation: str, method: str, path: str, body: bytes,
@@ -229,6 +232,15 @@ class FanOutFront:
                     self._consumers_gone.add(arn)
                     self._active.pop(arn, None)
                 subscription.end_with("ResourceNotFoundException", f"Consumer {arn} not found.")
+
+    def _records_put(self, call: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Wake the subscriptions of the shards records were just put on."""
+        stream = call.get("StreamName") or str(call.get("StreamARN", "")).partition(":stream/")[2]
+        shards = {answer.get("ShardId")} | {r.get("ShardId") for r in answer.get("Records", ())}
+        for subscription in self.rules.current():
+            if (subscription.request.stream_name == stream
+                    and subscription.request.shard_id in shards):
+                subscription.wake()
 
     def _consumer_gone(self, consumer_arn: str, auth: dict[str, str]) -> bool:
         """Is the consumer deregistered? Asked of the emulator at most once a heartbeat."""
