@@ -551,3 +551,12 @@ def test_an_unreachable_emulator_is_an_internal_failure():
         with pytest.raises(ClientError) as passed_through:
             kinesis.list_streams()
         assert passed_through.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+
+
+@pytest.mark.unit
+def test_the_fanout_endpoint_needs_kinesis_local():
+    from kinesis_dstream.local import LocalStack
+
+    with pytest.raises(ValueError, match="kinesis-local"):
+        LocalStack("kinesalite", fanout=True)
+    assert LocalStack("kinesalite").fanout is None
