@@ -47,6 +47,7 @@ def register_stream_consumer(kinesis: KinesisClient, consumer_name: str, *,
         if described is None:
             described = _patiently(lambda: _register(kinesis, where, stream_arn, consumer_name),
                                    where, patience_s, sleep)
+        assert described is not None  # _register returns a description or raises
         arn = described["ConsumerARN"]
         _wait_until_active(kinesis, where, described, arn, active_timeout_s, sleep)
         return arn
