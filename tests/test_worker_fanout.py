@@ -1,0 +1,260 @@
+"""The worker and the multilang daemon reading by enhanced fan-out, through the local fan-out
+front (SubscribeToShard served to boto3 in front of kinesis-local) and moto's DynamoDB.
+
+Subscriptions are given short lifetimes so resubscription happens within a test; the
+front counts every call per shard, so "no GetRecords" and "about one SubscribeToShard per
+subscription lifetime" are counted, not assumed.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import emulators
+from test_multilang_daemon import RECORDER, Daemon, daemons, read_log, wait_for_records  # noqa: F401
+
+from kinesis_dstream.errors import ConsumerRegistrationError
+from kinesis_dstream.worker.processor import RecordProcessor
+from kinesis_dstream.worker.scheduler import Scheduler
+
+pytestmark = pytest.mark.emulator
+
+LIFETIME_S = 6.0  # beyond the 5 s rule, so a resubscription is never refused by it
+
+
+class Recorder(RecordProcessor):
+    """Every record delivered, in order, with the worker that delivered it; checkpoints each
+    batch; marks the shard's end."""
+
+    def __init__(self, out: list, lock: threading.Lock, shard_id: str, worker: str) -> None:
+        self.out, self.lock, self.shard_id, self.worker = out, lock, shard_id, worker
+
+    def process_records(self, process_records_input) -> None:
+        records = process_records_input.records
+        with self.lock:
+            self.out.extend((self.worker, self.shard_id, r, time.monotonic()) for r in records)
+        if records:
+            last = records[-1]
+            process_records_input.checkpointer.checkpoint(last.sequence_number,
+                                                          last.sub_sequence_number)
+
+    def shard_ended(self, shard_ended_input) -> None:
+        with self.lock:
+            self.out.append((self.worker, self.shard_id, "SHARD_END", time.monotonic()))
+        shard_ended_input.checkpointer.checkpoint()
+
+
+def recorder(out: list, lock: threading.Lock, worker: str):
+    return lambda shard_id: Recorder(out, lock, shard_id, worker)
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def put_mixed(endpoint: str, stream: str, prefix: str, total: int) -> set[str]:
+    """Half in KPL aggregates, half plain; the user records' data."""
+    data = [f"{prefix}-{i}" for i in range(total)]
+    half = total // 2
+    emulators.put_aggregated(endpoint, stream, [(f"pk-{i}", d) for i, d in
+                                                enumerate(data[:half])], per_aggregate=25)
+    emulators.put_records(endpoint, stream, [(f"pk-{i}", d) for i, d in enumerate(data[half:])])
+    return set(data)
+
+
+def consumer_status(endpoint: str, stream: str, name: str) -> str:
+    kinesis = emulators.client("kinesis", endpoint)
+    stream_arn = kinesis.describe_stream_summary(StreamName=stream)[
+        "StreamDescriptionSummary"]["StreamARN"]
+    return kinesis.describe_stream_consumer(StreamARN=stream_arn, ConsumerName=name)[
+        "ConsumerDescription"]["ConsumerStatus"]
+
+
+@pytest.mark.timeout(120)
+def test_worker_reads_every_record_once_by_fan_out_without_get_records(
+        aws_env, kinesis_local, make_stream, make_config, make_fanout_front):
+    stream = make_stream(2)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    expected = put_mixed(kinesis_local, stream, "before", 200)
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    delivered: list = []
+    lock = threading.Lock()
+    scheduler = Scheduler(config, recorder(delivered, lock, "a"))
+    started = time.monotonic()
+    scheduler.start()
+    try:
+        for round_ in range(4):  # records while subscriptions end and are renewed
+            time.sleep(LIFETIME_S / 2)
+            expected |= put_mixed(kinesis_local, stream, f"during-{round_}", 40)
+        wait_for(lambda: len(delivered) >= len(expected), 30, "every record")
+        elapsed = time.monotonic() - started
+        metrics = scheduler.metrics()
+    finally:
+        scheduler.shutdown(timeout_s=10)
+    data = Counter(r.binary_data.decode() for _, _, r, _ in delivered)
+    assert set(data) == expected and max(data.values()) == 1  # every record, exactly once
+    shards = emulators.list_shard_ids(kinesis_local, stream)
+    for shard_id in shards:
+        assert front.count("GetRecords", shard_id) == 0, shard_id
+        subscribed = front.count("SubscribeToShard", shard_id)
+        # one per lifetime, give or take the first and the one cut by the shutdown
+        assert 2 <= subscribed <= elapsed / LIFETIME_S + 2, (shard_id, subscribed, elapsed)
+        assert metrics[shard_id].subscriptions == subscribed
+        assert metrics[shard_id].resubscriptions == subscribed - 1
+        assert metrics[shard_id].millis_behind_latest is not None
+    assert consumer_status(kinesis_local, stream, config.application_name) == "ACTIVE"
+
+
+@pytest.mark.timeout(120)
+def test_a_lease_moved_to_another_worker_hands_the_subscription_over_losing_nothing(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fanout_front):
+    stream = make_stream(2)
+    front = make_fanout_front(lifetime_s=60, heartbeat_s=1)
+    delivered: list = []
+    lock = threading.Lock()
+    configs = {name: make_config(stream, kinesis_endpoint=front.endpoint, worker_id=name,
+                                 retrieval_mode="FANOUT") for name in ("a", "b")}
+    first = Scheduler(configs["a"], recorder(delivered, lock, "a"))
+    second = Scheduler(configs["b"], recorder(delivered, lock, "b"))
+    expected: set[str] = set()
+    first.start()
+    try:
+        expected |= put_mixed(kinesis_local, stream, "a-only", 60)
+        wait_for(lambda: len(delivered) >= len(expected), 30, "worker a's records")
+        second.start()  # takes one of a's two leases
+        wait_for(lambda: second.metrics(), 30, "worker b taking a lease")
+        moved_at = time.monotonic()
+        (moved,) = second.metrics()
+        for round_ in range(6):
+            expected |= put_mixed(kinesis_local, stream, f"both-{round_}", 20)
+            time.sleep(0.5)
+        wait_for(lambda: {r.binary_data.decode() for _, _, r, _ in delivered
+                          if r != "SHARD_END"} >= expected, 30, "every record")
+        b_metrics = second.metrics()
+        a_metrics = first.metrics()
+    finally:
+        second.shutdown(timeout_s=10)
+        first.shutdown(timeout_s=10)
+    # Nothing lost; a record delivered twice only on the moved shard, after its checkpoint.
+    data = Counter(r.binary_data.decode() for _, _, r, _ in delivered if r != "SHARD_END")
+    assert set(data) == expected
+    twice = {d for d, n in data.items() if n > 1}
+    assert all(shard == moved for _, shard, r, _ in delivered
+               if r != "SHARD_END" and r.binary_data.decode() in twice)
+    # b's subscription took the shard over (the 5 s rule at most) and read it ...
+    b_first = min(at for worker, shard, _, at in delivered if worker == "b" and shard == moved)
+    assert b_first - moved_at < 10
+    assert b_metrics[moved].subscriptions >= 1
+    # ... and a let go of it: its consumer of the moved shard is gone, and after b's first
+    # record a delivered nothing more of that shard.
+    assert moved not in a_metrics
+    assert not [at for worker, shard, _, at in delivered
+                if worker == "a" and shard == moved and at > b_first]
+    assert sum(front.count("GetRecords", s)
+               for s in emulators.list_shard_ids(kinesis_local, stream)) == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_split_ends_the_parent_by_child_shards_and_children_follow_it(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fanout_front, caplog):
+    caplog.set_level(logging.INFO, logger="kinesis_dstream.retrieval.fanout")
+    stream = make_stream(1)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    kinesis = emulators.client("kinesis", kinesis_local)
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    delivered: list = []
+    lock = threading.Lock()
+    scheduler = Scheduler(config, recorder(delivered, lock, "a"))
+    scheduler.start()
+    try:
+        expected = put_mixed(kinesis_local, stream, "parent", 100)
+        (parent,) = kinesis.list_shards(StreamName=stream)["Shards"]
+        low = int(parent["HashKeyRange"]["StartingHashKey"])
+        high = int(parent["HashKeyRange"]["EndingHashKey"])
+        kinesis.split_shard(StreamName=stream, ShardToSplit=parent["ShardId"],
+                            NewStartingHashKey=str((low + high) // 2))
+        emulators.wait_stream_active(kinesis, stream)
+        expected |= put_mixed(kinesis_local, stream, "child", 100)
+        wait_for(lambda: {r.binary_data.decode() for _, _, r, _ in delivered
+                          if r != "SHARD_END"} >= expected, 60, "parent and children")
+    finally:
+        scheduler.shutdown(timeout_s=10)
+    data = Counter(r.binary_data.decode() for _, _, r, _ in delivered if r != "SHARD_END")
+    assert set(data) == expected and max(data.values()) == 1
+    order = [(shard, r) for _, shard, r, _ in delivered]
+    parent_end = order.index((parent["ShardId"], "SHARD_END"))
+    children = {shard for shard, _ in order} - {parent["ShardId"]}
+    assert len(children) == 2
+    assert all(index > parent_end for index, (shard, _) in enumerate(order)
+               if shard in children)  # parents before children
+    lease = emulators.client("dynamodb", config.dynamodb_endpoint).get_item(
+        TableName=config.application_name, Key={"leaseKey": {"S": parent["ShardId"]}},
+        ConsistentRead=True)["Item"]
+    assert lease["checkpoint"]["S"] == "SHARD_END"
+    assert set(lease["childShardIds"]["SS"]) == children
+    # the parent's end came from its last event: a null continuation and ChildShards
+    assert f"shard {parent['ShardId']} reached its end; children {sorted(children)}" in caplog.text
+    assert front.count("GetRecords") == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_consumer_that_cannot_be_registered_is_a_clear_error_in_bounded_time(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fanout_front):
+    stream = make_stream(1)
+    front = make_fanout_front()
+    for index in range(20):  # the stream's limit
+        emulators.register_consumer(kinesis_local, stream, f"other-{index}")
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    scheduler = Scheduler(config, recorder([], threading.Lock(), "a"))
+    started = time.monotonic()
+    with pytest.raises(ConsumerRegistrationError) as failed:
+        scheduler.start()
+    assert time.monotonic() - started < 20
+    message = str(failed.value)
+    assert repr(config.application_name) in message and repr(stream) in message
+    assert "20 consumers" in message
+
+
+@pytest.mark.timeout(120)
+def test_kclpy_sample_properties_without_retrieval_mode_read_by_fan_out(
+        local_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name,
+        tmp_path: Path, make_fanout_front, daemons) -> None:
+    """amazon-kclpy's own samples/sample.properties (no retrievalMode, no polling key): the
+    daemon registers a consumer named after the application and reads by fan-out."""
+    import samples
+
+    stream = make_stream(2)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    puts = put_records(stream, [f"sample-{i}".encode() for i in range(120)])
+    shipped = (Path(samples.__file__).parent / "sample.properties").read_text()
+    keys = [line.split("=")[0].strip() for line in shipped.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    assert not {"retrievalMode", "maxRecords", "idleTimeBetweenReadsInMillis"} & set(keys)
+    text = (shipped.replace("executableName = sample_kclpy_app.py",
+                            f"executableName = {RECORDER}")
+            .replace("stream/kclpysample", f"stream/{stream}")
+            .replace("streamName = kclpysample", f"streamName = {stream}")
+            .replace("applicationName = PythonKCLSample", f"applicationName = {unique_app_name}"))
+    assert text.count(unique_app_name) == 1 and str(RECORDER) in text
+    properties = tmp_path / "sample.properties"
+    properties.write_text(text)
+    log = tmp_path / "records.jsonl"
+    daemon = Daemon(properties, tmp_path, "fanout", KCLPY_RECORD_LOG=str(log),
+                    AWS_ENDPOINT_URL_KINESIS=front.endpoint)
+    daemons.append(daemon)
+    wait_for_records(log, {p.sequence_number for p in puts}, daemon, timeout=60)
+    assert daemon.stop() == 0, daemon.log()[-3000:]
+    seen = Counter(r["seq"] for r in read_log(log))
+    assert set(seen) == {p.sequence_number for p in puts} and max(seen.values()) == 1
+    assert front.count("GetRecords") == 0
+    assert front.count("SubscribeToShard") >= 2
+    assert consumer_status(kinesis_local, stream, unique_app_name) == "ACTIVE"
+    assert "reads by enhanced fan-out" in daemon.log()
