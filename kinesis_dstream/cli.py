@@ -7,7 +7,7 @@ import sys
 
 # sub-command -> module whose ``main(argv) -> int`` runs it
 COMMANDS = {
-    "local": ("kinesis_dstream.local", "start local Kinesis and DynamoDB emulators"),
+    "local": ("kinesis_dstream.local_command", "start local Kinesis and DynamoDB emulators"),
     "worker": ("kinesis_dstream.worker.process", "run one shard worker process"),
     "multilang": ("kinesis_dstream.multilang.daemon", "run a KCL properties file (MultiLangDaemon)"),
     "leases": ("kinesis_dstream.operations.leases", "status, reset, release of a lease table"),

@@ -5,17 +5,16 @@ the emulator answers HTTP, so callers never race its start-up. The children exit
 when the Python process that started them dies (a ``kill -9`` of a test run leaves no stray
 node process). docs/operations.md ("Local emulators") says how to use them.
 
-``kinesis-dstream local`` (``main``) starts one Kinesis and one DynamoDB emulator, prints
-``export`` lines for a shell, and stays in the foreground until SIGINT or SIGTERM.
+``LocalStack(fanout=True)`` puts a ``FanOutFront`` before kinesis-local: its Kinesis
+endpoint then serves SubscribeToShard to boto3 (``kinesis_dstream.fanout_front``).
+``kinesis-dstream local`` is ``kinesis_dstream.local_command``.
 """
 from __future__ import annotations
 
-import argparse
 import http.client
 import importlib.util
 import logging
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -25,7 +24,9 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Sequence
+from typing import IO
+
+from .fanout_front import FanOutFront
 
 log = logging.getLogger(__name__)
 
@@ -302,16 +303,29 @@ class LocalStack:
 
     moto's server also serves CloudWatch; with dynalite for DynamoDB a moto server is
     started for CloudWatch alone, so metrics always have somewhere local to go.
+    ``fanout`` (kinesis-local only) serves Kinesis through a ``FanOutFront`` whose
+    subscriptions last ``fanout_lifetime_s``: ``kinesis_endpoint`` is then the front's.
     """
 
-    def __init__(self, kinesis: str = "kinesis-local", dynamodb: str = "moto") -> None:
+    def __init__(self, kinesis: str = "kinesis-local", dynamodb: str = "moto", *,
+                 fanout: bool = False, fanout_lifetime_s: float = 300.0) -> None:
         if kinesis not in KINESIS_KINDS:
             raise ValueError(f"unknown Kinesis emulator {kinesis!r}; one of {KINESIS_KINDS}")
         if dynamodb not in DYNAMODB_KINDS:
             raise ValueError(f"unknown DynamoDB emulator {dynamodb!r}; one of {DYNAMODB_KINDS}")
+        if fanout and kinesis != "kinesis-local":
+            raise ValueError("the fan-out endpoint needs kinesis-local (kinesalite has no "
+                             "consumers)")
         self.kinesis = Emulator(kinesis)
         self.dynamodb = Emulator(dynamodb)
         self.cloudwatch = self.dynamodb if dynamodb == "moto" else Emulator("moto")
+        self.fanout: FanOutFront | None = None
+        self._fanout_lifetime_s = fanout_lifetime_s if fanout else None
+
+    @property
+    def kinesis_endpoint(self) -> str:
+        """Where Kinesis clients go: the fan-out front if there is one, else the emulator."""
+        return self.fanout.endpoint if self.fanout is not None else self.kinesis.endpoint
 
     @property
     def emulators(self) -> list[Emulator]:
@@ -343,16 +357,22 @@ class LocalStack:
                 raise errors[0]
             # e.g. a pip install without npm emulators or moto: say everything that is missing
             raise EmulatorError("; ".join(dict.fromkeys(str(e) for e in errors))) from errors[0]
+        if self._fanout_lifetime_s is not None:
+            self.fanout = FanOutFront(self.kinesis.endpoint,
+                                      lifetime_s=self._fanout_lifetime_s).start()
         return self
 
     def stop(self) -> None:
+        fanout, self.fanout = self.fanout, None
+        if fanout is not None:
+            fanout.stop()
         for emulator in self.emulators:
             emulator.stop()
 
     def environment(self) -> dict[str, str]:
         """What boto3 (and the Java SDK) read to reach these emulators with dummy credentials."""
         return {
-            "AWS_ENDPOINT_URL_KINESIS": self.kinesis.endpoint,
+            "AWS_ENDPOINT_URL_KINESIS": self.kinesis_endpoint,
             "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb.endpoint,
             "AWS_ENDPOINT_URL_CLOUDWATCH": self.cloudwatch.endpoint,
             "AWS_DEFAULT_REGION": DUMMY_REGION,
@@ -367,52 +387,3 @@ class LocalStack:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-def export_lines(environment: dict[str, str]) -> list[str]:
-    return [f"export {name}={shlex.quote(value)}" for name, value in environment.items()]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``kinesis-dstream local``: emulators in the foreground until SIGINT/SIGTERM."""
-    parser = argparse.ArgumentParser(
-        prog="kinesis-dstream local",
-        description="Start local Kinesis and DynamoDB emulators on 127.0.0.1 and print the "
-                    "shell lines that point boto3 and the Java SDK at them.",
-    )
-    parser.add_argument("--kinesis", choices=KINESIS_KINDS, default="kinesis-local")
-    parser.add_argument("--dynamodb", choices=DYNAMODB_KINDS, default="moto")
-    parser.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-
-    stop_requested = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s; stopping emulators", signal.Signals(signum).name)
-        stop_requested.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    stack = LocalStack(args.kinesis, args.dynamodb)
-    try:
-        try:
-            stack.start(args.start_timeout)
-        except EmulatorError as exc:
-            log.error("%s", exc)
-            return 1
-        if stop_requested.is_set():
-            return 0
-        sys.stdout.write("\n".join(export_lines(stack.environment())) + "\n")
-        sys.stdout.flush()
-        log.info("Kinesis (%s) at %s, DynamoDB (%s) at %s; Ctrl-C to stop",
-                 args.kinesis, stack.kinesis.endpoint, args.dynamodb, stack.dynamodb.endpoint)
-        while not stop_requested.wait(1.0):
-            for emulator in stack.emulators:
-                if emulator.process is not None and emulator.process.poll() is not None:
-                    log.error("%s exited unexpectedly with %s", emulator.kind,
-                              emulator.process.returncode)
-                    return 1
-        return 0
-    finally:
-        stack.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

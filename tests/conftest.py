@@ -15,6 +15,8 @@ Quick reference:
     unique_app_name  -> a fresh application (= lease table) name; table deleted at teardown
     make_config(stream, **overrides) -> ConsumerConfig with short timings on these endpoints
     make_fault_proxy(share=0.5, upstream=None, limits=None) -> FaultProxy in front of kinesis_local
+    make_fanout_front(lifetime_s=20, heartbeat_s=1, upstream=None, **settings)
+                     -> FaultyFanOutFront (SubscribeToShard for boto3) in front of kinesis_local
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import emulators  # noqa: E402
 from emulators import AggregatedPut, PutResult, RecordSpec  # noqa: E402
+from fanout_faults import FaultyFanOutFront  # noqa: E402
 from fault_proxy import FaultProxy, ShardLimits  # noqa: E402
 
 from kinesis_dstream.config import ConsumerConfig  # noqa: E402
@@ -257,6 +260,30 @@ def make_fault_proxy(request: pytest.FixtureRequest) -> Iterator[Callable[..., F
         proxy.stop()
 
 
+@pytest.fixture
+def make_fanout_front(request: pytest.FixtureRequest) -> Iterator[Callable[..., FaultyFanOutFront]]:
+    """make_fanout_front(lifetime_s=20, heartbeat_s=1, upstream=None, **settings) -> a started
+    FaultyFanOutFront: kinesis-local (by default) with SubscribeToShard served to boto3.
+
+    Its ``endpoint`` takes every Kinesis call. Short lifetimes and heartbeats keep tests
+    quick; ``settings`` are FanOutFront's (poll_interval_s, read_bytes_per_s, ...). The
+    existing fixtures' emulators stay without a front. Stopped at teardown.
+    """
+    fronts: list[FaultyFanOutFront] = []
+
+    def make(lifetime_s: float = 20.0, heartbeat_s: float = 1.0, upstream: str | None = None,
+             **settings: Any) -> FaultyFanOutFront:
+        upstream = upstream or request.getfixturevalue("kinesis_local")
+        front = FaultyFanOutFront(upstream, lifetime_s=lifetime_s, heartbeat_s=heartbeat_s,
+                                  **settings).start()
+        fronts.append(front)
+        return front
+
+    yield make
+    for front in fronts:
+        front.stop()
+
+
 @pytest.fixture(scope="session")
 def sc() -> Iterator[Any]:
     """The session's one SparkContext; a process can hold only one, so every Spark test
@@ -297,7 +324,7 @@ TIERS = ("unit", "emulator", "spark")
 EMULATOR_FIXTURES = frozenset({
     "kinesis_local", "kinesalite", "dynamodb", "dynalite", "local_env", "kinesis_client",
     "dynamodb_client", "make_stream", "put_records", "put_aggregated", "make_config",
-    "make_fault_proxy"})
+    "make_fault_proxy", "make_fanout_front"})
 SPARK_FIXTURES = frozenset({"sc"})
 
 

@@ -79,6 +79,26 @@ def list_shard_ids(endpoint: str, stream: str) -> list[str]:
         kwargs = {"NextToken": token}
 
 
+def register_consumer(endpoint: str, stream: str, name: str, active: bool = True,
+                      timeout: float = 30.0) -> str:
+    """Register a fan-out consumer on ``stream``; its ARN, once ACTIVE unless ``active`` is False."""
+    kinesis = client("kinesis", endpoint)
+    stream_arn = kinesis.describe_stream_summary(StreamName=stream)[
+        "StreamDescriptionSummary"]["StreamARN"]
+    arn = kinesis.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)[
+        "Consumer"]["ConsumerARN"]
+    deadline = time.monotonic() + timeout
+    while active:
+        status = kinesis.describe_stream_consumer(ConsumerARN=arn)[
+            "ConsumerDescription"]["ConsumerStatus"]
+        if status == "ACTIVE":
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"consumer {name} still {status} after {timeout} s")
+        time.sleep(0.05)
+    return str(arn)
+
+
 @dataclass(frozen=True)
 class PutResult:
     """Where one put Kinesis record landed."""

@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
 
 SHARED = {"config", "errors", "retry", "records", "settings"}
 TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
-EVERYTHING = (SHARED | {"aws", "retrieval", "worker", "multilang", "local", "preflight",
-                        "operations"} | TOP | {"cli", "pyspark"})
+EVERYTHING = (SHARED | {"aws", "retrieval", "worker", "multilang", "local", "local_command",
+                        "fanout_front", "preflight", "operations"} | TOP | {"cli", "pyspark"})
 # part of the package -> what it may import at module level (parts of kinesis_dstream, or
 # "pyspark"). Lazy imports (inside a function) are held to the same rule except in
 # __init__, whose lazy imports of the Spark names are its way of not importing pyspark.
@@ -30,7 +30,11 @@ ALLOWED: dict[str, set[str]] = {
     "retrieval": SHARED | {"aws", "retrieval"},
     "worker": SHARED | {"aws", "retrieval", "worker"},
     "multilang": SHARED | {"aws", "retrieval", "worker", "multilang"},
-    "local": set(SHARED),
+    # The local emulators, the fan-out endpoint in front of kinesis-local, and the command
+    # that serves both: development tools, beside the library, importing none of it.
+    "fanout_front": set(SHARED),
+    "local": SHARED | {"fanout_front"},
+    "local_command": SHARED | {"local"},
     # The operator's command line: the lease table and Kinesis clients, no pyspark (and no
     # sql/, whose offset format it reads as text), so it runs wherever the package does.
     "operations": SHARED | {"aws", "operations"},
@@ -154,6 +158,8 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     ({"__init__.py": "def f():\n    from .sql import source\n"},
      "__init__.py:2 (__init__) lazily imports sql"),
     ({"local.py": "from . import worker\n"}, "local.py:1 (local) imports worker"),
+    ({"fanout_front/bad.py": "from ..aws import kinesis\n"},
+     "fanout_front/bad.py:1 (fanout_front) imports aws"),
     ({"sql/bad.py": "from ..spark.planner import BatchPlanner\n"}, "sql/bad.py:1 (sql) imports spark"),
     ({"retrieval/bad.py": "import pyspark\n"}, "retrieval/bad.py:1 (retrieval) imports pyspark"),
     ({"retrieval/bad.py": "def f():\n    from pyspark import SparkContext\n"},

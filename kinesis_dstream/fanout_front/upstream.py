@@ -1,0 +1,62 @@
+"""Calls from the front to the emulator behind it: Kinesis JSON over loopback HTTP/1.1."""
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import urllib.parse
+from typing import Any
+
+TARGET_PREFIX = "Kinesis_20131202."
+JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
+
+
+class UpstreamError(Exception):
+    """The emulator answered an error: ``code`` is its ``__type``."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+class Upstream:
+    """One kept-alive connection per thread to ``endpoint`` (``http://host:port``)."""
+
+    def __init__(self, endpoint: str) -> None:
+        parsed = urllib.parse.urlsplit(endpoint)
+        if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
+            raise ValueError(f"upstream must be http://host:port, got {endpoint!r}")
+        self.host, self.port = parsed.hostname, parsed.port
+        self._local = threading.local()
+
+    def request(self, method: str, path: str, body: bytes,
+                headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        """Send as is; one retry on a fresh connection if the kept-alive one was closed."""
+        for attempt in (1, 2):
+            conn = getattr(self._local, "conn", None)
+            if conn is None:
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+                self._local.conn = conn
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                reply = conn.getresponse()
+                return reply.status, reply.getheaders(), reply.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                self._local.conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def call(self, operation: str, payload: dict[str, Any],
+             auth: dict[str, str]) -> dict[str, Any]:
+        """A Kinesis call; ``auth`` is the Authorization and X-Amz-Date of the client's own
+        request (the emulator wants them and checks no signature)."""
+        headers = {"Content-Type": JSON_CONTENT_TYPE, "X-Amz-Target": TARGET_PREFIX + operation,
+                   **auth}
+        status, _, data = self.request("POST", "/", json.dumps(payload).encode(), headers)
+        answer = json.loads(data) if data else {}
+        if status != 200:
+            code = str(answer.get("__type", "InternalFailure")).rpartition("#")[2]
+            raise UpstreamError(status, code, str(answer.get("message", answer)))
+        return dict(answer)

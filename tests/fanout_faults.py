@@ -1,0 +1,100 @@
+"""The fan-out front with the faults and counts tests need (``make_fanout_front``).
+
+``FaultyFanOutFront`` is a ``FanOutFront`` that also:
+- counts every call clients make, by (operation, shard id) in ``calls``: GetRecords is
+  attributed to the shard its iterator reads (from the GetShardIterator / GetRecords answer
+  that handed the iterator out), so a test asserts "no GetRecords on this shard";
+- ``cut_after(events)``: the next subscription to push ``events`` events is cut there, the
+  connection closed without the body's last chunk, as a network failure does (``cuts``);
+- ``refuse_next(code, count=1)``: the next ``count`` SubscribeToShard calls are answered with
+  ``code`` (ResourceInUseException, LimitExceededException, ...) as Kinesis answers them;
+- ``deregister_behind(consumer_arn)``: deregisters a consumer on the emulator directly, not
+  through the front, as another client elsewhere would: a running subscription learns of it
+  within a heartbeat and ends with ResourceNotFoundException.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from typing import Any
+
+from kinesis_dstream.fanout_front import FanOutFront, Subscription
+from kinesis_dstream.fanout_front.server import _FrontHandler
+
+_SHARD_ID = re.compile(r"shardId-[0-9]{12}")
+
+
+class FaultyFanOutFront(FanOutFront):
+    def __init__(self, upstream: str, **settings: Any) -> None:
+        super().__init__(upstream, **settings)
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self.cuts = 0
+        self.refused: Counter[str] = Counter()
+        self._cut_after: int | None = None
+        self._refusals: list[str] = []
+        self._iterators: dict[str, str] = {}  # iterator -> shard id
+        self._fault_lock = threading.Lock()
+
+    # -- faults ------------------------------------------------------------------------------
+    def cut_after(self, events: int) -> None:
+        with self._fault_lock:
+            self._cut_after = events
+
+    def refuse_next(self, code: str, count: int = 1) -> None:
+        with self._fault_lock:
+            self._refusals += [code] * count
+
+    def deregister_behind(self, consumer_arn: str) -> None:
+        self.upstream.call("DeregisterStreamConsumer", {"ConsumerARN": consumer_arn},
+                           {"Authorization": "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/"
+                                             "20260101/us-east-1/kinesis/aws4_request, "
+                                             "SignedHeaders=host, Signature=0",
+                            "X-Amz-Date": "20260101T000000Z"})
+
+    def count(self, operation: str, shard_id: str | None = None) -> int:
+        """Calls of ``operation`` (on ``shard_id``, or on any shard)."""
+        return sum(n for (op, shard), n in self.calls.items()
+                   if op == operation and shard_id in (None, shard))
+
+    # -- the front's seams ---------------------------------------------------------------------
+    def subscribe(self, handler: _FrontHandler, body: bytes) -> None:
+        shard = json.loads(body or b"{}").get("ShardId", "")
+        with self._fault_lock:
+            self.calls[("SubscribeToShard", shard)] += 1
+            code = self._refusals.pop(0) if self._refusals else None
+            if code is not None:
+                self.refused[code] += 1
+        if code is not None:
+            handler.send_error_body(code, f"{code} (fan-out fault).")
+            return
+        super().subscribe(handler, body)
+
+    def send(self, subscription: Subscription, message: bytes) -> None:
+        if b"SubscribeToShardEvent" in message[:200]:
+            with self._fault_lock:
+                if self._cut_after is not None and subscription.events_sent >= self._cut_after:
+                    self._cut_after = None
+                    self.cuts += 1
+                    raise ConnectionResetError("cut by the fan-out fault")
+        super().send(subscription, message)
+
+    def exchange(self, operation: str, method: str, path: str, body: bytes,
+                 headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
+        request = json.loads(body or b"{}") if body else {}
+        with self._fault_lock:
+            if operation == "GetRecords":
+                shard = self._iterators.get(request.get("ShardIterator", ""), "")
+            else:
+                found = set(_SHARD_ID.findall(body.decode("utf-8", "replace")))
+                shard = found.pop() if len(found) == 1 else ""
+            self.calls[(operation, shard)] += 1
+        status, reply_headers, data = super().exchange(operation, method, path, body, headers)
+        if status == 200 and operation in ("GetShardIterator", "GetRecords"):
+            handed = json.loads(data).get("ShardIterator" if operation == "GetShardIterator"
+                                          else "NextShardIterator")
+            if handed:
+                with self._fault_lock:
+                    self._iterators[handed] = shard
+        return status, reply_headers, data

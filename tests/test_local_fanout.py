@@ -1,0 +1,326 @@
+"""The fan-out front (kinesis_dstream.fanout_front): SubscribeToShard served to boto3 as
+Kinesis serves it, its rules, and the tests' fan-out faults (tests/fanout_faults.py).
+
+The emulator tests drive boto3's own ``subscribe_to_shard`` through ``make_fanout_front``;
+the unit tests decode the front's frames with botocore's own event-stream decoder.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import boto3
+import botocore.config
+import emulators
+import pytest
+from botocore.eventstream import EventStreamBuffer
+from botocore.exceptions import ClientError, EventStreamError
+
+from kinesis_dstream.fanout_front import ReadPacer, Refused, SubscribeRules, frames
+from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+
+SHARD0 = "shardId-000000000000"
+
+
+# ---- unit: frames and rules ------------------------------------------------------------------
+
+def _decode(data: bytes) -> list[Any]:
+    buffer = EventStreamBuffer()
+    buffer.add_data(data)
+    return list(buffer)
+
+
+@pytest.mark.unit
+def test_botocore_decodes_the_frames():
+    body = {"Records": [{"SequenceNumber": "1", "Data": "YQ==", "PartitionKey": "k",
+                         "ApproximateArrivalTimestamp": 1.5}],
+            "ContinuationSequenceNumber": "1", "MillisBehindLatest": 0}
+    messages = _decode(frames.event("initial-response", {})
+                       + frames.event("SubscribeToShardEvent", body)
+                       + frames.exception("ResourceInUseException", "taken over"))
+    assert [m.headers for m in messages] == [
+        {":message-type": "event", ":event-type": "initial-response",
+         ":content-type": "application/json"},
+        {":message-type": "event", ":event-type": "SubscribeToShardEvent",
+         ":content-type": "application/json"},
+        {":message-type": "exception", ":exception-type": "ResourceInUseException",
+         ":content-type": "application/json"}]
+    assert [json.loads(m.payload) for m in messages] == [{}, body, {"message": "taken over"}]
+
+
+@pytest.mark.unit
+def test_frames_split_across_reads_and_unicode_headers_decode():
+    message = frames.encode_message({"é": "ü" * 300}, b"x" * 70000)
+    buffer = EventStreamBuffer()
+    decoded = []
+    for start in range(0, len(message), 4096):  # as chunks arrive from the socket
+        buffer.add_data(message[start:start + 4096])
+        decoded += list(buffer)
+    assert len(decoded) == 1
+    assert decoded[0].headers == {"é": "ü" * 300} and decoded[0].payload == b"x" * 70000
+
+
+@pytest.mark.unit
+def test_a_corrupted_frame_fails_botocore_checksums():
+    message = bytearray(frames.event("SubscribeToShardEvent", {"Records": []}))
+    message[-6] ^= 0xFF  # a payload byte
+    with pytest.raises(Exception, match="(?i)checksum|crc"):
+        _decode(bytes(message))
+
+
+@pytest.mark.unit
+def test_chunks_are_http_chunked_encoding():
+    assert frames.chunk(b"abc") == b"3\r\nabc\r\n"
+    assert frames.chunk(b"x" * 26) == b"1A\r\n" + b"x" * 26 + b"\r\n"
+    assert frames.chunk(b"") == b"0\r\n\r\n"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.unit
+def test_subscribe_rules_one_call_a_second_and_five_seconds_to_take_over():
+    clock = _Clock()
+    rules: SubscribeRules[str] = SubscribeRules(clock=clock)
+    rules.admit("c", "s")
+    assert rules.succeeded("c", "s", "first") is None
+    rules.admit("c", "other-shard")  # the rules are per (consumer, shard)
+    rules.admit("other-consumer", "s")
+    clock.now += 0.5
+    with pytest.raises(Refused) as limit:
+        rules.admit("c", "s")
+    assert limit.value.code == "LimitExceededException"
+    clock.now += 0.6  # 1.1 s after the first call: the refused one did not count
+    with pytest.raises(Refused) as in_use:
+        rules.admit("c", "s")
+    assert in_use.value.code == "ResourceInUseException"
+    clock.now += 3.9  # 5.0 s after the success
+    rules.admit("c", "s")
+    assert rules.succeeded("c", "s", "second") == "first"
+    assert rules.current() == ["second"]
+    rules.ended("c", "s", "first")  # the old one ending does not drop the new one
+    assert rules.current() == ["second"]
+    rules.ended("c", "s", "second")
+    assert rules.current() == []
+
+
+@pytest.mark.unit
+def test_read_pacer_holds_a_consumer_to_its_rate():
+    clock = _Clock()
+    pacer = ReadPacer(1000, clock=clock)
+    key = ("c", "s")
+    assert pacer.wait_s(key) == 0
+    pacer.charge(key, 3000)  # a big event goes, and puts the budget 2 s in debt
+    assert pacer.wait_s(key) == pytest.approx(2.0, abs=0.01)
+    assert pacer.wait_s(("c", "other")) == 0  # per shard
+    clock.now += 2.01
+    assert pacer.wait_s(key) == 0
+    clock.now += 60  # idle time refills one second's worth, no more
+    pacer.charge(key, 1500)
+    assert pacer.wait_s(key) == pytest.approx(0.5, abs=0.01)
+
+
+# ---- emulator: boto3's subscribe_to_shard through the front ----------------------------------
+
+def _client(endpoint: str, read_timeout: float = 15) -> Any:
+    return boto3.client(
+        "kinesis", endpoint_url=endpoint, region_name=DUMMY_REGION,
+        aws_access_key_id=DUMMY_ACCESS_KEY_ID, aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+        config=botocore.config.Config(read_timeout=read_timeout,
+                                      retries={"total_max_attempts": 1}))
+
+
+class Reader:
+    """Reads one subscription's events on a thread: ``events`` as they come, then ``end``
+    ("ended" when the body ended, else the exception that ended the iteration)."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        self.response = response
+        self.events: list[dict[str, Any]] = []
+        self.arrived: list[float] = []
+        self.end: Any = None
+        self.done = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            for event in self.response["EventStream"]:
+                self.events.append(event["SubscribeToShardEvent"])
+                self.arrived.append(time.monotonic())
+            self.end = "ended"
+        except Exception as exc:  # noqa: BLE001 - what ended the stream is the result
+            self.end = exc
+        finally:
+            self.done.set()
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [r for event in self.events for r in event["Records"]]
+
+    def data(self) -> list[bytes]:
+        return [r["Data"] for r in self.records]
+
+    def wait(self, condition: Any, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; events {self.events}, end {self.end!r}")
+            time.sleep(0.02)
+
+
+def _subscribe(kinesis: Any, consumer: str, shard: str = SHARD0, **position: Any) -> Reader:
+    position.setdefault("Type", "TRIM_HORIZON")
+    return Reader(kinesis.subscribe_to_shard(ConsumerARN=consumer, ShardId=shard,
+                                             StartingPosition=position))
+
+
+def _code(exc_info: pytest.ExceptionInfo) -> str:
+    return str(exc_info.value.response["Error"]["Code"])
+
+
+@pytest.fixture
+def fanout(make_fanout_front, make_stream):
+    """(front, client, stream, consumer ARN): a one-shard stream with an ACTIVE consumer."""
+
+    def make(shards: int = 1, **settings: Any) -> tuple[Any, Any, str, str]:
+        front = make_fanout_front(**settings)
+        stream = make_stream(shards)
+        consumer = emulators.register_consumer(front.endpoint, stream, "app")
+        return front, _client(front.endpoint), stream, consumer
+
+    return make
+
+
+@pytest.mark.emulator
+def test_a_creating_consumer_is_refused_then_served_once_active(make_fanout_front, make_stream):
+    front = make_fanout_front()
+    stream = make_stream(1)
+    kinesis = _client(front.endpoint)
+    consumer = emulators.register_consumer(front.endpoint, stream, "app", active=False)
+    with pytest.raises(ClientError) as creating:
+        kinesis.subscribe_to_shard(ConsumerARN=consumer, ShardId=SHARD0,
+                                   StartingPosition={"Type": "TRIM_HORIZON"})
+    assert _code(creating) == "ResourceInUseException"
+    assert creating.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    deadline = time.monotonic() + 10
+    while kinesis.describe_stream_consumer(ConsumerARN=consumer)[
+            "ConsumerDescription"]["ConsumerStatus"] != "ACTIVE":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    emulators.put_records(front.endpoint, stream, [b"a", b"b", b"c"])
+    # the 5 s rule counts from a successful call: the refused one does not block this one
+    response = kinesis.subscribe_to_shard(ConsumerARN=consumer, ShardId=SHARD0,
+                                          StartingPosition={"Type": "TRIM_HORIZON"})
+    headers = response["ResponseMetadata"]["HTTPHeaders"]
+    assert headers["content-type"] == "application/vnd.amazon.eventstream"
+    assert headers["transfer-encoding"] == "chunked"
+    reader = Reader(response)
+    reader.wait(lambda: len(reader.records) == 3)
+    assert reader.data() == [b"a", b"b", b"c"]
+    record = reader.records[0]
+    assert set(record) >= {"SequenceNumber", "ApproximateArrivalTimestamp", "Data",
+                           "PartitionKey"}
+    assert reader.events[-1]["ContinuationSequenceNumber"] == reader.records[-1]["SequenceNumber"]
+    assert front.count("GetRecords") == 0 and front.count("SubscribeToShard", SHARD0) == 2
+
+
+@pytest.mark.emulator
+def test_records_in_order_exactly_once_across_the_lifetime_and_a_resubscription(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=6.0)
+    emulators.put_records(front.endpoint, stream, [f"r{i}" for i in range(40)])
+    started = time.monotonic()
+    first = _subscribe(kinesis, consumer)
+    with emulators.Producer(front.endpoint, stream, "p", batch=5, interval_s=0.3) as producer:
+        first.wait(lambda: first.done.is_set(), timeout=15)
+        assert first.end == "ended"  # the lifetime's end: the body just ends, no error
+        assert 5.9 < first.arrived[-1] - started + 0.2 and time.monotonic() - started < 9
+        continuation = first.events[-1]["ContinuationSequenceNumber"]
+        assert continuation == first.records[-1]["SequenceNumber"]
+        second = _subscribe(kinesis, consumer, Type="AFTER_SEQUENCE_NUMBER",
+                            SequenceNumber=continuation)
+    put = [f"r{i}".encode() for i in range(40)] + sorted(
+        (d.encode() for d in producer.sent), key=lambda d: (int(d[1:].split(b"-")[0]),
+                                                            int(d.split(b"-")[1])))
+    second.wait(lambda: len(first.records) + len(second.records) >= len(put))
+    assert first.data() + second.data() == put  # in order, none twice, none lost
+    sequence = [int(r["SequenceNumber"]) for r in first.records + second.records]
+    assert sequence == sorted(sequence)
+    assert front.count("GetRecords") == 0 and front.count("SubscribeToShard") == 2
+
+
+@pytest.mark.emulator
+def test_every_starting_position(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
+    emulators.put_records(front.endpoint, stream, [b"a"])
+    time.sleep(0.1)  # b's arrival timestamp after a's: one PutRecords stamps them all alike
+    middle = emulators.put_records(front.endpoint, stream, [b"b", b"c"])[0]
+    record = kinesis.get_records(ShardIterator=kinesis.get_shard_iterator(
+        StreamName=stream, ShardId=SHARD0, ShardIteratorType="AT_SEQUENCE_NUMBER",
+        StartingSequenceNumber=middle.sequence_number)["ShardIterator"])["Records"][0]
+    positions = {
+        "TRIM_HORIZON": ({"Type": "TRIM_HORIZON"}, [b"a", b"b", b"c"]),
+        "AT_SEQUENCE_NUMBER": ({"Type": "AT_SEQUENCE_NUMBER",
+                                "SequenceNumber": middle.sequence_number}, [b"b", b"c"]),
+        "AFTER_SEQUENCE_NUMBER": ({"Type": "AFTER_SEQUENCE_NUMBER",
+                                   "SequenceNumber": middle.sequence_number}, [b"c"]),
+        "AT_TIMESTAMP": ({"Type": "AT_TIMESTAMP",
+                          "Timestamp": record["ApproximateArrivalTimestamp"]}, [b"b", b"c"]),
+    }
+    readers = {}
+    for shard_consumer, (name, (position, _)) in enumerate(positions.items()):
+        arn = emulators.register_consumer(front.endpoint, stream, f"c{shard_consumer}")
+        readers[name] = _subscribe(kinesis, arn, **position)
+    latest = _subscribe(kinesis, consumer, Type="LATEST")
+    emulators.put_records(front.endpoint, stream, [b"d"])
+    for name, (_, expected) in positions.items():
+        reader = readers[name]
+        reader.wait(lambda r=reader: r.data()[-1:] == [b"d"])
+        assert reader.data() == expected + [b"d"], name
+    latest.wait(lambda: latest.data() == [b"d"])
+
+
+@pytest.mark.emulator
+def test_heartbeats_on_an_idle_shard_and_a_latest_continuation_that_skips_nothing(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=7.0, heartbeat_s=0.5)
+    old = emulators.put_records(front.endpoint, stream, [b"old-1", b"old-2"])
+    reader = _subscribe(kinesis, consumer, Type="LATEST")
+    reader.wait(lambda: len(reader.events) >= 3, timeout=5)
+    assert all(e["Records"] == [] for e in reader.events)
+    gaps = [b - a for a, b in zip(reader.arrived, reader.arrived[1:], strict=False)]
+    assert max(gaps) < 1.0
+    # a heartbeat's continuation is the record before the LATEST start: resubscribing
+    # AFTER it reads exactly what came after the start
+    assert {e["ContinuationSequenceNumber"] for e in reader.events} == {old[-1].sequence_number}
+    put_at = time.monotonic()
+    emulators.put_records(front.endpoint, stream, [b"new"])
+    reader.wait(lambda: reader.data() == [b"new"])
+    assert reader.arrived[-1] - put_at < 1.0  # pushed, not waited for
+
+
+@pytest.mark.emulator
+def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
+    first = _subscribe(kinesis, consumer)
+    succeeded = time.monotonic()
+    with pytest.raises(ClientError) as limit:
+        _subscribe(kinesis, consumer)
+    assert _code(limit) == "LimitExceededException"
+    time.sleep(1.1)
+    with pytest.raises(ClientError) as in_use:
+        _subscribe(kinesis, consumer)
+    assert _code(in_use) == "ResourceInUseException"
+    time.sleep(max(0.0, succeeded + 5.05 - time.monotonic()))
+    emulators.put_records(front.endpoint, stream, [b"x"])
+    second = _subscribe(kinesis, consumer)
+    first.wait(lambda: first.done.is_set(), timeout=5)
+    assert isinstance(first.end, EventStreamError)
+    assert first.end.response["Error"]["Code"] == "ResourceInUseException"
+    second.wait(lambda: second.data() == [b"x"])
+    assert not second.done.is_set()
