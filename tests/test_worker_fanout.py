@@ -143,6 +143,8 @@ def test_a_lease_moved_to_another_worker_hands_the_subscription_over_losing_noth
     finally:
         second.shutdown(timeout_s=10)
         first.shutdown(timeout_s=10)
+    # Stopped workers close their subscriptions (60 s lifetimes would outlast the test).
+    wait_for(lambda: not front.subscriptions(), 5, "the subscriptions closed")
     # Nothing lost; a record delivered twice only on the moved shard, after its checkpoint.
     data = Counter(r.binary_data.decode() for _, _, r, _ in delivered if r != "SHARD_END")
     assert set(data) == expected
