@@ -113,6 +113,36 @@ def test_worker_reads_every_record_once_by_fan_out_without_get_records(
     assert consumer_status(kinesis_local, stream, config.application_name) == "ACTIVE"
 
 
+@pytest.mark.timeout(60)
+def test_a_cut_subscription_and_refused_subscribes_lose_and_repeat_nothing(
+        aws_env, kinesis_local, make_stream, make_config, make_fanout_front):
+    stream = make_stream(1)
+    front = make_fanout_front(lifetime_s=60, heartbeat_s=1)
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    delivered: list = []
+    lock = threading.Lock()
+    expected = put_mixed(kinesis_local, stream, "first", 40)
+    front.cut_after(3)  # the first subscription dies after three events, mid-stream
+    front.refuse_next("ResourceInUseException")
+    front.refuse_next("LimitExceededException")
+    scheduler = Scheduler(config, recorder(delivered, lock, "a"))
+    scheduler.start()
+    try:
+        for round_ in range(5):
+            expected |= put_mixed(kinesis_local, stream, f"more-{round_}", 10)
+            time.sleep(0.3)
+        wait_for(lambda: front.cuts == 1 and len(delivered) >= len(expected), 30,
+                 "every record after the cut")
+        (metrics,) = scheduler.metrics().values()
+    finally:
+        scheduler.shutdown(timeout_s=10)
+    data = Counter(r.binary_data.decode() for _, _, r, _ in delivered)
+    assert set(data) == expected and max(data.values()) == 1
+    assert front.refused == {"ResourceInUseException": 1, "LimitExceededException": 1}
+    assert metrics.resubscriptions >= 1  # after the cut, from the last event's continuation
+    assert front.count("GetRecords") == 0
+
+
 @pytest.mark.timeout(120)
 def test_a_lease_moved_to_another_worker_hands_the_subscription_over_losing_nothing(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fanout_front):
