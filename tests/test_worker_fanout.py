@@ -290,3 +290,9 @@ def test_kclpy_sample_properties_without_retrieval_mode_read_by_fan_out(
     assert front.count("SubscribeToShard") >= 2
     assert consumer_status(kinesis_local, stream, unique_app_name) == "ACTIVE"
     assert "reads by enhanced fan-out" in daemon.log()
+    # CloudWatch (moto): the KCL's ProcessTask metrics, and none of polling's GetRecords ones
+    cloudwatch = emulators.client("cloudwatch", local_env["AWS_ENDPOINT_URL_CLOUDWATCH"])
+    names = {m["MetricName"] for m in cloudwatch.list_metrics(
+        Namespace=unique_app_name)["Metrics"]}
+    assert {"RecordsProcessed", "MillisBehindLatest"} <= names, names
+    assert not [name for name in names if name.startswith("KinesisDataFetcher")], names
