@@ -217,6 +217,15 @@ def test_a_split_ends_the_parent_by_child_shards_and_children_follow_it(
         expected |= put_mixed(kinesis_local, stream, "child", 100)
         wait_for(lambda: {r.binary_data.decode() for _, _, r, _ in delivered
                           if r != "SHARD_END"} >= expected, 60, "parent and children")
+        # The children are subscribed now: what is written to them arrives within 2 s.
+        put_at = time.monotonic()
+        late = put_mixed(kinesis_local, stream, "late", 20)
+        expected |= late
+        wait_for(lambda: {r.binary_data.decode() for _, _, r, _ in delivered
+                          if r != "SHARD_END"} >= expected, 10, "the late child records")
+        late_at = max(at for _, _, r, at in delivered
+                      if r != "SHARD_END" and r.binary_data.decode() in late)
+        assert late_at - put_at < 2.0
     finally:
         scheduler.shutdown(timeout_s=10)
     data = Counter(r.binary_data.decode() for _, _, r, _ in delivered if r != "SHARD_END")
@@ -235,6 +244,59 @@ def test_a_split_ends_the_parent_by_child_shards_and_children_follow_it(
     # the parent's end came from its last event: a null continuation and ChildShards
     assert f"shard {parent['ShardId']} reached its end; children {sorted(children)}" in caplog.text
     assert front.count("GetRecords") == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_shard_idle_at_latest_for_two_lifetimes_gets_its_first_records_within_2_s(
+        aws_env, kinesis_local, make_stream, make_config, make_fanout_front):
+    """The awslabs connector's fan-out looped silently on idle shards (its issue #91): here a
+    shard read from LATEST, idle across two subscription lifetimes, is read at once."""
+    stream = make_stream(1)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    put_mixed(kinesis_local, stream, "before-start", 10)  # LATEST: never delivered
+    # polling's pause at the tip means nothing to a pushed shard
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT",
+                         initial_position="LATEST", idle_time_between_reads_ms=5000)
+    delivered: list = []
+    scheduler = Scheduler(config, recorder(delivered, threading.Lock(), "a"))
+    scheduler.start()
+    try:
+        (shard_id,) = emulators.list_shard_ids(kinesis_local, stream)
+        wait_for(lambda: front.count("SubscribeToShard", shard_id) >= 3, 2 * LIFETIME_S + 10,
+                 "two subscription lifetimes")
+        put_at = time.monotonic()
+        expected = put_mixed(kinesis_local, stream, "after-idle", 10)
+        wait_for(lambda: len(delivered) >= len(expected), 10, "the records after the idle time")
+    finally:
+        scheduler.shutdown(timeout_s=10)
+    assert {r.binary_data.decode() for _, _, r, _ in delivered} == expected
+    assert max(at for _, _, _, at in delivered) - put_at < 2.0
+
+
+@pytest.mark.timeout(60)
+def test_two_workers_registering_one_consumer_at_once_share_it(
+        aws_env, kinesis_local, make_stream, make_config, make_fanout_front):
+    from kinesis_dstream.aws.kinesis import KinesisClient
+    from kinesis_dstream.aws.stream_consumer import register_stream_consumer
+
+    stream = make_stream(1)
+    front = make_fanout_front()
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    arns: list[str] = []
+    start = threading.Barrier(2)
+
+    def register() -> None:
+        kinesis = KinesisClient(config)
+        start.wait()
+        arns.append(register_stream_consumer(kinesis, "shared-name"))
+
+    threads = [threading.Thread(target=register) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(arns) == 2 and arns[0] == arns[1]
+    assert consumer_status(kinesis_local, stream, "shared-name") == "ACTIVE"
 
 
 @pytest.mark.timeout(90)
