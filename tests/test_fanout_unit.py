@@ -13,7 +13,11 @@ import pytest
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.kpl import Aggregate
 from kinesis_dstream.config import ConsumerConfig
-from kinesis_dstream.errors import ThrottlingError, TransientServiceError
+from kinesis_dstream.errors import (
+    ConsumerRegistrationError,
+    ThrottlingError,
+    TransientServiceError,
+)
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.retrieval import open_source
 from kinesis_dstream.retrieval.fanout import BUFFER_EVENTS, FanOutRecordsPublisher
@@ -77,9 +81,15 @@ class FakeKinesis:
 
     meta = None
 
-    def __init__(self, *answers: FakeStream | Exception) -> None:
+    def __init__(self, *answers: FakeStream | Exception, consumer: str | None = "ACTIVE") -> None:
         self.answers = list(answers)
         self.calls: list[dict] = []
+        self.consumer = consumer  # its status; None: deregistered
+
+    def describe_stream_consumer(self, **kwargs: Any) -> dict:
+        if self.consumer is None:
+            raise client_error("ResourceNotFoundException")
+        return {"ConsumerDescription": {"ConsumerARN": ARN, "ConsumerStatus": self.consumer}}
 
     def subscribe_to_shard(self, **kwargs: Any) -> dict:
         self.calls.append(kwargs)
@@ -171,10 +181,33 @@ def test_a_null_continuation_is_the_shard_end_with_its_children():
     assert len(fake.calls) == 1
 
 
+def test_a_null_continuation_without_children_is_invalid_and_read_again():
+    fake = FakeKinesis(FakeStream([event([record(3)], "3"), event([record(4)], None)]),
+                       FakeStream([event([record(4)], None, children=("shardId-1",))]))
+    publisher = source(fake)
+    assert read_until(publisher, 1) == ["3/0"]
+    with pytest.raises(TransientServiceError):
+        publisher.get_records()
+    result = publisher.get_records()
+    assert result.shard_end and [str(r.extended_sequence_number) for r in result.records] == ["4/0"]
+    assert fake.calls[1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
+                                                 "SequenceNumber": "3"}
+
+
 def test_resource_not_found_on_subscribe_ends_the_shard_as_the_kcl_does():
     publisher = source(FakeKinesis(client_error("ResourceNotFoundException")))
     result = publisher.get_records()
     assert result.shard_end and result.child_shard_ids == []
+
+
+def test_a_deregistered_consumer_is_an_error_to_wait_out_never_a_shard_end():
+    fake = FakeKinesis(client_error("ResourceNotFoundException"),
+                       FakeStream([event([record(1)], "1")]), consumer=None)
+    publisher = source(fake)
+    with pytest.raises(ConsumerRegistrationError, match="deregistered"):
+        publisher.get_records()
+    fake.consumer = "ACTIVE"  # registered again (by the same ARN, in this fake)
+    assert read_until(publisher, 1) == ["1/0"]
 
 
 def test_errors_reach_the_caller_as_ours_and_the_next_read_resubscribes():

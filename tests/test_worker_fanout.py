@@ -143,6 +143,37 @@ def test_a_cut_subscription_and_refused_subscribes_lose_and_repeat_nothing(
     assert front.count("GetRecords") == 0
 
 
+@pytest.mark.timeout(60)
+def test_a_consumer_deregistered_behind_the_worker_stalls_the_shard_but_never_ends_it(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fanout_front):
+    """ResourceNotFound on a subscribe ends a shard, as the KCL reads it; but when the gone
+    resource is our consumer, ending would checkpoint an open shard at SHARD_END for good."""
+    stream = make_stream(1)
+    front = make_fanout_front(lifetime_s=60, heartbeat_s=1)
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    delivered: list = []
+    expected = put_mixed(kinesis_local, stream, "before", 20)
+    scheduler = Scheduler(config, recorder(delivered, threading.Lock(), "a"))
+    scheduler.start()
+    try:
+        wait_for(lambda: len(delivered) >= len(expected), 30, "the first records")
+        subscribed = front.count("SubscribeToShard")
+        front.deregister_behind(scheduler.consumer_arn)
+        # subscribes refused with ResourceNotFound, waited out, the shard never ended
+        wait_for(lambda: front.count("SubscribeToShard") >= subscribed + 3, 20,
+                 "resubscriptions after the deregistration")
+        (metrics,) = scheduler.metrics().values()
+    finally:
+        scheduler.shutdown(timeout_s=10)
+    (shard_id,) = emulators.list_shard_ids(kinesis_local, stream)
+    lease = emulators.client("dynamodb", dynamodb).get_item(
+        TableName=config.application_name, Key={"leaseKey": {"S": shard_id}},
+        ConsistentRead=True)["Item"]
+    assert lease["checkpoint"]["S"] != "SHARD_END"
+    assert metrics.state == "processing"
+    assert not [r for _, _, r, _ in delivered if r == "SHARD_END"]
+
+
 @pytest.mark.timeout(120)
 def test_a_lease_moved_to_another_worker_hands_the_subscription_over_losing_nothing(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fanout_front):

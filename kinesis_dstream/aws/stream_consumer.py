@@ -78,6 +78,12 @@ def check_stream_consumer(kinesis: KinesisClient, consumer_arn: str, *,
         raise ConsumerRegistrationError(f"{where} is not usable: {exc}{_hint(exc)}") from exc
 
 
+def consumer_status(kinesis: KinesisClient, consumer_arn: str) -> str | None:
+    """CREATING, ACTIVE or DELETING; None once the consumer is gone."""
+    described = _describe(kinesis, f"fan-out consumer {consumer_arn}", ConsumerARN=consumer_arn)
+    return None if described is None else described.get("ConsumerStatus")
+
+
 def deregister_stream_consumer(kinesis: KinesisClient, consumer_arn: str) -> bool:
     """Deregister a consumer; False if it was gone already. Never called by a worker."""
     try:

@@ -13,8 +13,10 @@ aggregates included) or at the TRIM_HORIZON/LATEST/AT_TIMESTAMP position; when a
 subscription ends (after 5 minutes, cut, failed) the next starts AFTER_SEQUENCE_NUMBER the
 ContinuationSequenceNumber of the last event taken. Events are taken in order and a
 subscription's end is queued after its events, so none is skipped or read twice. A null
-continuation is the shard's end, with its ChildShards; ResourceNotFound on a subscribe is
-the end too, without children, as the KCL reads it (shard gone).
+continuation is the shard's end, with its ChildShards (without them the event is invalid, as
+the KCL judges it, and read again); ResourceNotFound on a subscribe is the end too, without
+children, as the KCL reads it (the shard or the stream gone), unless our consumer is what is
+gone: then the source raises, and the caller waits, rather than end an open shard.
 """
 from __future__ import annotations
 
@@ -28,8 +30,14 @@ from typing import Any
 
 from ..aws.kinesis import KinesisClient, subscription_error
 from ..aws.kpl import deaggregate
+from ..aws.stream_consumer import consumer_status
 from ..config import ConsumerConfig
-from ..errors import ConfigurationError, StreamNotFoundError
+from ..errors import (
+    ConfigurationError,
+    ConsumerRegistrationError,
+    StreamNotFoundError,
+    TransientServiceError,
+)
 from ..records import (
     AT_TIMESTAMP,
     LATEST,
@@ -189,7 +197,13 @@ class FanOutRecordsPublisher:
             stream = self._kinesis.subscribe_to_shard(self._consumer_arn, self.shard_id,
                                                       position)
         except StreamNotFoundError as exc:
-            # The KCL's reading: the shard is gone (or the consumer was deregistered).
+            if consumer_status(self._kinesis, self._consumer_arn) in (None, "DELETING"):
+                # Not the shard: our consumer. Ending the shard here (the KCL does) would
+                # checkpoint an open shard at SHARD_END; waiting loses nothing.
+                raise ConsumerRegistrationError(
+                    f"shard {self.shard_id}: fan-out consumer {self._consumer_arn} was "
+                    "deregistered; reading waits (restart the worker to register it "
+                    "again)") from exc
             log.warning("shard %s: %s; treating the shard as ended, as the KCL does",
                         self.shard_id, exc)
             self._shard_end = True
@@ -226,12 +240,18 @@ class FanOutRecordsPublisher:
 
     # -- events ---------------------------------------------------------------------------------
     def _take(self, event: dict) -> GetRecordsResult:
+        continuation = event.get("ContinuationSequenceNumber")
+        if continuation is None and not event.get("ChildShards"):
+            # The KCL's DataRetrievalUtil rejects this mix (a shard's end names its children):
+            # read it again from the last continuation rather than end the shard on it.
+            self._close_subscription()
+            raise TransientServiceError(f"shard {self.shard_id}: an event with neither a "
+                                        "continuation nor child shards; resubscribing")
         kinesis_records = event.get("Records") or []
         records = deaggregate(kinesis_records, self.shard_id)
         if self._skip_through is not None and records:
             records = self._drop_through(records)
         self._millis_behind_latest = event.get("MillisBehindLatest")
-        continuation = event.get("ContinuationSequenceNumber")
         if continuation is None:
             self._shard_end = True
             self._child_shard_ids = [c["ShardId"] for c in event.get("ChildShards") or ()]

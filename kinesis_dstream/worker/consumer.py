@@ -227,7 +227,7 @@ class ShardConsumer:
     def _process_loop(self, fetcher: RecordSource, processor: ShardRecordProcessor) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        pacer = self._pacer("GetRecords")
+        pacer = self._pacer("SubscribeToShard" if fetcher.pushes else "GetRecords")
         while True:
             if self._reason is not None:
                 return self._shut_down(processor)
