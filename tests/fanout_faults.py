@@ -8,6 +8,8 @@
   connection closed without the body's last chunk, as a network failure does (``cuts``);
 - ``refuse_next(code, count=1)``: the next ``count`` SubscribeToShard calls are answered with
   ``code`` (ResourceInUseException, LimitExceededException, ...) as Kinesis answers them;
+- counts the front's own calls to the emulator by operation in ``upstream_calls`` (what a
+  subscription costs the emulator);
 - ``deregister_behind(consumer_arn)``: deregisters a consumer on the emulator directly, not
   through the front, as another client elsewhere would: a running subscription learns of it
   within a heartbeat and ends with ResourceNotFoundException.
@@ -36,6 +38,15 @@ class FaultyFanOutFront(FanOutFront):
         self._refusals: list[str] = []
         self._iterators: dict[str, str] = {}  # iterator -> shard id
         self._fault_lock = threading.Lock()
+        self.upstream_calls: Counter[str] = Counter()
+        call = self.upstream.call
+
+        def counted(operation: str, payload: dict[str, Any], auth: dict[str, str]) -> Any:
+            with self._fault_lock:
+                self.upstream_calls[operation] += 1
+            return call(operation, payload, auth)
+
+        self.upstream.call = counted  # type: ignore[method-assign]
 
     # -- faults ------------------------------------------------------------------------------
     def cut_after(self, events: int) -> None:

@@ -305,6 +305,20 @@ def test_heartbeats_on_an_idle_shard_and_a_latest_continuation_that_skips_nothin
 
 
 @pytest.mark.emulator
+def test_an_idle_subscription_polls_the_emulator_less_often(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
+                                              poll_interval_s=0.1, idle_poll_interval_s=0.5)
+    reader = _subscribe(kinesis, consumer, Type="LATEST")
+    time.sleep(3.0)
+    # 0.1, 0.2, 0.4, then every 0.5 s: about 8 GetRecords in 3 s, not 30
+    assert 4 <= front.upstream_calls["GetRecords"] <= 12
+    put_at = time.monotonic()
+    emulators.put_records(front.endpoint, stream, [b"after-idle"])
+    reader.wait(lambda: reader.data() == [b"after-idle"])
+    assert reader.arrived[-1] - put_at < 1.0
+
+
+@pytest.mark.emulator
 def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
     first = _subscribe(kinesis, consumer)
@@ -324,3 +338,182 @@ def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
     assert first.end.response["Error"]["Code"] == "ResourceInUseException"
     second.wait(lambda: second.data() == [b"x"])
     assert not second.done.is_set()
+
+
+@pytest.mark.emulator
+def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=2.0)
+    other = emulators.register_consumer(front.endpoint, stream, "other")
+    emulators.put_records(front.endpoint, stream, [b"a"])  # a first event at once
+    unknown = consumer.replace("/consumer/app:", "/consumer/nobody:")
+    for arn, shard in ((unknown, SHARD0), (consumer, "shardId-000000000009")):
+        with pytest.raises(ClientError) as missing:
+            _subscribe(kinesis, arn, shard=shard)
+        assert _code(missing) == "ResourceNotFoundException"
+        assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+    # deregistered through the endpoint: its subscription ends at once
+    reader = _subscribe(kinesis, consumer)
+    reader.wait(lambda: len(reader.events) >= 1)
+    asked = time.monotonic()
+    kinesis.deregister_stream_consumer(ConsumerARN=consumer)
+    reader.wait(lambda: reader.done.is_set(), timeout=5)
+    assert time.monotonic() - asked < 0.5  # not at the next heartbeat's check
+    assert isinstance(reader.end, EventStreamError)
+    assert reader.end.response["Error"]["Code"] == "ResourceNotFoundException"
+    time.sleep(1.0)
+    with pytest.raises(ClientError) as gone:
+        _subscribe(kinesis, consumer)
+    assert _code(gone) == "ResourceNotFoundException"
+
+    # deregistered elsewhere (on the emulator itself): noticed within a heartbeat or two
+    behind = _subscribe(kinesis, other)
+    behind.wait(lambda: len(behind.events) >= 1)
+    front.deregister_behind(other)
+    behind.wait(lambda: behind.done.is_set(), timeout=6)
+    assert behind.end.response["Error"]["Code"] == "ResourceNotFoundException"
+
+
+@pytest.mark.emulator
+def test_a_split_parent_ends_with_no_continuation_and_its_child_shards(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
+    emulators.put_records(front.endpoint, stream, [b"before-1", b"before-2"])
+    reader = _subscribe(kinesis, consumer)
+    reader.wait(lambda: len(reader.records) == 2)
+    kinesis.split_shard(StreamName=stream, ShardToSplit=SHARD0,
+                        NewStartingHashKey=str(2**127))
+    reader.wait(lambda: reader.done.is_set(), timeout=10)
+    emulators.wait_stream_active(kinesis, stream)
+    assert reader.end == "ended"
+    last = reader.events[-1]
+    assert last.get("ContinuationSequenceNumber") is None and last["Records"] == []
+    assert sorted(c["ShardId"] for c in last["ChildShards"]) == [
+        "shardId-000000000001", "shardId-000000000002"]
+    assert all(c["ParentShards"] == [SHARD0] for c in last["ChildShards"])
+    assert all(e.get("ContinuationSequenceNumber") for e in reader.events[:-1])
+    # a child is read like any shard
+    emulators.put_records(front.endpoint, stream, [(f"k{i}", f"child-{i}") for i in range(20)])
+    children = [_subscribe(kinesis, consumer, shard=c["ShardId"]) for c in last["ChildShards"]]
+    for child in children:
+        child.wait(lambda c=child: len(children[0].records) + len(children[1].records) == 20)
+    assert front.count("GetRecords") == 0
+
+
+@pytest.mark.emulator
+def test_a_subscription_cut_mid_stream(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=0.3)
+    emulators.put_records(front.endpoint, stream, [b"a"])
+    front.cut_after(2)
+    reader = _subscribe(kinesis, consumer)
+    reader.wait(lambda: reader.done.is_set(), timeout=5)
+    assert front.cuts == 1 and len(reader.events) == 2
+    assert reader.end != "ended" and not isinstance(reader.end, EventStreamError)  # a broken body
+    assert reader.data() == [b"a"]
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("code", ["ResourceInUseException", "LimitExceededException"])
+def test_the_next_subscribe_refused(fanout, code):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
+    front.refuse_next(code)
+    with pytest.raises(ClientError) as refused:
+        _subscribe(kinesis, consumer)
+    assert _code(refused) == code and front.refused[code] == 1
+    reader = _subscribe(kinesis, consumer)  # only the next one
+    reader.wait(lambda: len(reader.events) >= 1)
+    assert front.count("SubscribeToShard", SHARD0) == 2
+
+
+@pytest.mark.emulator
+def test_calls_are_counted_by_operation_and_shard(fanout):
+    front, kinesis, stream, consumer = fanout(shards=2, lifetime_s=30.0)
+    emulators.put_records(front.endpoint, stream, [(f"k{i}", f"d{i}") for i in range(20)])
+    readers = [_subscribe(kinesis, consumer, shard=s) for s in (SHARD0, "shardId-000000000001")]
+    for reader in readers:
+        reader.wait(lambda: sum(len(r.records) for r in readers) == 20)
+    assert front.count("GetRecords") == 0
+    assert front.count("SubscribeToShard", SHARD0) == 1
+    assert front.count("SubscribeToShard", "shardId-000000000001") == 1
+    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=SHARD0,
+                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    page = kinesis.get_records(ShardIterator=iterator)
+    kinesis.get_records(ShardIterator=page["NextShardIterator"])
+    assert front.count("GetShardIterator", SHARD0) == 1
+    assert front.count("GetRecords", SHARD0) == 2  # attributed through the iterators
+    assert front.count("GetRecords", "shardId-000000000001") == 0
+
+
+@pytest.mark.emulator
+def test_each_consumer_reads_a_shard_at_its_own_read_limit(fanout):
+    rate = 256 * 1024  # a small limit keeps the test short; the rule is the same at 2 MiB/s
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, read_bytes_per_s=rate)
+    other = emulators.register_consumer(front.endpoint, stream, "other")
+    emulators.put_records(front.endpoint, stream, [("k", b"x" * 50_000)] * 21)  # ~1 MiB
+    readers = [_subscribe(kinesis, arn) for arn in (consumer, other)]
+    for reader in readers:
+        reader.wait(lambda r=reader: len(r.records) == 21, timeout=15)
+    # one second's worth goes at once, the rest at the rate (the last event as soon as the
+    # budget allows): 2.8 s for each consumer at once; a limit shared by both: 6.8 s
+    expected = (20 * 50_001 - rate) / rate
+    for reader in readers:
+        elapsed = reader.arrived[-1] - reader.arrived[0]
+        assert expected - 0.3 < elapsed < expected + 3.0
+        assert max(len(e["Records"]) for e in reader.events) <= 2  # a fifth of a second's worth
+
+
+@pytest.mark.emulator
+def test_http2_connections_are_relayed_to_the_emulator(make_fanout_front):
+    """The Java SDK (so the Java KCL) speaks HTTP/2 with prior knowledge: kinesis-local
+    answers it through the front, as without it."""
+    import socket
+    import struct
+
+    front = make_fanout_front()
+    port = int(front.endpoint.rpartition(":")[2])
+    settings = struct.pack(">I", 0)[1:] + b"\x04\x00" + struct.pack(">I", 0)  # empty SETTINGS
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings)
+        frame = conn.recv(9, socket.MSG_WAITALL)
+    assert len(frame) == 9 and frame[3] == 0x4  # the emulator's SETTINGS frame
+    assert _client(front.endpoint).list_streams()["StreamNames"] is not None  # HTTP/1.1 still
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("flags", [(), ("--no-fanout",)])
+def test_kinesis_dstream_local_prints_the_fanout_endpoint(flags):
+    import os
+    import subprocess
+    import sys
+
+    from processes import reap
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    cli = subprocess.Popen([sys.executable, "-m", "kinesis_dstream", "local",
+                            "--fanout-lifetime", "7", *flags], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        exports = {}
+        while len(exports) < 7:
+            line = cli.stdout.readline()
+            assert line, cli.stderr.read()
+            name, _, value = line.removeprefix("export ").strip().partition("=")
+            exports[name] = value
+        endpoint = exports["AWS_ENDPOINT_URL_KINESIS"]
+        kinesis = _client(endpoint)
+        stream = emulators.unique_name("cli-fanout")
+        emulators.create_stream(endpoint, stream, 1)
+        consumer = emulators.register_consumer(endpoint, stream, "app")
+        emulators.put_records(endpoint, stream, [b"a"])
+        if flags:  # kinesis-local's own SubscribeToShard: botocore cannot read its answer
+            with pytest.raises(Exception, match="initial-response"):
+                _subscribe(kinesis, consumer)
+        else:
+            started = time.monotonic()
+            reader = _subscribe(kinesis, consumer)
+            reader.wait(lambda: reader.done.is_set(), timeout=12)
+            assert reader.end == "ended" and reader.data() == [b"a"]
+            assert 6.5 < time.monotonic() - started < 10  # --fanout-lifetime
+        cli.terminate()
+        assert cli.wait(timeout=20) == 0
+    finally:
+        reap(cli)

@@ -13,12 +13,14 @@ GetRecords:
   a ResourceInUseException event;
 - HTTP 200, chunked, ``application/vnd.amazon.eventstream``: an ``initial-response`` event,
   then one ``SubscribeToShardEvent`` per chunk. Records are pushed within ``poll_interval_s``
-  (an open subscription polls the emulator that often); an idle shard gets an empty event
-  every ``heartbeat_s``; events are paced to 2 MiB/s per consumer and shard;
+  (0.1 s: an open subscription polls the emulator that often), or ``idle_poll_interval_s``
+  (0.5 s) on a shard that has been idle; an idle shard gets an empty event every
+  ``heartbeat_s``; events are paced to 2 MiB/s per consumer and shard;
 - at the shard's end an event without continuation naming the ChildShards, then the body
   ends; after ``lifetime_s`` (300 s) the body simply ends, as AWS's does.
 
-It speaks HTTP/1.1 (what botocore uses), not HTTP/2.
+It serves SubscribeToShard over HTTP/1.1 (what botocore uses); an HTTP/2 connection (the Java
+SDK's) is relayed to the emulator unchanged.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -15,7 +16,14 @@ from typing import Any
 from . import frames
 from .rules import MiB, ReadPacer, Refused, SubscribeRules
 from .subscription import FrontSettings, SubscribeRequest, Subscription
-from .upstream import JSON_CONTENT_TYPE, TARGET_PREFIX, Upstream, UpstreamError
+from .upstream import (
+    HTTP2_PREFACE,
+    JSON_CONTENT_TYPE,
+    TARGET_PREFIX,
+    Upstream,
+    UpstreamError,
+    tunnel,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +39,20 @@ class FanOutFront:
     ``upstream`` is the emulator's ``http://host:port``; ``endpoint`` is where clients go.
     ``lifetime_s`` ends each subscription (Kinesis: 300 s), ``heartbeat_s`` spaces the empty
     events on an idle shard, ``poll_interval_s`` is how often an open subscription asks the
-    emulator for new records, ``read_bytes_per_s`` paces each consumer's reads of a shard.
+    emulator for new records (backing off to ``idle_poll_interval_s`` while none come),
+    ``read_bytes_per_s`` paces each consumer's reads of a shard.
     ``call_interval_s`` and ``takeover_after_s`` are SubscribeToShard's 1 s and 5 s rules.
     """
 
     def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0,
                  lifetime_s: float = 300.0, heartbeat_s: float = 5.0,
-                 poll_interval_s: float = 0.1, read_bytes_per_s: float = 2 * MiB,
+                 poll_interval_s: float = 0.1, idle_poll_interval_s: float = 0.5,
+                 read_bytes_per_s: float = 2 * MiB,
                  call_interval_s: float = 1.0, takeover_after_s: float = 5.0) -> None:
         self.upstream = Upstream(upstream)
         self.settings = FrontSettings(lifetime_s=lifetime_s, heartbeat_s=heartbeat_s,
-                                      poll_interval_s=poll_interval_s)
+                                      poll_interval_s=poll_interval_s,
+                                      idle_poll_interval_s=idle_poll_interval_s)
         self.rules: SubscribeRules[Subscription] = SubscribeRules(
             call_interval_s=call_interval_s, takeover_after_s=takeover_after_s)
         self.pacer = ReadPacer(read_bytes_per_s)
@@ -238,6 +249,17 @@ class _FrontHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - no stderr lines
         pass
+
+    def handle(self) -> None:
+        """HTTP/1.1 here; an HTTP/2 connection (its preface) is relayed to the emulator."""
+        try:
+            first = self.connection.recv(len(HTTP2_PREFACE), socket.MSG_PEEK | socket.MSG_WAITALL)
+        except OSError:
+            return
+        if first == HTTP2_PREFACE:
+            tunnel(self.connection, self.owner.upstream.host, self.owner.upstream.port)
+            return
+        super().handle()
 
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

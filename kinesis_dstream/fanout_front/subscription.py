@@ -1,10 +1,12 @@
 """One SubscribeToShard stream, fed from the emulator's GetShardIterator and GetRecords.
 
-The stream polls its shard every ``poll_interval_s`` while open, so a record is pushed that
-long after it is put at most; an idle shard gets an empty event (a heartbeat) every
-``heartbeat_s``, inside boto3's 60 s read timeout. Every event carries the
-ContinuationSequenceNumber to resubscribe AFTER: the last record's, else the one before.
-At the shard's end the last event has no continuation and names the ChildShards.
+The stream polls its shard every ``poll_interval_s`` while records come, so a record is
+pushed that long after it is put at most; on a shard without new records the interval doubles
+up to ``idle_poll_interval_s``, so many idle subscriptions cost the emulator little. An idle
+shard gets an empty event (a heartbeat) every ``heartbeat_s``, inside boto3's 60 s read
+timeout. Every event carries the ContinuationSequenceNumber to resubscribe AFTER: the last
+record's, else the one before. At the shard's end the last event has no continuation and
+names the ChildShards.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class FrontSettings:
     lifetime_s: float = 300.0
     heartbeat_s: float = 5.0
     poll_interval_s: float = 0.1
+    idle_poll_interval_s: float = 0.5
     max_event_bytes: int = 1024 * 1024
 
 
@@ -96,6 +99,7 @@ class Subscription:
         deadline = time.monotonic() + self._settings.lifetime_s
         last_event = time.monotonic()
         next_consumer_check = time.monotonic() + self._settings.heartbeat_s
+        interval = self._settings.poll_interval_s
         try:
             while True:
                 if self._ending is not None:
@@ -112,20 +116,24 @@ class Subscription:
                                       f"Consumer {self.request.consumer_arn} not found.")
                         continue
                 try:
-                    pushed = self._poll_once(heartbeat=now - last_event >= self._settings.heartbeat_s)
+                    beat = now - last_event >= self._settings.heartbeat_s
+                    pushed = self._poll_once(heartbeat=beat)
                 except UpstreamError as exc:
                     log.warning("fan-out front: %s on %s: %s", exc.code, self.key, exc.message)
                     self._send(self, frames.exception("InternalFailureException", exc.message))
                     return "upstream-error"
                 if pushed:
                     last_event = time.monotonic()
+                interval = (self._settings.poll_interval_s if pushed == "records" else
+                            min(interval * 2, max(self._settings.idle_poll_interval_s,
+                                                  self._settings.poll_interval_s)))
                 if self._iterator is None:
-                    self._event({"Records": [], "MillisBehindLatest": 0,
-                                 "ChildShards": self._child_shards()})
+                    self._event({"Records": [], "ContinuationSequenceNumber": None,
+                                 "MillisBehindLatest": 0, "ChildShards": self._child_shards()})
                     return "shard-end"
                 if not pushed or pushed == "heartbeat":
-                    self._wake.wait(min(self._settings.poll_interval_s,
-                                        max(deadline - time.monotonic(), 0.0)))
+                    due = min(deadline, last_event + self._settings.heartbeat_s)
+                    self._wake.wait(min(interval, max(due - time.monotonic(), 0.0)))
         except OSError:  # the client left (or a test cut the connection)
             return "client-gone"
 
@@ -164,13 +172,15 @@ class Subscription:
             return self._call("GetRecords", ShardIterator=self._iterator, Limit=10000)
 
     def _push(self, records: list[dict[str, Any]], behind: int) -> None:
-        """Records in events of at most max_event_bytes, each paced to the read limit."""
+        """Records in events of at most a fifth of a second's reads (and max_event_bytes),
+        each paced to the read limit, so a backlog drains at the limit, not in bursts."""
         batch: list[dict[str, Any]] = []
         size = 0
+        limit = min(self._settings.max_event_bytes, self._pacer.bytes_per_s / 5)
         for index, record in enumerate(records):
             batch.append(record)
             size += record_size(record)
-            if size >= self._settings.max_event_bytes or index == len(records) - 1:
+            if size >= limit or index == len(records) - 1:
                 while (wait := self._pacer.wait_s(self.key)) > 0 and self._ending is None:
                     self._wake.wait(wait)
                 if self._ending is not None:

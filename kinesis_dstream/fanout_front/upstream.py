@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import urllib.parse
 from typing import Any
@@ -60,3 +61,32 @@ class Upstream:
             code = str(answer.get("__type", "InternalFailure")).rpartition("#")[2]
             raise UpstreamError(status, code, str(answer.get("message", answer)))
         return dict(answer)
+
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def tunnel(client: socket.socket, host: str, port: int) -> None:
+    """Relay a connection byte for byte to host:port until either side closes: an HTTP/2
+    client (the Java SDK) reaches the emulator itself, which speaks HTTP/2."""
+    with socket.create_connection((host, port), timeout=10) as upstream:
+        upstream.settimeout(None)
+
+        def pump(source: socket.socket, sink: socket.socket) -> None:
+            try:
+                while data := source.recv(65536):
+                    sink.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for side in (source, sink):
+                    try:
+                        side.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        back = threading.Thread(target=pump, args=(upstream, client), daemon=True,
+                                name="fanout-front-h2")
+        back.start()
+        pump(client, upstream)
+        back.join()
