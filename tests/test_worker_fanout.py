@@ -78,11 +78,16 @@ def consumer_status(endpoint: str, stream: str, name: str) -> str:
         "ConsumerDescription"]["ConsumerStatus"]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("lifetime_s, run_s", [
+    (LIFETIME_S, 4 * LIFETIME_S / 2),
+    # the count: 60 s of reading with 20 s subscription lifetimes
+    pytest.param(20.0, 60.0, marks=pytest.mark.slow, id="60s-of-20s-lifetimes"),
+])
 def test_worker_reads_every_record_once_by_fan_out_without_get_records(
-        aws_env, kinesis_local, make_stream, make_config, make_fanout_front):
+        aws_env, kinesis_local, make_stream, make_config, make_fanout_front, lifetime_s, run_s):
     stream = make_stream(2)
-    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    front = make_fanout_front(lifetime_s=lifetime_s, heartbeat_s=1)
     expected = put_mixed(kinesis_local, stream, "before", 200)
     config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
     delivered: list = []
@@ -91,9 +96,11 @@ def test_worker_reads_every_record_once_by_fan_out_without_get_records(
     started = time.monotonic()
     scheduler.start()
     try:
-        for round_ in range(4):  # records while subscriptions end and are renewed
+        round_ = 0
+        while time.monotonic() - started < run_s:  # records while subscriptions are renewed
             time.sleep(LIFETIME_S / 2)
             expected |= put_mixed(kinesis_local, stream, f"during-{round_}", 40)
+            round_ += 1
         wait_for(lambda: len(delivered) >= len(expected), 30, "every record")
         elapsed = time.monotonic() - started
         metrics = scheduler.metrics()
@@ -105,8 +112,9 @@ def test_worker_reads_every_record_once_by_fan_out_without_get_records(
     for shard_id in shards:
         assert front.count("GetRecords", shard_id) == 0, shard_id
         subscribed = front.count("SubscribeToShard", shard_id)
-        # one per lifetime, give or take the first and the one cut by the shutdown
-        assert 2 <= subscribed <= elapsed / LIFETIME_S + 2, (shard_id, subscribed, elapsed)
+        # one per lifetime (the start-up before the first one is inside `elapsed`)
+        lifetimes = int(elapsed // lifetime_s)
+        assert lifetimes <= subscribed <= lifetimes + 1, (shard_id, subscribed, elapsed)
         # metrics() was read before the shutdown: a renewal may have come after it
         assert subscribed - 1 <= metrics[shard_id].subscriptions <= subscribed
         assert metrics[shard_id].resubscriptions == metrics[shard_id].subscriptions - 1
