@@ -19,6 +19,7 @@ import emulators
 from test_multilang_daemon import RECORDER, Daemon, daemons, read_log, wait_for_records  # noqa: F401
 
 from kinesis_dstream.errors import ConsumerRegistrationError
+from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
 
@@ -235,6 +236,63 @@ def test_a_lease_moved_to_another_worker_hands_the_subscription_over_losing_noth
                 if worker == "a" and shard == moved and at > b_first]
     assert sum(front.count("GetRecords", s)
                for s in emulators.list_shard_ids(kinesis_local, stream)) == 0
+
+
+@pytest.mark.timeout(90)
+def test_kill_9_of_a_fan_out_worker_moves_its_shards_and_subscriptions_without_loss(
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fanout_front,
+        tmp_path):
+    """Worker processes (`kinesis-dstream worker`): the survivor takes the dead one's leases
+    and subscribes at their checkpoints; nothing at or before a checkpoint comes again."""
+    from recording_processor import read_events, start_worker
+
+    stream = make_stream(2)
+    front = make_fanout_front(lifetime_s=60, heartbeat_s=1)
+    expected = put_mixed(kinesis_local, stream, "before", 100)
+    config = make_config(stream, kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    log_path = tmp_path / "events.jsonl"
+    workers = {name: start_worker(config.replace(worker_id=name), log_path, tmp_path, name)
+               for name in ("worker-a", "worker-b")}
+
+    def records() -> list[dict]:
+        return [e for e in read_events(str(log_path)) if e["event"] == "record"]
+
+    def owners() -> set[str]:
+        ddb = emulators.client("dynamodb", dynamodb)
+        try:
+            items = ddb.scan(TableName=config.application_name, ConsistentRead=True)["Items"]
+        except ddb.exceptions.ResourceNotFoundException:  # not created yet
+            return set()
+        return {item.get("leaseOwner", {}).get("S") for item in items}
+
+    try:
+        wait_for(lambda: owners() == {"worker-a", "worker-b"}, 30, "a 1/1 split")
+        expected |= put_mixed(kinesis_local, stream, "split", 100)
+        wait_for(lambda: {e["data"] for e in records()} >= expected, 30, "the first records")
+        victim = workers["worker-b"]
+        wait_for(lambda: any(e["event"] == "checkpoint" and e["pid"] == victim.pid
+                             for e in read_events(str(log_path))), 10, "worker-b's checkpoint")
+        victim.kill()
+        victim.wait(timeout=10)
+        expected |= put_mixed(kinesis_local, stream, "after", 100)
+        wait_for(lambda: owners() == {"worker-a"}, 30, "worker-a owning both shards")
+        wait_for(lambda: {e["data"] for e in records()} >= expected, 30, "every record")
+    finally:
+        for proc in workers.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+    events = read_events(str(log_path))
+    dead = workers["worker-b"].pid
+    checkpoints = {e["shard"]: ExtendedSequenceNumber(e["seq"], e["sub"])
+                   for e in events if e["pid"] == dead and e["event"] == "checkpoint"}
+    assert checkpoints, "worker-b checkpointed nothing before it was killed"
+    for shard, checkpoint in checkpoints.items():
+        again = [e for e in events if e["event"] == "record" and e["shard"] == shard
+                 and e["pid"] != dead
+                 and ExtendedSequenceNumber(e["seq"], e["sub"]) <= checkpoint]
+        assert not again, f"{len(again)} records of {shard} at or before {checkpoint} again"
+    assert front.count("GetRecords") == 0
 
 
 @pytest.mark.timeout(120)
