@@ -240,7 +240,7 @@ def test_records_in_order_exactly_once_across_the_lifetime_and_a_resubscription(
     with emulators.Producer(front.endpoint, stream, "p", batch=5, interval_s=0.3) as producer:
         first.wait(lambda: first.done.is_set(), timeout=15)
         assert first.end == "ended"  # the lifetime's end: the body just ends, no error
-        assert 5.9 < first.arrived[-1] - started + 0.2 and time.monotonic() - started < 9
+        assert 5.9 < first.arrived[-1] - started + 0.2 and time.monotonic() - started < 12
         continuation = first.events[-1]["ContinuationSequenceNumber"]
         assert continuation == first.records[-1]["SequenceNumber"]
         second = _subscribe(kinesis, consumer, Type="AFTER_SEQUENCE_NUMBER",
@@ -316,6 +316,22 @@ def test_an_idle_subscription_polls_the_emulator_less_often(fanout):
     emulators.put_records(front.endpoint, stream, [b"after-idle"])
     reader.wait(lambda: reader.data() == [b"after-idle"])
     assert reader.arrived[-1] - put_at < 1.0
+
+
+@pytest.mark.emulator
+def test_a_put_through_the_front_is_pushed_at_once(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
+                                              poll_interval_s=3.0, idle_poll_interval_s=3.0)
+    reader = _subscribe(kinesis, consumer, Type="LATEST")
+    time.sleep(0.5)  # the first poll is behind it: the next one is 3 s away
+    put_at = time.monotonic()
+    emulators.put_records(front.endpoint, stream, [b"through-the-front"])
+    reader.wait(lambda: reader.data() == [b"through-the-front"], timeout=5)
+    assert reader.arrived[-1] - put_at < 1.0
+    # put on the emulator itself: the front does not see it, its next poll finds it
+    direct = f"http://{front.upstream.host}:{front.upstream.port}"
+    emulators.put_records(direct, stream, [b"direct"])
+    reader.wait(lambda: reader.data()[-1:] == [b"direct"], timeout=8)
 
 
 @pytest.mark.emulator
@@ -445,19 +461,19 @@ def test_calls_are_counted_by_operation_and_shard(fanout):
 
 @pytest.mark.emulator
 def test_each_consumer_reads_a_shard_at_its_own_read_limit(fanout):
-    rate = 256 * 1024  # a small limit keeps the test short; the rule is the same at 2 MiB/s
+    rate = 128 * 1024  # a small limit keeps the test short; the rule is the same at 2 MiB/s
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0, read_bytes_per_s=rate)
-    other = emulators.register_consumer(front.endpoint, stream, "other")
-    emulators.put_records(front.endpoint, stream, [("k", b"x" * 50_000)] * 21)  # ~1 MiB
-    readers = [_subscribe(kinesis, arn) for arn in (consumer, other)]
+    others = [emulators.register_consumer(front.endpoint, stream, f"c{i}") for i in (1, 2)]
+    emulators.put_records(front.endpoint, stream, [("k", b"x" * 25_000)] * 21)  # ~0.5 MiB
+    readers = [_subscribe(kinesis, arn) for arn in (consumer, *others)]
     for reader in readers:
-        reader.wait(lambda r=reader: len(r.records) == 21, timeout=15)
+        reader.wait(lambda r=reader: len(r.records) == 21, timeout=20)
     # one second's worth goes at once, the rest at the rate (the last event as soon as the
-    # budget allows): 2.8 s for each consumer at once; a limit shared by both: 6.8 s
-    expected = (20 * 50_001 - rate) / rate
+    # budget allows): 2.8 s for each of three consumers at once; a limit they shared: 11 s
+    expected = (20 * 25_001 - rate) / rate
     for reader in readers:
         elapsed = reader.arrived[-1] - reader.arrived[0]
-        assert expected - 0.3 < elapsed < expected + 3.0
+        assert expected - 0.3 < elapsed < expected + 5.0
         assert max(len(e["Records"]) for e in reader.events) <= 2  # a fifth of a second's worth
 
 
@@ -517,3 +533,21 @@ def test_kinesis_dstream_local_prints_the_fanout_endpoint(flags):
         assert cli.wait(timeout=20) == 0
     finally:
         reap(cli)
+
+
+@pytest.mark.emulator
+def test_an_unreachable_emulator_is_an_internal_failure():
+    from kinesis_dstream.fanout_front import FanOutFront
+    from kinesis_dstream.local import free_port
+
+    with FanOutFront(f"http://127.0.0.1:{free_port()}") as front:
+        kinesis = _client(front.endpoint)
+        with pytest.raises(ClientError) as failed:
+            kinesis.subscribe_to_shard(
+                ConsumerARN="arn:aws:kinesis:us-east-1:000000000000:stream/s/consumer/c:1",
+                ShardId=SHARD0, StartingPosition={"Type": "LATEST"})
+        assert _code(failed) == "InternalFailureException"
+        assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+        with pytest.raises(ClientError) as passed_through:
+            kinesis.list_streams()
+        assert passed_through.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502

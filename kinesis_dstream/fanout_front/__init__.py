@@ -12,10 +12,11 @@ GetRecords:
   ResourceInUseException; later, the new subscription takes over and the old stream ends with
   a ResourceInUseException event;
 - HTTP 200, chunked, ``application/vnd.amazon.eventstream``: an ``initial-response`` event,
-  then one ``SubscribeToShardEvent`` per chunk. Records are pushed within ``poll_interval_s``
-  (0.1 s: an open subscription polls the emulator that often), or ``idle_poll_interval_s``
-  (0.5 s) on a shard that has been idle; an idle shard gets an empty event every
-  ``heartbeat_s``; events are paced to 2 MiB/s per consumer and shard;
+  then one ``SubscribeToShardEvent`` per chunk. Records put through the front are pushed at
+  once (it sees which shards PutRecord/PutRecords wrote to); others within ``poll_interval_s``
+  (0.1 s) on a busy shard, ``idle_poll_interval_s`` (1 s) on one that has been idle; an
+  idle shard gets an empty event every ``heartbeat_s``; events are paced to 2 MiB/s per
+  consumer and shard;
 - at the shard's end an event without continuation naming the ChildShards, then the body
   ends; after ``lifetime_s`` (300 s) the body simply ends, as AWS's does.
 

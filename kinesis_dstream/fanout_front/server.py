@@ -39,14 +39,15 @@ class FanOutFront:
     ``upstream`` is the emulator's ``http://host:port``; ``endpoint`` is where clients go.
     ``lifetime_s`` ends each subscription (Kinesis: 300 s), ``heartbeat_s`` spaces the empty
     events on an idle shard, ``poll_interval_s`` is how often an open subscription asks the
-    emulator for new records (backing off to ``idle_poll_interval_s`` while none come),
+    emulator for new records (backing off to ``idle_poll_interval_s`` while none come; a put
+    through the front wakes its shard's subscriptions at once),
     ``read_bytes_per_s`` paces each consumer's reads of a shard.
     ``call_interval_s`` and ``takeover_after_s`` are SubscribeToShard's 1 s and 5 s rules.
     """
 
     def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0,
                  lifetime_s: float = 300.0, heartbeat_s: float = 5.0,
-                 poll_interval_s: float = 0.1, idle_poll_interval_s: float = 0.5,
+                 poll_interval_s: float = 0.1, idle_poll_interval_s: float = 1.0,
                  read_bytes_per_s: float = 2 * MiB,
                  call_interval_s: float = 1.0, takeover_after_s: float = 5.0) -> None:
         self.upstream = Upstream(upstream)
@@ -60,6 +61,8 @@ class FanOutFront:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._consumer_seen: dict[str, float] = {}  # consumer ARN -> when last seen present
+        # ARN -> (ACTIVE description, when): a wide stream's subscribe calls ask once
+        self._active: dict[str, tuple[dict[str, Any], float]] = {}
         self._consumers_gone: set[str] = set()
         self._lock = threading.Lock()
 
@@ -119,6 +122,8 @@ class FanOutFront:
             return
         if operation == "DeregisterStreamConsumer" and status == 200:
             self._consumer_deregistered(json.loads(body or b"{}"), handler)
+        if operation in ("PutRecord", "PutRecords") and status == 200:
+            self._records_put(json.loads(body or b"{}"), json.loads(data or b"{}"))
         handler.send_body(status, reply_headers, data)
 
     def exchange(self, operation: str, method: str, path: str, body: bytes,
@@ -134,6 +139,9 @@ class FanOutFront:
             request, iterator = self._open(json.loads(body or b"{}"), auth)
         except (Refused, UpstreamError) as exc:
             handler.send_error_body(exc.code, exc.message)
+            return
+        except OSError as exc:  # the emulator is unreachable
+            handler.send_error_body("InternalFailureException", str(exc), status=500)
             return
         subscription = Subscription(
             request, iterator, upstream=self.upstream, auth=auth, settings=self.settings,
@@ -165,7 +173,7 @@ class FanOutFront:
         if position.get("Type") not in _START_TYPES:
             raise Refused("InvalidArgumentException",
                           f"StartingPosition Type must be one of {', '.join(_START_TYPES)}.")
-        consumer = self._describe_consumer(consumer_arn, auth)
+        consumer = self._consumer(consumer_arn, auth)
         if consumer["ConsumerStatus"] != "ACTIVE":
             raise Refused("ResourceInUseException",
                           f"Consumer {consumer_arn} is {consumer['ConsumerStatus']}, not ACTIVE.")
@@ -185,7 +193,17 @@ class FanOutFront:
             raise
         return SubscribeRequest(consumer_arn, shard_id, stream_name, position), iterator
 
+    def _consumer(self, consumer_arn: str, auth: dict[str, str]) -> dict[str, Any]:
+        """The consumer's description; an ACTIVE one is remembered for a heartbeat."""
+        with self._lock:
+            known, when = self._active.get(consumer_arn, ({}, -1e9))
+        if known and time.monotonic() - when < self.settings.heartbeat_s:
+            return known
+        return self._describe_consumer(consumer_arn, auth)
+
     def _describe_consumer(self, consumer_arn: str, auth: dict[str, str]) -> dict[str, Any]:
+        with self._lock:
+            self._active.pop(consumer_arn, None)
         try:
             answer = self.upstream.call("DescribeStreamConsumer", {"ConsumerARN": consumer_arn},
                                         auth)
@@ -197,6 +215,9 @@ class FanOutFront:
         consumer = dict(answer["ConsumerDescription"])
         if consumer["ConsumerStatus"] == "DELETING":
             raise Refused("ResourceNotFoundException", f"Consumer {consumer_arn} not found.")
+        if consumer["ConsumerStatus"] == "ACTIVE":
+            with self._lock:
+                self._active[consumer_arn] = (consumer, time.monotonic())
         return consumer
 
     def _consumer_deregistered(self, call: dict[str, Any], handler: "_FrontHandler") -> None:
@@ -209,7 +230,17 @@ class FanOutFront:
             if arn == call.get("ConsumerARN") or named:
                 with self._lock:
                     self._consumers_gone.add(arn)
+                    self._active.pop(arn, None)
                 subscription.end_with("ResourceNotFoundException", f"Consumer {arn} not found.")
+
+    def _records_put(self, call: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Wake the subscriptions of the shards records were just put on."""
+        stream = call.get("StreamName") or str(call.get("StreamARN", "")).partition(":stream/")[2]
+        shards = {answer.get("ShardId")} | {r.get("ShardId") for r in answer.get("Records", ())}
+        for subscription in self.rules.current():
+            if (subscription.request.stream_name == stream
+                    and subscription.request.shard_id in shards):
+                subscription.wake()
 
     def _consumer_gone(self, consumer_arn: str, auth: dict[str, str]) -> bool:
         """Is the consumer deregistered? Asked of the emulator at most once a heartbeat."""
@@ -233,6 +264,7 @@ class FanOutFront:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # a consumer of a wide stream subscribes to every shard at once
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client gone mid-call is routine: a line in the log, not a traceback on stderr."""
@@ -282,9 +314,9 @@ class _FrontHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def send_error_body(self, code: str, message: str) -> None:
-        """An error as Kinesis answers it: HTTP 400 and a JSON ``__type``."""
-        self.send_body(400, [("Content-Type", JSON_CONTENT_TYPE),
+    def send_error_body(self, code: str, message: str, status: int = 400) -> None:
+        """An error as Kinesis answers it: HTTP 400 (500 for its own failure), a ``__type``."""
+        self.send_body(status, [("Content-Type", JSON_CONTENT_TYPE),
                              ("x-amzn-RequestId", str(uuid.uuid4()))],
                        json.dumps({"__type": code, "message": message}).encode())
 

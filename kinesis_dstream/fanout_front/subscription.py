@@ -1,8 +1,9 @@
 """One SubscribeToShard stream, fed from the emulator's GetShardIterator and GetRecords.
 
-The stream polls its shard every ``poll_interval_s`` while records come, so a record is
-pushed that long after it is put at most; on a shard without new records the interval doubles
-up to ``idle_poll_interval_s``, so many idle subscriptions cost the emulator little. An idle
+The stream polls its shard at once when the front sees records put on it (``wake``), and
+every ``poll_interval_s`` while records come; on a shard without new records the interval
+doubles up to ``idle_poll_interval_s``, so many idle subscriptions cost the emulator little
+and records put on the emulator directly still arrive. An idle
 shard gets an empty event (a heartbeat) every ``heartbeat_s``, inside boto3's 60 s read
 timeout. Every event carries the ContinuationSequenceNumber to resubscribe AFTER: the last
 record's, else the one before. At the shard's end the last event has no continuation and
@@ -33,7 +34,7 @@ class FrontSettings:
     lifetime_s: float = 300.0
     heartbeat_s: float = 5.0
     poll_interval_s: float = 0.1
-    idle_poll_interval_s: float = 0.5
+    idle_poll_interval_s: float = 1.0
     max_event_bytes: int = 1024 * 1024
 
 
@@ -63,7 +64,8 @@ class Subscription:
         self._upstream, self._auth, self._settings = upstream, auth, settings
         self._pacer, self._send, self._consumer_gone = pacer, send, consumer_gone
         self.write = write  # where ``send`` puts this stream's chunks
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # new records, or the end: poll now
+        self._ended = threading.Event()
         self._ending: tuple[str, str] | None = None  # (exception type, message)
         self.continuation: str | None = self._known_start()
         self._child_shards_seen: list[dict[str, Any]] | None = None
@@ -78,6 +80,11 @@ class Subscription:
         """End the stream with an exception event (a takeover, a consumer gone, a stop)."""
         if self._ending is None:
             self._ending = (exception_type, message)
+        self._ended.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Records were just put on this shard: poll at once."""
         self._wake.set()
 
     def _known_start(self) -> str | None:
@@ -115,6 +122,10 @@ class Subscription:
                         self.end_with("ResourceNotFoundException",
                                       f"Consumer {self.request.consumer_arn} not found.")
                         continue
+                woken = self._wake.is_set()
+                self._wake.clear()
+                if woken:
+                    interval = self._settings.poll_interval_s
                 try:
                     beat = now - last_event >= self._settings.heartbeat_s
                     pushed = self._poll_once(heartbeat=beat)
@@ -182,7 +193,7 @@ class Subscription:
             size += record_size(record)
             if size >= limit or index == len(records) - 1:
                 while (wait := self._pacer.wait_s(self.key)) > 0 and self._ending is None:
-                    self._wake.wait(wait)
+                    self._ended.wait(wait)
                 if self._ending is not None:
                     return  # the records stay unsent: the next subscription reads them
                 self._pacer.charge(self.key, size)
@@ -195,7 +206,7 @@ class Subscription:
     def _child_shards(self) -> list[dict[str, Any]]:
         if self._child_shards_seen:
             return list(self._child_shards_seen)
-        shards = self._call("ListShards", StreamName=self.request.stream_name)["Shards"]
+        shards = self._shards()
         parent = self.request.shard_id
         return [{"ShardId": s["ShardId"],
                  "ParentShards": [p for p in (s.get("ParentShardId"),
@@ -216,7 +227,7 @@ class Subscription:
         if kind == "AT_SEQUENCE_NUMBER":
             first = int(position["SequenceNumber"])
             found = self._last_record(None, lambda r: int(r["SequenceNumber"]) >= first)
-        elif kind in ("LATEST", "AT_TIMESTAMP"):
+        elif kind in ("LATEST", "AT_TIMESTAMP") and not self._shard_is_empty():
             until = float(position["Timestamp"]) if kind == "AT_TIMESTAMP" else time.time()
 
             def after(record: dict[str, Any]) -> bool:
@@ -249,8 +260,24 @@ class Subscription:
             iterator = page.get("NextShardIterator")
         return last
 
+    def _shard_is_empty(self) -> bool:
+        iterator = self._call("GetShardIterator", StreamName=self.request.stream_name,
+                              ShardId=self.request.shard_id,
+                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        return not self._call("GetRecords", ShardIterator=iterator, Limit=1).get("Records")
+
+    def _shards(self) -> list[dict[str, Any]]:
+        """The stream's shards, every page."""
+        shards: list[dict[str, Any]] = []
+        page = self._call("ListShards", StreamName=self.request.stream_name)
+        while True:
+            shards += page["Shards"]
+            if not page.get("NextToken"):
+                return shards
+            page = self._call("ListShards", NextToken=page["NextToken"])
+
     def _first_sequence(self) -> str:
-        for shard in self._call("ListShards", StreamName=self.request.stream_name)["Shards"]:
+        for shard in self._shards():
             if shard["ShardId"] == self.request.shard_id:
                 return str(shard["SequenceNumberRange"]["StartingSequenceNumber"])
         raise UpstreamError(400, "ResourceNotFoundException",
