@@ -320,7 +320,7 @@ def test_a_split_ends_the_parent_by_child_shards_and_children_follow_it(
                           if r != "SHARD_END"} >= expected, 60, "parent and children")
         # The children are subscribed now: what is written to them arrives within 2 s.
         put_at = time.monotonic()
-        late = put_mixed(kinesis_local, stream, "late", 20)
+        late = put_mixed(front.endpoint, stream, "late", 20)  # as a producer on the front
         expected |= late
         wait_for(lambda: {r.binary_data.decode() for _, _, r, _ in delivered
                           if r != "SHARD_END"} >= expected, 10, "the late child records")
@@ -366,7 +366,7 @@ def test_a_shard_idle_at_latest_for_two_lifetimes_gets_its_first_records_within_
         wait_for(lambda: front.count("SubscribeToShard", shard_id) >= 3, 2 * LIFETIME_S + 10,
                  "two subscription lifetimes")
         put_at = time.monotonic()
-        expected = put_mixed(kinesis_local, stream, "after-idle", 10)
+        expected = put_mixed(front.endpoint, stream, "after-idle", 10)  # as a producer would
         wait_for(lambda: len(delivered) >= len(expected), 10, "the records after the idle time")
     finally:
         scheduler.shutdown(timeout_s=10)
