@@ -35,6 +35,10 @@ SPARK_PID_DERIVED = "spark.streaming.backpressure.pid.derived"
 SPARK_PID_MIN_RATE = "spark.streaming.backpressure.pid.minRate"
 
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
+# How the worker reads: GetRecords, or enhanced fan-out (SubscribeToShard).
+RETRIEVAL_MODES = ("POLLING", "FANOUT")
+# RegisterStreamConsumer's rule for a consumer name.
+_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
 BILLING_MODES = ("PAY_PER_REQUEST", "PROVISIONED")
 # The KCL's LeaseManagementConfig defaults for a PROVISIONED lease table.
@@ -255,6 +259,11 @@ class ConsumerConfig:
     max_records: int = 10000
     idle_time_between_reads_ms: int = 1000
     call_process_records_even_for_empty_record_list: bool = False
+    # POLLING or FANOUT (the KCL's FanOutConfig: a registered consumer, named consumer_name,
+    # the application's name by default; consumer_arn names one registered already).
+    retrieval_mode: str = "POLLING"
+    consumer_name: str | None = None
+    consumer_arn: str | None = None
 
     # Leases (KCL LeaseManagementConfig names and defaults).
     failover_time_ms: int = 10000
@@ -308,6 +317,14 @@ class ConsumerConfig:
             )
         if self.initial_position == "AT_TIMESTAMP" and self.initial_position_timestamp is None:
             raise ConfigurationError("initial_position AT_TIMESTAMP needs initial_position_timestamp")
+        if self.retrieval_mode not in RETRIEVAL_MODES:
+            raise ConfigurationError(
+                f"retrieval_mode must be one of {RETRIEVAL_MODES}, got {self.retrieval_mode!r}")
+        if self.retrieval_mode == "FANOUT" and self.consumer_arn is None and \
+                not _CONSUMER_NAME.fullmatch(self.fan_out_consumer_name):
+            raise ConfigurationError(
+                f"consumer name {self.fan_out_consumer_name!r} is not a valid Kinesis consumer "
+                "name (1-128 of a-z A-Z 0-9 _ . -); set consumer_name")
         if self.metrics_level not in METRICS_LEVELS:
             raise ConfigurationError(
                 f"metrics_level must be one of {METRICS_LEVELS}, got {self.metrics_level!r}"
@@ -351,6 +368,11 @@ class ConsumerConfig:
     def lease_table_name(self) -> str:
         """The KCL names the lease table after the application."""
         return self.application_name
+
+    @property
+    def fan_out_consumer_name(self) -> str:
+        """The fan-out consumer registered for this application (the KCL's default: its name)."""
+        return self.consumer_name or self.application_name
 
     @property
     def renew_interval_ms(self) -> int:

@@ -78,6 +78,11 @@ class UnreachableAfterRetriesError(EndpointUnreachableError, RetriesExhaustedErr
     """
 
 
+class ConsumerRegistrationError(KinesisDStreamError):
+    """An enhanced fan-out consumer could not be registered or is not usable (the stream's
+    limit of 20 consumers, missing permissions, no such stream); names consumer and stream."""
+
+
 class LeaseLostError(KinesisDStreamError):
     """Another worker holds the lease now (our conditional write failed)."""
 

@@ -58,9 +58,14 @@ class Shard:
 
 
 class FakeFetcher:
+    pushes = False
+
     def __init__(self, shard: Shard):
         self.shard = shard
         self.position = 0
+
+    def close(self) -> None:
+        pass
 
     def initialize(self, checkpoint: ESN) -> None:
         with self.shard.lock:

@@ -177,9 +177,54 @@ def test_at_timestamp_and_fanout_and_credentials(tmp_path, app_py, caplog):
         settings = load_properties(path)
     assert settings.config.initial_position == "AT_TIMESTAMP"
     assert settings.config.initial_position_timestamp == 1636609142.0
-    assert settings.retrieval_mode == "FANOUT"
-    assert "retrievalMode = FANOUT" in caplog.text and "polling" in caplog.text
+    assert settings.retrieval_mode == settings.config.retrieval_mode == "FANOUT"
+    assert settings.config.fan_out_consumer_name == "a"  # the application's name, as the KCL
+    assert "retrievalMode" not in caplog.text
     assert "AWSCredentialsProvider" in caplog.text
+
+
+BASE = "executableName = app.py\nstreamName = s\napplicationName = a\n"
+
+
+@pytest.mark.parametrize("lines, mode", [
+    ("", "FANOUT"),  # kclpy's sample: no retrievalMode, no polling key
+    ("retrievalMode = default\n", "FANOUT"),
+    ("maxRecords = 500\n", "POLLING"),
+    ("idleTimeBetweenReadsInMillis = 250\n", "POLLING"),
+    ("idleTimeBetweenReadsInMillis = 0\n", "FANOUT"),  # Java's 0 is "not set"
+    ("retryGetRecordsInSeconds = 0\n", "POLLING"),
+    ("maxGetRecordsThreadPool = 4\n", "POLLING"),
+    ("failoverTimeMillis = 6000\nshardSyncIntervalMillis = 10000\n", "FANOUT"),
+    ("maxRecords = 500\nretrievalMode = FANOUT\n", "FANOUT"),
+    ("retrievalMode = POLLING\n", "POLLING"),
+])
+def test_retrieval_mode_default_is_fan_out_unless_a_polling_key_is_set(tmp_path, app_py, caplog,
+                                                                      lines, mode):
+    with caplog.at_level(logging.WARNING):
+        settings = load_properties(write(tmp_path, BASE + lines))
+    assert settings.retrieval_mode == settings.config.retrieval_mode == mode
+    # Polling by DEFAULT is warned about, naming the key; an explicit choice is not.
+    assert ("retrievalMode DEFAULT reads by polling" in caplog.text) == (
+        mode == "POLLING" and "retrievalMode" not in lines)
+
+
+def test_fanout_config_keys_nested_as_the_kcl(tmp_path, app_py, caplog):
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/c:1"
+    settings = load_properties(write(tmp_path, BASE + "fanoutConfig.consumerName = reader-1\n"))
+    assert settings.config.fan_out_consumer_name == "reader-1"
+    settings = load_properties(write(tmp_path, BASE + f"fanoutConfig.consumerArn = {arn}\n"))
+    assert settings.config.consumer_arn == arn
+    with caplog.at_level(logging.WARNING):
+        settings = load_properties(write(tmp_path, BASE + "consumerName = top\n"))
+    assert settings.config.fan_out_consumer_name == "a"  # the Java daemon ignores it too
+    assert "fanoutConfig.consumerName" in caplog.text
+    with pytest.raises(ConfigurationError, match="consumer name"):
+        load_properties(write(tmp_path, BASE + "fanoutConfig.consumerName = no spaces\n"))
+
+
+def test_create_stream_properties_stay_polling(tmp_path, caplog):
+    path = write(tmp_path, "streamName = s\napplicationName = a\n")
+    assert consumer_config_from_properties(path).retrieval_mode == "POLLING"
 
 
 def test_default_credentials_provider_forms_are_quiet(tmp_path, app_py, caplog):

@@ -157,12 +157,13 @@ USER_AGENT = (f"kinesis-dstream botocore/{botocore.__version__} "
               f"Python/{platform.python_version()}")
 
 
-def _botocore_config(config: ConsumerConfig) -> botocore.config.Config:
+def _botocore_config(config: ConsumerConfig, *, read_timeout_s: float | None = None,
+                     pool_size: int = 50) -> botocore.config.Config:
     return botocore.config.Config(
         connect_timeout=config.connect_timeout_s,
-        read_timeout=config.read_timeout_s,
+        read_timeout=config.read_timeout_s if read_timeout_s is None else read_timeout_s,
         retries={"total_max_attempts": 1, "mode": "standard"},
-        max_pool_connections=50,
+        max_pool_connections=pool_size,
         user_agent=USER_AGENT,
     )
 
@@ -203,16 +204,19 @@ class _GetRecordsParser:
 
 
 @overload
-def make_client(config: ConsumerConfig, service: Literal["kinesis"]) -> KinesisAPI: ...
+def make_client(config: ConsumerConfig, service: Literal["kinesis"], *,
+                read_timeout_s: float | None = None, pool_size: int = 50) -> KinesisAPI: ...
 @overload
 def make_client(config: ConsumerConfig, service: Literal["dynamodb"]) -> DynamoDBAPI: ...
 @overload
 def make_client(config: ConsumerConfig, service: Literal["cloudwatch"]) -> CloudWatchAPI: ...
-def make_client(config: ConsumerConfig, service: str) -> Any:
+def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float | None = None,
+                pool_size: int = 50) -> Any:
     """A boto3 client for ``kinesis``, ``dynamodb`` or ``cloudwatch``.
 
     An explicit endpoint in the config wins; otherwise boto3 resolves it, honouring
-    ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them.
+    ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them. ``read_timeout_s`` and
+    ``pool_size`` are for a client of long-lived subscriptions (one connection each).
     """
     endpoint = {
         "kinesis": config.kinesis_endpoint,
@@ -235,7 +239,8 @@ def make_client(config: ConsumerConfig, service: str) -> Any:
     try:
         # boto3-stubs types session.client per literal service name; the overloads above do
         return session.client(service, endpoint_url=endpoint or None,  # type: ignore[call-overload]
-                              config=_botocore_config(config))
+                              config=_botocore_config(config, read_timeout_s=read_timeout_s,
+                                                      pool_size=pool_size))
     except ValueError as exc:
         raise ConfigurationError(f"bad {service} endpoint {endpoint!r}: {exc}") from exc
 

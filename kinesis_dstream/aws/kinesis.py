@@ -1,4 +1,4 @@
-"""A thin Kinesis client: the four calls a polling consumer needs, with our errors.
+"""A thin Kinesis client: the calls a polling consumer needs, and SubscribeToShard, with our errors.
 
 Every call goes through the one ``RetryPolicy`` (Spark's retry settings), and every
 botocore error is translated by ``translate_error`` so callers see ``StreamNotFoundError``,
@@ -15,15 +15,24 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import urllib3.exceptions
+
 from ..config import ConsumerConfig
+from ..errors import PERMANENT, KinesisDStreamError, ThrottlingError, TransientServiceError
 from ..retry import RetryPolicy
-from .clients import call, make_client
-from .protocols import KinesisAPI
+from .clients import call, error_code, make_client, translate_error
+from .protocols import KinesisAPI, StreamConsumerAPI
 
 log = logging.getLogger(__name__)
 
 ITERATOR_TYPES = ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST",
                   "AT_TIMESTAMP")
+# A subscription's connection waits this long for the next event: Kinesis pushes one at
+# least every few seconds, even on an idle shard, so silence this long is a dead connection.
+SUBSCRIPTION_READ_TIMEOUT_S = 35.0
+# Every subscription holds one connection for its 5 minutes: a worker's shards need a pool
+# of that many, or urllib3 opens and discards connections beyond it with a warning each.
+SUBSCRIPTION_POOL_SIZE = 1000
 
 
 @dataclass(frozen=True)
@@ -73,9 +82,14 @@ class KinesisClient:
     def __init__(self, config: ConsumerConfig, client: KinesisAPI | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  rand: Callable[[], float] = random.random,
-                 policy: RetryPolicy | None = None) -> None:
+                 policy: RetryPolicy | None = None,
+                 subscriber: StreamConsumerAPI | None = None) -> None:
         self._config = config
         self._client = client if client is not None else make_client(config, "kinesis")
+        # Made on the first fan-out call (a polling reader never needs it); a stubbed client
+        # serves both.
+        self._subscriber = subscriber if subscriber is not None else (
+            client if client is not None else None)
         self._policy = policy if policy is not None else RetryPolicy.from_config(config)
         self._sleep = sleep
         self._rand = rand
@@ -141,3 +155,59 @@ class KinesisClient:
         shard = f" shard {shard_id}" if shard_id else ""
         return self._call("get_records", f"reading{shard} of {self._where()}",
                           ShardIterator=iterator, Limit=limit)
+
+    # -- enhanced fan-out -----------------------------------------------------------------------
+    @property
+    def consumers(self) -> StreamConsumerAPI:
+        """The client of fan-out calls: its own pool and a read timeout that outlasts the
+        pause between a subscription's events."""
+        if self._subscriber is None:
+            self._subscriber = make_client(
+                self._config, "kinesis",
+                read_timeout_s=max(self._config.read_timeout_s, SUBSCRIPTION_READ_TIMEOUT_S),
+                pool_size=SUBSCRIPTION_POOL_SIZE)
+        return self._subscriber  # type: ignore[return-value]
+
+    def call_consumers(self, operation: str, what: str, *, expected: tuple[str, ...] = (),
+                       **kwargs: Any) -> dict:
+        """A consumer call (Describe/Register/DeregisterStreamConsumer) under the retry policy."""
+        return call(self._policy, getattr(self.consumers, operation), what, expected=expected,
+                    sleep=self._sleep, rand=self._rand, **kwargs)
+
+    def subscribe_to_shard(self, consumer_arn: str, shard_id: str,
+                           starting_position: dict[str, Any]) -> Any:
+        """Open one subscription; its ``EventStream`` yields ``{"SubscribeToShardEvent": ...}``.
+
+        One try, no retry: the record source paces its resubscriptions. ResourceInUse (the
+        5 s rule, a consumer not ACTIVE yet) comes back as a throttle, to be waited out.
+        """
+        what = (f"subscribing to shard {shard_id} of {self._where()} at "
+                f"{starting_position.get('Type')} {starting_position.get('SequenceNumber', '')}")
+        try:
+            answer = self.consumers.subscribe_to_shard(
+                ConsumerARN=consumer_arn, ShardId=shard_id, StartingPosition=starting_position)
+        except Exception as exc:  # noqa: BLE001 - translated to ours
+            raise subscription_error(exc, what) from exc
+        return answer["EventStream"]
+
+
+def subscription_error(exc: BaseException, what: str) -> KinesisDStreamError:
+    """Our error for a failed subscribe or a subscription that failed mid-stream.
+
+    ResourceInUse is a refusal to wait out (another subscription within 5 s, a consumer
+    still CREATING), so it is a throttle; a broken connection is transient.
+    """
+    if error_code(exc) == "ResourceInUseException":
+        error = ThrottlingError(f"{what}: {exc}")
+        error.code = "ResourceInUseException"
+        return error
+    translated = translate_error(exc, what)
+    if translated.kind == PERMANENT and translated.code is None and _is_connection_error(exc):
+        return TransientServiceError(f"{what}: {type(exc).__name__}: {exc}")
+    return translated
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    """urllib3 and socket errors raised while an event stream is read (botocore wraps only
+    the errors of the request itself)."""
+    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))

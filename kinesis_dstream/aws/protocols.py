@@ -29,6 +29,19 @@ class KinesisAPI(Protocol):
     def put_records(self) -> Operation: ...
 
 
+class StreamConsumerAPI(Protocol):
+    """A Kinesis client's enhanced fan-out calls: consumers and subscriptions."""
+
+    @property
+    def describe_stream_consumer(self) -> Operation: ...
+    @property
+    def register_stream_consumer(self) -> Operation: ...
+    @property
+    def deregister_stream_consumer(self) -> Operation: ...
+    @property
+    def subscribe_to_shard(self) -> Operation: ...
+
+
 class DynamoDBAPI(Protocol):
     """A DynamoDB client: the item calls of the lease and batch-range tables, and their set-up."""
 

@@ -33,7 +33,18 @@ from ..config import (
     table_options,
 )
 from ..errors import ConfigurationError
-from ..settings import BOOLEAN, Choice, Duration, FrontEnd, Number, Option, Text, ValueType, Whole
+from ..settings import (
+    BOOLEAN,
+    Choice,
+    Duration,
+    FrontEnd,
+    Number,
+    Option,
+    Read,
+    Text,
+    ValueType,
+    Whole,
+)
 from .java_properties import read_properties_file
 
 log = logging.getLogger(__name__)
@@ -42,6 +53,11 @@ log = logging.getLogger(__name__)
 # from the last checkpoint after a minute of silence loses nothing and unblocks the shard.
 DEFAULT_ACTION_TIMEOUT_S = 60.0
 RETRIEVAL_MODES = ("POLLING", "FANOUT", "DEFAULT")
+# The KCL's PollingConfigBean.anyPropertiesSet: with retrievalMode DEFAULT, one of these set
+# means polling, none enhanced fan-out. The first two are Java primitives, whose 0 is unset.
+POLLING_KEYS = ("maxRecords", "idleTimeBetweenReadsInMillis", "retryGetRecordsInSeconds",
+                "maxGetRecordsThreadPool")
+_PRIMITIVE_POLLING_KEYS = POLLING_KEYS[:2]
 CLIENT_VERSIONS = ("CLIENT_VERSION_CONFIG_3X", "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X")
 _DEFAULT_PROVIDERS = {"DefaultAWSCredentialsProviderChain", "DefaultCredentialsProvider"}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
@@ -56,7 +72,7 @@ class MultiLangSettings:
     # argv for one child process, resolved when the file was read (see resolve_command).
     command: tuple[str, ...]
     processing_language: str | None = None
-    retrieval_mode: str = "POLLING"
+    retrieval_mode: str = "FANOUT"  # resolved: FANOUT or POLLING
     # timeoutInSeconds: longest silence of a child while it handles one action.
     action_timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
     properties_file: Path | None = None
@@ -210,9 +226,18 @@ PROPERTIES = FrontEnd(
         _config("callProcessRecordsEvenForEmptyRecordList", BOOLEAN,
                 "call_process_records_even_for_empty_record_list",
                 "Send processRecords with no records too.", "false"),
-        Option("retrievalMode", Choice(*RETRIEVAL_MODES), "Only POLLING is implemented; "
-               "FANOUT polls with a warning.", "POLLING", target="special",
-               field="retrievalMode"),
+        Option("retrievalMode", Choice(*RETRIEVAL_MODES), "FANOUT reads by enhanced fan-out "
+               "(SubscribeToShard) as a registered consumer, POLLING by GetRecords. DEFAULT, "
+               "as the KCL: fan-out unless a polling key (maxRecords, "
+               "idleTimeBetweenReadsInMillis, retryGetRecordsInSeconds, "
+               "maxGetRecordsThreadPool) is set, then polling with a warning. createStream's "
+               "propertiesFile reads by polling whatever this says.", "DEFAULT",
+               target="special", field="retrievalMode"),
+        _config("fanoutConfig.consumerName", _TEXT, "consumer_name", "The fan-out consumer to "
+                "register (if missing) and read as; never deregistered.", "applicationName"),
+        _config("fanoutConfig.consumerArn", _TEXT, "consumer_arn", "A fan-out consumer "
+                "registered already, by ARN: used as it is (it must be ACTIVE), nothing is "
+                "registered."),
         _config("metricsLevel", Choice(*METRICS_LEVELS), "metrics_level",
                 "CloudWatch metrics published.", "DETAILED"),
         _config("metricsBufferTimeMillis", Whole(1), "metrics_buffer_time_ms",
@@ -253,12 +278,14 @@ PROPERTIES = FrontEnd(
         _ignored("schedulerInitializationBackoffTimeMillis", Whole(0)),
         _ignored("shardPrioritization", _ANY),
         _ignored("skipShardSyncAtWorkerInitializationIfLeasesExist", BOOLEAN),
-        _ignored("consumerArn", _ANY),
-        _ignored("consumerName", _ANY),
-        _ignored("maxDescribeStreamConsumerRetries", Whole(0)),
-        _ignored("maxDescribeStreamSummaryRetries", Whole(0)),
-        _ignored("registerStreamConsumerRetries", Whole(0)),
-        _ignored("retryBackoffMillis", Whole(0)),
+        *(_ignored(name, _ANY, "The Java daemon reads this only as fanoutConfig." + name +
+                   " (a top-level key reaches no property there); ignored here too, with a "
+                   "warning.") for name in ("consumerArn", "consumerName")),
+        *(_ignored(f"{prefix}{name}", Whole(0), "The KCL's fan-out registration retries; "
+                   "here registration waits throttles out for 10 s and ACTIVE for 60 s.")
+          for prefix in ("", "fanoutConfig.")
+          for name in ("maxDescribeStreamConsumerRetries", "maxDescribeStreamSummaryRetries",
+                       "registerStreamConsumerRetries", "retryBackoffMillis")),
         # KCL 3.x (MultiLangDaemonConfiguration of 3.1.3): a 3.x file is accepted as it is.
         _ignored("clientVersionConfig", Choice(*CLIENT_VERSIONS), _KCL3),
         _ignored("enablePriorityLeaseAssignment", BOOLEAN, _KCL3),
@@ -297,12 +324,12 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
     if "initialPositionInStreamExtended" in special:
         config["initial_position_timestamp"] = special["initialPositionInStreamExtended"]
         config["initial_position"] = "AT_TIMESTAMP"
-    mode = special.get("retrievalMode")
-    if mode is not None:
-        if mode != "POLLING":
-            log.warning("%s: retrievalMode = %s (enhanced fan-out) is not implemented; "
-                        "polling with GetRecords instead", source, mode)
-        settings["retrieval_mode"] = mode
+    settings["retrieval_mode"] = retrieval_mode(special.get("retrievalMode", "DEFAULT"), read,
+                                                source)
+    for key in ("consumerArn", "consumerName"):
+        if key in read.given:
+            log.warning("%s: %s is read as fanoutConfig.%s, by the Java daemon and here; "
+                        "ignored", source, key, key)
     arn_stream = special.get("streamArn")
     if arn_stream is not None:
         # As the Java daemon: streamArn takes precedence over streamName.
@@ -318,6 +345,22 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
             "application (as the KCL does by default)")
     settings["ignored_keys"] = tuple(ignored)
     return config, settings
+
+
+def retrieval_mode(mode: str, read: Read, source: str) -> str:
+    """FANOUT or POLLING, by the KCL's rule for DEFAULT: polling once a polling key is set."""
+    if mode != "DEFAULT":
+        return mode
+    values = {**read.of("config"), **read.of("ignore")}
+    polling = [key for key in POLLING_KEYS if key in read.given
+               and (key not in _PRIMITIVE_POLLING_KEYS
+                    or values.get(PROPERTIES.by_key[key].field) != 0)]
+    if not polling:
+        return "FANOUT"
+    log.warning("%s: %s set, so retrievalMode DEFAULT reads by polling (GetRecords), as the "
+                "KCL's; set retrievalMode = FANOUT for enhanced fan-out, or POLLING to say so",
+                source, ", ".join(polling))
+    return "POLLING"
 
 
 # --------------------------------------------------------------------------- public API
@@ -344,9 +387,13 @@ def _build_config(config_changes: dict[str, Any], overrides: Mapping[str, Any],
 def consumer_config_from_properties(path: str | os.PathLike, **overrides: Any) -> ConsumerConfig:
     """The engine config a properties file describes; ``overrides`` (ConsumerConfig field
     names) win over the file. executableName is not needed here (the Spark glue uses the
-    file only as a settings source)."""
+    file only as a settings source, and reads by polling: an explicit FANOUT is warned)."""
     source = str(path)
-    config_changes, _ = _apply(read_properties_file(path), source)
+    props = read_properties_file(path)
+    config_changes, _ = _apply(props, source)
+    if str(props.get("retrievalMode", "")).strip().upper() == "FANOUT":
+        log.warning("%s: retrievalMode = FANOUT: createStream reads by polling (GetRecords); "
+                    "enhanced fan-out is the worker's and the multilang daemon's", source)
     return _build_config(config_changes, overrides, source)
 
 
@@ -385,7 +432,9 @@ def load_properties(path: str | os.PathLike, **overrides: Any) -> MultiLangSetti
     """Everything our MultiLangDaemon needs from a KCL properties file."""
     source = str(path)
     config_changes, settings_changes = _apply(read_properties_file(path), source)
-    config = _build_config(config_changes, overrides, source)
+    config = _build_config({**config_changes,
+                            "retrieval_mode": settings_changes.get("retrieval_mode", "FANOUT")},
+                           overrides, source)
     executable = settings_changes.pop("executable_name", None)
     if not executable:
         raise ConfigurationError(

@@ -41,6 +41,8 @@ class KinesisDataFetcher:
     ``initial_position_timestamp``.
     """
 
+    pushes = False  # a poller: at the tip, the caller pauses before the next read
+
     def __init__(self, kinesis: KinesisClient, config: ConsumerConfig, shard_id: str, *,
                  reports_data_loss: bool = False, start_timestamp: float | None = None) -> None:
         self._kinesis = kinesis

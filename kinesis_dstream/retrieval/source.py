@@ -3,10 +3,10 @@
 Every reader of a shard (the executors' read loop, the worker's shard consumer) asks a
 ``RecordSource`` for the next records and never learns how they came, as the KCL's callers
 see only its ``RecordsPublisher``. Polling (``KinesisDataFetcher``: GetShardIterator, then
-GetRecords) is the one source today; ``open_source`` is where a caller gets one, so a second
-kind joins there and no caller changes.
+GetRecords) and push (``fanout``'s ``FanOutRecordsPublisher``: SubscribeToShard) are the two
+sources; ``open_source`` is where a caller gets one, so no caller knows which it reads.
 
-How a push source (enhanced fan-out, SubscribeToShard) fits:
+How the push source fits:
 - ``initialize``/``resume`` subscribe at the start (AT_SEQUENCE_NUMBER and the dropped
   records at or before a checkpoint, as polling does; AT_TIMESTAMP, TRIM_HORIZON, LATEST).
   A polling iterator means nothing to it: ``resume`` subscribes as ``initialize`` does, and
@@ -21,6 +21,8 @@ How a push source (enhanced fan-out, SubscribeToShard) fits:
 - At a shard's end an event carries a null continuation and ChildShards: ``get_records``
   returns ``shard_end`` with ``child_shard_ids``, as a polling page without NextShardIterator.
 - ``close`` cancels the subscription (polling holds nothing to close).
+- ``pushes`` is true: records come when they are pushed, so a caller never pauses between
+  reads as a poller does at the tip.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from ..aws.kinesis import KinesisClient
 from ..config import ConsumerConfig
 from ..records import ExtendedSequenceNumber, GetRecordsResult
 from .data_loss import TrimmedRange
+from .fanout import FanOutRecordsPublisher
 from .polling import KinesisDataFetcher
 
 
@@ -42,6 +45,7 @@ class RecordSource(Protocol):
 
     shard_id: str
     shard_iterator_calls: int  # GetShardIterator calls made (polling only; 0 for push)
+    pushes: bool  # records are pushed (a subscription): no pause between reads
     data_lost: TrimmedRange | None  # records found trimmed before the start, if any
 
     @property
@@ -63,7 +67,12 @@ class RecordSource(Protocol):
 
 def open_source(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str, *,
                 start_timestamp: float | None = None,
-                reports_data_loss: bool = False) -> RecordSource:
-    """The record source ``config`` asks for, for one shard: polling today."""
+                reports_data_loss: bool = False,
+                consumer_arn: str | None = None) -> RecordSource:
+    """The record source ``config`` asks for, for one shard: fan-out for a ``FANOUT``
+    configuration given its registered consumer (``consumer_arn``), else polling."""
+    if config.retrieval_mode == "FANOUT" and consumer_arn is not None:
+        return FanOutRecordsPublisher(kinesis, config, shard_id, consumer_arn,
+                                      start_timestamp=start_timestamp)
     return KinesisDataFetcher(kinesis, config, shard_id, reports_data_loss=reports_data_loss,
                               start_timestamp=start_timestamp)

@@ -61,6 +61,8 @@ class ShardMetrics:
     owner: str | None
     last_checkpoint: str
     last_delivered: str | None
+    subscriptions: int = 0  # fan-out: SubscribeToShard calls that opened a subscription
+    resubscriptions: int = 0  # of those, the ones after a subscription ended
 
 
 class ShardConsumer:
@@ -88,6 +90,9 @@ class ShardConsumer:
         self._wake = threading.Event()
         # Restarts of a processor that keeps failing wait longer each time, up to 10 s.
         self._restart_backoff = Backoff(base_ms=config.retry_wait_time_ms)
+        # Subscriptions of the sources closed so far, and the one being read.
+        self._subscriptions = self._resubscriptions = 0
+        self._source: RecordSource | None = None
         self._thread = threading.Thread(target=self._run, name=f"shard-{shard_id}", daemon=True)
 
     # -- control, from the scheduler ------------------------------------------------------------
@@ -146,21 +151,29 @@ class ShardConsumer:
         self.checkpointer = ShardCheckpointer(self.shard_id, self._write_checkpoint, checkpoint)
         if self._reason is ShutdownReason.LEASE_LOST:
             self.checkpointer.close("lease lost")
-        fetcher = self._make_fetcher(self.shard_id)
-        # No processor is made for a shard we are told to leave before it could start: a
-        # processor that exists always gets initialize and, unless it fails, a final call.
-        if not self._initialize_fetcher(fetcher, checkpoint):
-            return True
-        processor = self._processor_factory(self.shard_id)
+        fetcher = self._source = self._make_fetcher(self.shard_id)
         try:
-            self._call(processor.initialize, InitializeInput(
-                shard_id=self.shard_id,
-                sequence_number=checkpoint.sequence_number,
-                sub_sequence_number=checkpoint.sub_sequence_number))
-            self.state = ConsumerState.PROCESSING
-            return self._process_loop(fetcher, processor)
-        except _ProcessorFailed as failure:
-            return self._processor_failed(processor, failure)
+            # No processor is made for a shard we are told to leave before it could start: a
+            # processor that exists always gets initialize and, unless it fails, a final call.
+            if not self._initialize_fetcher(fetcher, checkpoint):
+                return True
+            processor = self._processor_factory(self.shard_id)
+            try:
+                self._call(processor.initialize, InitializeInput(
+                    shard_id=self.shard_id,
+                    sequence_number=checkpoint.sequence_number,
+                    sub_sequence_number=checkpoint.sub_sequence_number))
+                self.state = ConsumerState.PROCESSING
+                return self._process_loop(fetcher, processor)
+            except _ProcessorFailed as failure:
+                return self._processor_failed(processor, failure)
+        finally:
+            # A subscription ends with its reader: on a lost lease the next owner's
+            # subscription takes over, and this one must not take it back.
+            fetcher.close()
+            self._subscriptions += getattr(fetcher, "subscriptions", 0)
+            self._resubscriptions += getattr(fetcher, "resubscriptions", 0)
+            self._source = None
 
     def _processor_failed(self, processor: ShardRecordProcessor, failure: "_ProcessorFailed") -> bool:
         """After a callback raised: restart from the checkpoint, unless the lease is gone.
@@ -214,17 +227,18 @@ class ShardConsumer:
     def _process_loop(self, fetcher: RecordSource, processor: ShardRecordProcessor) -> bool:
         checkpointer = self.checkpointer
         assert checkpointer is not None
-        pacer = self._pacer("GetRecords")
+        pacer = self._pacer("SubscribeToShard" if fetcher.pushes else "GetRecords")
         while True:
             if self._reason is not None:
                 return self._shut_down(processor)
             started = time.monotonic()
             try:
                 result = fetcher.get_records()
-                self._metrics.get_records(True, (time.monotonic() - started) * 1000)
+                if not fetcher.pushes:  # the KCL's GetRecords metrics are polling's only
+                    self._metrics.get_records(True, (time.monotonic() - started) * 1000)
                 pacer.succeeded()
             except KinesisDStreamError as exc:
-                if not is_throttling(exc):  # a refusal is counted by _pause
+                if not is_throttling(exc) and not fetcher.pushes:  # a refusal: see _pause
                     self._metrics.get_records(False, (time.monotonic() - started) * 1000)
                 self._pause(pacer, exc)
                 continue
@@ -244,6 +258,8 @@ class ShardConsumer:
                                     result.millis_behind_latest, processing_ms)
             if result.shard_end:
                 return self._shard_end(processor, result.child_shard_ids)
+            if fetcher.pushes:
+                continue  # the next get_records waits for the next pushed event
             if result.at_tip(self.config.max_records):
                 self._sleep(self.config.idle_time_between_reads_ms / 1000.0)
             elif not result.is_full_page(self.config.max_records):
@@ -300,12 +316,15 @@ class ShardConsumer:
 
     def metrics(self, owner: str | None) -> ShardMetrics:
         checkpointer = self.checkpointer
+        source = self._source
         return ShardMetrics(
             shard_id=self.shard_id, state=self.state.value, records=self.records_delivered,
             millis_behind_latest=self.millis_behind_latest, owner=owner,
             last_checkpoint=str(checkpointer.last_checkpoint) if checkpointer else "",
             last_delivered=str(checkpointer.largest_permitted)
-            if checkpointer and checkpointer.largest_permitted else None)
+            if checkpointer and checkpointer.largest_permitted else None,
+            subscriptions=self._subscriptions + getattr(source, "subscriptions", 0),
+            resubscriptions=self._resubscriptions + getattr(source, "resubscriptions", 0))
 
 
 class _ProcessorFailed(Exception):

@@ -5,6 +5,13 @@ leases in its first pass, so the first lease is read at once. Then it loops: sha
 on its interval or at a shard end, lease taking on its interval, one ShardConsumer per held
 lease. On a graceful shutdown each processor gets shutdown_requested, then every lease is
 released for the next worker to take at once.
+
+With fan-out (``retrieval_mode`` FANOUT) the start also registers the application's consumer
+(or checks the one named by ``consumer_arn``), once, and never deregisters it, as the KCL;
+each shard consumer then reads through its own subscription. Leases and checkpoints are the
+same either way: a lease taken from another worker subscribes at its checkpoint, which takes
+the shard's subscription over (Kinesis' 5 s rule), and the old owner closes its own when it
+sees the lease lost.
 """
 from __future__ import annotations
 
@@ -33,7 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 class Scheduler:
     def __init__(self, config: ConsumerConfig, processor_factory: ProcessorFactory, *,
                  kinesis: KinesisClient | None = None, lease_table: LeaseTable | None = None,
@@ -53,6 +59,7 @@ class Scheduler:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.started_at: float | None = None
+        self.consumer_arn: str | None = None  # the fan-out consumer, once registered
         # Built in start(): CloudWatch is only contacted by a worker that runs.
         self._metrics = metrics
         self._owns_metrics = metrics is None
@@ -67,6 +74,8 @@ class Scheduler:
         """
         self.started_at = time.monotonic()
         self.kinesis.describe_stream_summary()
+        if self.config.retrieval_mode == "FANOUT":
+            self.consumer_arn = self._register_consumer()
         self.table.create_table_if_not_exists()
         self.syncer.sync()
         self.coordinator.start_renewer()
@@ -106,6 +115,16 @@ class Scheduler:
         self._stopped.set()
         log.info("worker %s stopped", self.config.worker_id)
         return clean
+
+    def _register_consumer(self) -> str:
+        from ..aws.stream_consumer import check_stream_consumer, register_stream_consumer
+
+        if self.config.consumer_arn is not None:
+            arn = check_stream_consumer(self.kinesis, self.config.consumer_arn)
+        else:
+            arn = register_stream_consumer(self.kinesis, self.config.fan_out_consumer_name)
+        log.info("worker %s reads by enhanced fan-out as consumer %s", self.config.worker_id, arn)
+        return arn
 
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -157,7 +176,8 @@ class Scheduler:
 
     # -- callbacks from consumers and the renewer ------------------------------------------------
     def _make_fetcher(self, shard_id: str) -> RecordSource:
-        return open_source(self.kinesis, self.config, shard_id, reports_data_loss=True)
+        return open_source(self.kinesis, self.config, shard_id, reports_data_loss=True,
+                           consumer_arn=self.consumer_arn)
 
     def _read_checkpoint(self, shard_id: str) -> ExtendedSequenceNumber:
         lease = self.coordinator.owned_lease(shard_id)

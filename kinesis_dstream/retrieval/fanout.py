@@ -1,0 +1,279 @@
+"""FanOutRecordsPublisher: the push record source (enhanced fan-out, SubscribeToShard).
+
+One subscription per shard at a time. The subscribe call runs on the caller's thread, so a
+refusal (the 5 s rule, a throttle) is raised to the caller as polling's errors are, and its
+pacer waits it out; a reader thread then moves the pushed events into a bounded queue, and
+blocks when the queue is full, so a slow caller stops the reading (TCP holds the rest) and
+memory stays bounded. Each subscription has its own queue: a closed one's late events
+cannot reach the next.
+
+Positions, as the KCL's publisher: the first subscription starts AT_SEQUENCE_NUMBER the
+checkpoint (dropping the user records at or before it, sub-sequence numbers of KPL
+aggregates included) or at the TRIM_HORIZON/LATEST/AT_TIMESTAMP position; when a
+subscription ends (after 5 minutes, cut, failed) the next starts AFTER_SEQUENCE_NUMBER the
+ContinuationSequenceNumber of the last event taken. Events are taken in order and a
+subscription's end is queued after its events, so none is skipped or read twice. A null
+continuation is the shard's end, with its ChildShards (without them the event is invalid, as
+the KCL judges it, and read again); ResourceNotFound on a subscribe is the end too, without
+children, as the KCL reads it (the shard or the stream gone), unless our consumer is what is
+gone: then the source raises, and the caller waits, rather than end an open shard.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import queue
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..aws.kinesis import KinesisClient, subscription_error
+from ..aws.kpl import deaggregate
+from ..aws.stream_consumer import consumer_status
+from ..config import ConsumerConfig
+from ..errors import (
+    ConfigurationError,
+    ConsumerRegistrationError,
+    StreamNotFoundError,
+    TransientServiceError,
+)
+from ..records import (
+    AT_TIMESTAMP,
+    LATEST,
+    TRIM_HORIZON,
+    ExtendedSequenceNumber,
+    GetRecordsResult,
+    Record,
+)
+from .data_loss import TrimmedRange
+
+log = logging.getLogger(__name__)
+
+# Events held per shard between the reader thread and the caller (the KCL: 10, and one
+# terminal signal). An event holds at most what a shard pushes in a second or so.
+BUFFER_EVENTS = 10
+# The longest ``get_records`` waits for an event before it answers with nothing, so a
+# caller's loop still looks at its shutdown flags.
+WAIT_S = 0.5
+_EVENT, _END, _ERROR = "event", "end", "error"
+
+
+@dataclass
+class _Subscription:
+    """One SubscribeToShard call's stream, its reader thread and its own queue."""
+
+    number: int
+    stream: Any
+    events: queue.Queue = field(default_factory=lambda: queue.Queue(BUFFER_EVENTS + 1))
+    closed: threading.Event = field(default_factory=threading.Event)
+
+    def put(self, item: tuple[str, Any]) -> bool:
+        """Queue ``item``, blocking while the queue is full; False once closed."""
+        while not self.closed.is_set():
+            try:
+                self.events.put(item, timeout=WAIT_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def close(self) -> None:
+        """Stop the reader: the flag for a reader blocked on the queue, the socket for one
+        blocked on a read (closing a response from another thread does not wake it)."""
+        self.closed.set()
+        raw = getattr(self.stream, "_raw_stream", None)
+        connection = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        try:
+            self.stream.close()
+        except Exception:  # noqa: BLE001 - best effort; the reader ends on its next read
+            log.debug("closing subscription %d", self.number, exc_info=True)
+
+
+class FanOutRecordsPublisher:
+    """Reads one shard by enhanced fan-out for ``consumer_arn``; ``initialize`` once, then
+    ``get_records`` until ``shard_end``; ``close`` when done."""
+
+    pushes = True  # records come to it: a caller need not pause between reads
+    shard_iterator_calls = 0
+
+    def __init__(self, kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
+                 consumer_arn: str, *, start_timestamp: float | None = None,
+                 wait_s: float = WAIT_S) -> None:
+        self._kinesis = kinesis
+        self._consumer_arn = consumer_arn
+        self._timestamp = (start_timestamp if start_timestamp is not None
+                           else config.initial_position_timestamp)
+        self._wait_s = wait_s
+        self.shard_id = shard_id
+        self.data_lost: TrimmedRange | None = None  # not detected under push
+        self._start: ExtendedSequenceNumber | None = None
+        self._continuation: str | None = None
+        self._skip_through: ExtendedSequenceNumber | None = None
+        self._subscription: _Subscription | None = None
+        self._millis_behind_latest: int | None = None
+        self._shard_end = False
+        self._child_shard_ids: list[str] = []
+        self.subscriptions = 0  # successful SubscribeToShard calls
+        self.resubscriptions = 0  # of those, the ones after a subscription ended
+
+    @property
+    def iterator(self) -> str | None:
+        """No polling iterator: a push source resumes by subscribing."""
+        return None
+
+    @property
+    def millis_behind_latest(self) -> int | None:
+        return self._millis_behind_latest
+
+    def initialize(self, checkpoint: ExtendedSequenceNumber) -> None:
+        """Start after ``checkpoint``; the subscription opens on the first ``get_records``."""
+        self._close_subscription()
+        self._start = checkpoint
+        self._continuation = None
+        self._shard_end = checkpoint.is_shard_end
+        self._child_shard_ids = []
+        self._skip_through = None if checkpoint.is_sentinel else checkpoint
+        if checkpoint.sequence_number == AT_TIMESTAMP and self._timestamp is None:
+            raise ConfigurationError(f"shard {self.shard_id} starts AT_TIMESTAMP but "
+                                     "initial_position_timestamp is not set")
+
+    def resume(self, start: ExtendedSequenceNumber, iterator: str) -> None:
+        """As ``initialize``: a polling iterator means nothing to a subscription."""
+        self.initialize(start)
+
+    def close(self) -> None:
+        """Cancel the subscription; reading stops here."""
+        self._close_subscription()
+
+    def starting_position(self) -> dict[str, Any]:
+        """Where the next subscription starts: after the last event's continuation, else at
+        the start (AT a checkpoint, or the initial position)."""
+        if self._continuation is not None:
+            return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": self._continuation}
+        start = self._start
+        assert start is not None
+        if start.sequence_number in (TRIM_HORIZON, LATEST):
+            return {"Type": start.sequence_number}
+        if start.sequence_number == AT_TIMESTAMP:
+            assert self._timestamp is not None
+            return {"Type": AT_TIMESTAMP, "Timestamp": _dt.datetime.fromtimestamp(
+                float(self._timestamp), tz=_dt.timezone.utc)}
+        return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": start.sequence_number}
+
+    def get_records(self) -> GetRecordsResult:
+        """The records of the next pushed event (none if nothing came within the wait);
+        ``shard_end`` with ``child_shard_ids`` once the shard is read."""
+        if self._start is None:
+            raise RuntimeError(f"source for shard {self.shard_id} used before initialize()")
+        if self._shard_end:
+            return self._end_result()
+        subscription = self._subscription or self._subscribe()
+        if subscription is None:
+            return self._end_result()
+        try:
+            kind, item = subscription.events.get(timeout=self._wait_s)
+        except queue.Empty:
+            return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
+        if kind == _EVENT:
+            return self._take(item)
+        self._close_subscription()
+        if kind == _ERROR:
+            raise item
+        log.debug("shard %s: subscription %d ended; resubscribing %s", self.shard_id,
+                  subscription.number, self.starting_position())
+        return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
+
+    # -- subscriptions ----------------------------------------------------------------------------
+    def _subscribe(self) -> _Subscription | None:
+        position = self.starting_position()
+        try:
+            stream = self._kinesis.subscribe_to_shard(self._consumer_arn, self.shard_id,
+                                                      position)
+        except StreamNotFoundError as exc:
+            if consumer_status(self._kinesis, self._consumer_arn) in (None, "DELETING"):
+                # Not the shard: our consumer. Ending the shard here (the KCL does) would
+                # checkpoint an open shard at SHARD_END; waiting loses nothing.
+                raise ConsumerRegistrationError(
+                    f"shard {self.shard_id}: fan-out consumer {self._consumer_arn} was "
+                    "deregistered; reading waits (restart the worker to register it "
+                    "again)") from exc
+            log.warning("shard %s: %s; treating the shard as ended, as the KCL does",
+                        self.shard_id, exc)
+            self._shard_end = True
+            return None
+        if self.subscriptions:
+            self.resubscriptions += 1
+        self.subscriptions += 1
+        subscription = _Subscription(self.subscriptions, stream)
+        self._subscription = subscription
+        threading.Thread(target=self._read, args=(subscription,), daemon=True,
+                         name=f"subscription-{self.shard_id}-{subscription.number}").start()
+        log.debug("shard %s: subscription %d at %s", self.shard_id, subscription.number,
+                  position)
+        return subscription
+
+    def _read(self, subscription: _Subscription) -> None:
+        """The reader thread: every event into the queue, then the end (or the error)."""
+        what = f"reading subscription {subscription.number} of shard {self.shard_id}"
+        try:
+            for message in subscription.stream:
+                event = message.get("SubscribeToShardEvent")
+                if event is not None and not subscription.put((_EVENT, event)):
+                    return
+        except Exception as exc:  # noqa: BLE001 - handed to the caller as our error
+            if not subscription.closed.is_set():
+                subscription.put((_ERROR, subscription_error(exc, what)))
+            return
+        subscription.put((_END, None))
+
+    def _close_subscription(self) -> None:
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            subscription.close()
+
+    # -- events ---------------------------------------------------------------------------------
+    def _take(self, event: dict) -> GetRecordsResult:
+        continuation = event.get("ContinuationSequenceNumber")
+        if continuation is None and not event.get("ChildShards"):
+            # The KCL's DataRetrievalUtil rejects this mix (a shard's end names its children):
+            # read it again from the last continuation rather than end the shard on it.
+            self._close_subscription()
+            raise TransientServiceError(f"shard {self.shard_id}: an event with neither a "
+                                        "continuation nor child shards; resubscribing")
+        kinesis_records = event.get("Records") or []
+        records = deaggregate(kinesis_records, self.shard_id)
+        if self._skip_through is not None and records:
+            records = self._drop_through(records)
+        self._millis_behind_latest = event.get("MillisBehindLatest")
+        if continuation is None:
+            self._shard_end = True
+            self._child_shard_ids = [c["ShardId"] for c in event.get("ChildShards") or ()]
+            self._close_subscription()
+            log.info("shard %s reached its end; children %s", self.shard_id,
+                     self._child_shard_ids or "not reported")
+        else:
+            self._continuation = continuation
+        return GetRecordsResult(records=records, millis_behind_latest=self._millis_behind_latest,
+                                shard_end=self._shard_end,
+                                child_shard_ids=list(self._child_shard_ids),
+                                kinesis_records=len(kinesis_records))
+
+    def _drop_through(self, records: list[Record]) -> list[Record]:
+        """Drop the user records at or before the checkpoint the first subscription is AT."""
+        assert self._skip_through is not None
+        for index, record in enumerate(records):
+            if record.extended_sequence_number > self._skip_through:
+                self._skip_through = None
+                return records[index:]
+        return []
+
+    def _end_result(self) -> GetRecordsResult:
+        return GetRecordsResult(shard_end=True, child_shard_ids=list(self._child_shard_ids),
+                                millis_behind_latest=self._millis_behind_latest)

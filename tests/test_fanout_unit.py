@@ -1,0 +1,241 @@
+"""The push record source's rules on their own, fed through a fake of boto3's event stream:
+where each subscription starts, the records dropped at a checkpoint, the shard's end, the
+errors handed to the caller's pacer, and the bounded buffer (no emulator)."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterator
+
+import botocore.exceptions
+import pytest
+
+from kinesis_dstream.aws.kinesis import KinesisClient
+from kinesis_dstream.aws.kpl import Aggregate
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.errors import (
+    ConsumerRegistrationError,
+    ThrottlingError,
+    TransientServiceError,
+)
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.retrieval import open_source
+from kinesis_dstream.retrieval.fanout import BUFFER_EVENTS, FanOutRecordsPublisher
+from kinesis_dstream.retry import is_throttling
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
+
+CONFIG = ConsumerConfig(application_name="fanout-unit", stream_name="s", region_name="us-east-1",
+                        aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret",
+                        kinesis_endpoint="http://127.0.0.1:9", retrieval_mode="FANOUT")
+ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/fanout-unit:1"
+
+
+def record(seq: int, data: bytes = b"x") -> dict:
+    return {"SequenceNumber": str(seq), "Data": data, "PartitionKey": "k",
+            "ApproximateArrivalTimestamp": 1700000000.0}
+
+
+def event(records: list[dict], continuation: str | None, behind: int = 0,
+          children: tuple[str, ...] = ()) -> dict:
+    body: dict[str, Any] = {"Records": records, "MillisBehindLatest": behind,
+                            "ContinuationSequenceNumber": continuation}
+    if children:
+        body["ChildShards"] = [{"ShardId": c, "ParentShards": ["shardId-0"],
+                                "HashKeyRange": {}} for c in children]
+    return {"SubscribeToShardEvent": body}
+
+
+def client_error(code: str) -> botocore.exceptions.ClientError:
+    return botocore.exceptions.ClientError({"Error": {"Code": code, "Message": code}},
+                                           "SubscribeToShard")
+
+
+class FakeStream:
+    """boto3's EventStream: iterates events, then ends (or raises ``error``)."""
+
+    def __init__(self, events: list[dict], error: Exception | None = None,
+                 endless: bool = False) -> None:
+        self.events = events
+        self.error = error
+        self.endless = endless
+        self.pulled = 0
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict]:
+        for item in self.events:
+            self.pulled += 1
+            yield item
+        while self.endless and not self.closed.is_set():
+            self.pulled += 1
+            yield event([], str(1000 + self.pulled))
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class FakeKinesis:
+    """A boto3 client whose subscribe_to_shard answers from a script, recording the calls."""
+
+    meta = None
+
+    def __init__(self, *answers: FakeStream | Exception, consumer: str | None = "ACTIVE") -> None:
+        self.answers = list(answers)
+        self.calls: list[dict] = []
+        self.consumer = consumer  # its status; None: deregistered
+
+    def describe_stream_consumer(self, **kwargs: Any) -> dict:
+        if self.consumer is None:
+            raise client_error("ResourceNotFoundException")
+        return {"ConsumerDescription": {"ConsumerARN": ARN, "ConsumerStatus": self.consumer}}
+
+    def subscribe_to_shard(self, **kwargs: Any) -> dict:
+        self.calls.append(kwargs)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return {"EventStream": answer}
+
+
+def source(fake: FakeKinesis, start: ESN = ESN.TRIM_HORIZON) -> FanOutRecordsPublisher:
+    publisher = open_source(KinesisClient(CONFIG, client=fake), CONFIG, "shardId-0",  # type: ignore[arg-type]
+                            consumer_arn=ARN)
+    assert isinstance(publisher, FanOutRecordsPublisher)
+    publisher.initialize(start)
+    return publisher
+
+
+def read_until(publisher: FanOutRecordsPublisher, count: int, limit: int = 20) -> list[str]:
+    seen: list[str] = []
+    for _ in range(limit):
+        result = publisher.get_records()
+        seen += [str(r.extended_sequence_number) for r in result.records]
+        if len(seen) >= count or result.shard_end:
+            break
+    return seen
+
+
+def test_open_source_polls_without_a_consumer_and_pushes_with_one():
+    polling = open_source(KinesisClient(CONFIG, client=FakeKinesis()), CONFIG, "shardId-0")  # type: ignore[arg-type]
+    assert polling.pushes is False
+    assert source(FakeKinesis()).pushes is True
+
+
+def test_a_subscription_that_ends_is_followed_after_its_last_continuation():
+    fake = FakeKinesis(FakeStream([event([record(1), record(2)], "2"), event([], "5")]),
+                       FakeStream([event([record(7)], "7")]))
+    publisher = source(fake)
+    assert read_until(publisher, 3) == ["1/0", "2/0", "7/0"]
+    assert [c["StartingPosition"] for c in fake.calls] == [
+        {"Type": "TRIM_HORIZON"}, {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "5"}]
+    assert fake.calls[0]["ConsumerARN"] == ARN and fake.calls[0]["ShardId"] == "shardId-0"
+    assert (publisher.subscriptions, publisher.resubscriptions) == (2, 1)
+    publisher.close()
+
+
+@pytest.mark.parametrize("start, position", [
+    (ESN.LATEST, {"Type": "LATEST"}),
+    (ESN("49000000000000000000000000000000000000000000000000000042"),
+     {"Type": "AT_SEQUENCE_NUMBER",
+      "SequenceNumber": "49000000000000000000000000000000000000000000000000000042"}),
+])
+def test_the_first_subscription_starts_at_the_checkpoint_or_the_initial_position(start, position):
+    fake = FakeKinesis(FakeStream([]))
+    source(fake, start).get_records()
+    assert fake.calls[0]["StartingPosition"] == position
+
+
+def test_at_timestamp_subscribes_at_the_configured_time():
+    fake = FakeKinesis(FakeStream([]))
+    publisher = FanOutRecordsPublisher(KinesisClient(CONFIG, client=fake), CONFIG,  # type: ignore[arg-type]
+                                       "shardId-0", ARN, start_timestamp=1700000000.0)
+    publisher.initialize(ESN.AT_TIMESTAMP)
+    publisher.get_records()
+    position = fake.calls[0]["StartingPosition"]
+    assert position["Type"] == "AT_TIMESTAMP" and position["Timestamp"].timestamp() == 1700000000.0
+
+
+def test_records_at_or_before_the_checkpoint_are_dropped_aggregates_included():
+    aggregate = Aggregate("shardId-0")
+    for index in range(4):
+        aggregate.try_add("k", b"k", None, f"user-{index}".encode(), 0, 1 << 20)
+    aggregated = record(10, aggregate.encode())
+    fake = FakeKinesis(FakeStream([event([aggregated, record(11)], "11")]))
+    publisher = source(fake, ESN("10", 1))  # the processor checkpointed mid-aggregate
+    assert read_until(publisher, 3) == ["10/2", "10/3", "11/0"]
+    assert fake.calls[0]["StartingPosition"] == {"Type": "AT_SEQUENCE_NUMBER",
+                                                 "SequenceNumber": "10"}
+
+
+def test_a_null_continuation_is_the_shard_end_with_its_children():
+    fake = FakeKinesis(FakeStream([event([record(3)], "3"),
+                                   event([record(4)], None, children=("shardId-1", "shardId-2"))]))
+    publisher = source(fake)
+    results = [publisher.get_records() for _ in range(2)]
+    assert results[1].shard_end and results[1].child_shard_ids == ["shardId-1", "shardId-2"]
+    assert [str(r.extended_sequence_number) for r in results[1].records] == ["4/0"]
+    again = publisher.get_records()  # no more subscriptions once the shard is read
+    assert again.shard_end and again.child_shard_ids == ["shardId-1", "shardId-2"]
+    assert len(fake.calls) == 1
+
+
+def test_a_null_continuation_without_children_is_invalid_and_read_again():
+    fake = FakeKinesis(FakeStream([event([record(3)], "3"), event([record(4)], None)]),
+                       FakeStream([event([record(4)], None, children=("shardId-1",))]))
+    publisher = source(fake)
+    assert read_until(publisher, 1) == ["3/0"]
+    with pytest.raises(TransientServiceError):
+        publisher.get_records()
+    result = publisher.get_records()
+    assert result.shard_end and [str(r.extended_sequence_number) for r in result.records] == ["4/0"]
+    assert fake.calls[1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
+                                                 "SequenceNumber": "3"}
+
+
+def test_resource_not_found_on_subscribe_ends_the_shard_as_the_kcl_does():
+    publisher = source(FakeKinesis(client_error("ResourceNotFoundException")))
+    result = publisher.get_records()
+    assert result.shard_end and result.child_shard_ids == []
+
+
+def test_a_deregistered_consumer_is_an_error_to_wait_out_never_a_shard_end():
+    fake = FakeKinesis(client_error("ResourceNotFoundException"),
+                       FakeStream([event([record(1)], "1")]), consumer=None)
+    publisher = source(fake)
+    with pytest.raises(ConsumerRegistrationError, match="deregistered"):
+        publisher.get_records()
+    fake.consumer = "ACTIVE"  # registered again (by the same ARN, in this fake)
+    assert read_until(publisher, 1) == ["1/0"]
+
+
+def test_errors_reach_the_caller_as_ours_and_the_next_read_resubscribes():
+    fake = FakeKinesis(client_error("ResourceInUseException"),
+                       FakeStream([event([record(1)], "1")],
+                                  error=client_error("InternalFailure")),
+                       client_error("LimitExceededException"),
+                       FakeStream([event([record(2)], "2")]))
+    publisher = source(fake)
+    with pytest.raises(ThrottlingError) as in_use:  # the 5 s rule: waited out, not fatal
+        publisher.get_records()
+    assert in_use.value.code == "ResourceInUseException" and is_throttling(in_use.value)
+    assert read_until(publisher, 1) == ["1/0"]
+    with pytest.raises(TransientServiceError):  # the subscription failed mid-stream
+        publisher.get_records()
+    with pytest.raises(ThrottlingError):
+        publisher.get_records()
+    assert read_until(publisher, 1) == ["2/0"]
+    assert fake.calls[-1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
+                                                  "SequenceNumber": "1"}
+    assert (publisher.subscriptions, publisher.resubscriptions) == (2, 1)
+
+
+def test_a_slow_reader_stops_the_reading_and_close_ends_it():
+    stream = FakeStream([], endless=True)
+    publisher = source(FakeKinesis(stream))
+    publisher.get_records()  # subscribes; the reader fills the buffer, then blocks
+    time.sleep(0.5)
+    assert stream.pulled <= BUFFER_EVENTS + 3
+    publisher.close()
+    assert stream.closed.wait(5)
