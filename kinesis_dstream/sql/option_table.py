@@ -72,6 +72,9 @@ MAX_RECORDS_PER_TRIGGER = "kinesis.maxRecordsPerTrigger"  # our extension: ReadM
 MAX_FETCH_TIME_PER_SHARD_MS = "kinesis.maxFetchTimePerShardMs"  # our extension
 SHARDS_PER_TASK = "kinesis.shardsPerTask"  # the Databricks connector's shardsPerTask
 ARROW_BATCHES = "kinesis.arrowBatches"  # our extension: read() yields Arrow (true) or tuples
+# Ours: a new query starts at the checkpoints of a KCL application's lease table.
+LEASE_TABLE_NAME = "kinesis.leaseTableName"
+APPLICATION_NAME = "kinesis.applicationName"
 # The Databricks connector's pacing and buffer options (no awslabs name; given ours).
 MAX_FETCH_RATE = "kinesis.maxFetchRate"
 MIN_FETCH_PERIOD = "kinesis.minFetchPeriod"
@@ -184,6 +187,15 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "unreadable value is refused, never taken as LATEST.", "LATEST",
            aliases=("startingPosition", "initialPosition"), target="source",
            field="starting_position"),
+    Option(APPLICATION_NAME, _TEXT, "Ours: a KCL application (DStream, worker, multilang or "
+           "Java KCL) whose lease table a new query starts from: each shard at its checkpoint "
+           "(sub-sequence numbers included), shards without one as kinesis.startingPosition "
+           "says. Read once, never written; a restarted query follows its checkpointLocation.",
+           aliases=("applicationName",), target="source", field="start_application"),
+    Option(LEASE_TABLE_NAME, _TEXT, "Ours: that lease table, when it is not named after "
+           "the application (either option starts the query from the table).",
+           aliases=("leaseTableName", "kinesis.leaseTable", "leaseTable"), target="source",
+           field="start_lease_table"),
     Option(FAIL_ON_DATA_LOSS, BOOLEAN, "A start trimmed by the stream's retention fails the "
            "query (true) or goes on from the oldest record (false).", "false",
            aliases=("failOnDataLoss",), target="source", field="fail_on_data_loss"),

@@ -93,6 +93,9 @@ class SourceOptions:
     max_fetch_rate_mb_s: float | None = None
     min_fetch_period_s: float = 0.0
     fetch_buffer_size_bytes: int | None = None
+    # A KCL lease table to start a new query from, and its application (both or neither).
+    start_lease_table: str | None = None
+    start_application: str | None = None
     unknown: tuple[str, ...] = ()
 
     @property
@@ -179,6 +182,10 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     if qubole.get("add_idle_time") and "min_fetch_period_s" not in source_values:
         source_values["min_fetch_period_s"] = qubole.get("idle_time_s", 1.0)
     warn_no_effect(read.given)
+    table = source_values.get("start_lease_table") or source_values.get("start_application")
+    if table:  # the KCL names the table after the application
+        source_values["start_lease_table"] = table
+        source_values.setdefault("start_application", table)
     # Read on the driver so that executors, which may lack the variable, use the same table.
     config_values.setdefault("dynamodb_endpoint",
                              os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or None)
