@@ -3,7 +3,8 @@
 
 The position mapping for every checkpoint kind (pure), a wrong table or application and
 missing credentials failing the query's start by name within seconds (emulators), and the
-must-show with real Spark: a DStream job reads part of a stream and stops; a SQL query
+must-show with real Spark: a DStream job reads part of a stream and stops (``leases
+status`` shows its table right, lag included); a SQL query
 started from its lease table continues, every record exactly once across the two, KPL
 aggregates included (one of them processed in part), and restarts from its own
 checkpointLocation, never the table again.
@@ -21,7 +22,8 @@ from typing import Any, Iterator
 
 import pytest
 from emulators import client
-from spark_helpers import create, leases, make_ssc, wait_until
+from spark_helpers import create, leases, make_ssc, shard_records, wait_until
+from test_operations_leases import status_shows_every_lease
 from test_sql_source import Batches, options, start_query, stop
 
 from kinesis_dstream.aws.kinesis import Shard
@@ -288,6 +290,12 @@ def test_a_sql_query_continues_a_dstream_job_from_its_lease_table_exactly_once(
     covered = sorted(d for d, (s, at) in position.items()
                      if s in table and table[s][0].isdigit() and at <= ESN(*table[s]))
     assert sorted(by_dstream) == covered, (len(by_dstream), len(covered), table)
+    # leases status on the DStream's table: each lag is the age of its checkpointed record
+    # against the shard's newest one (kinesis-local's MillisBehindLatest), right within 1 s.
+    arrived = {s: {r["SequenceNumber"]: r["ApproximateArrivalTimestamp"].timestamp() * 1000
+                   for r in shard_records(env, stream, s)} for s in table}
+    status_shows_every_lease(unique_app_name, stream, kinesis_local, dynamodb, {
+        s: int(max(arrived[s].values()) - arrived[s][seq]) for s, (seq, _) in table.items()})
 
     # LATEST for shards without a row: were the table ignored, nothing old would be read.
     sink = Batches()
