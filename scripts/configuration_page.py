@@ -12,7 +12,7 @@ from pathlib import Path
 from kinesis_dstream.config import SPARK_CONF
 from kinesis_dstream.multilang.properties import PROPERTIES
 from kinesis_dstream.settings import FrontEnd, render_markdown
-from kinesis_dstream.sql.options import SQL_SINK, SQL_SOURCE
+from kinesis_dstream.sql.option_table import SQL_SINK, SQL_SOURCE
 
 FRONT_ENDS: tuple[FrontEnd, ...] = (SPARK_CONF, SQL_SOURCE, SQL_SINK, PROPERTIES)
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

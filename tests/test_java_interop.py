@@ -25,6 +25,7 @@ from emulators import Producer, put_batch
 from java_kcl import JavaDaemon
 from processes import reap
 from recording_processor import make_factory, read_events, start_worker
+from test_operations_leases import status_shows_every_lease
 
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
@@ -158,6 +159,9 @@ def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
                  "our worker to checkpoint every shard")
         wait_for(lambda: all_checkpointed(dynamodb, java_app, 4), 90,
                  "the Java daemon to checkpoint every shard", java.log_tail)
+        # leases status on both tables, their workers running (issue 26)
+        status_shows_every_lease(java_app, java_stream, kinesis_local, dynamodb)
+        status_shows_every_lease(config.application_name, our_stream, kinesis_local, dynamodb)
         java_items, our_items = scan(dynamodb, java_app), scan(dynamodb, config.application_name)
         java_table = ddb.describe_table(TableName=java_app)["Table"]
         our_table = ddb.describe_table(TableName=config.application_name)["Table"]

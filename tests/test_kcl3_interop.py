@@ -22,6 +22,7 @@ from java_kcl import kcl3_jars
 from processes import reap
 from recording_processor import read_events, start_worker
 from test_java_interop import FAILOVER_MS, esn, java_daemon, owners, records_of, scan, wait_for
+from test_operations_leases import status_shows_every_lease
 
 from kinesis_dstream.multilang.properties import KNOWN_KEYS, canonical_key
 from kinesis_dstream.records import ExtendedSequenceNumber
@@ -116,6 +117,7 @@ def test_migration_ours_to_kcl3_and_kcl3_to_ours_keeps_every_checkpoint(
         expected.update(put_batch(kinesis_local, stream, "kcl3", 400))
         kcl3.start()
         wait_for(lambda: owned_by(kcl3_id) and all_delivered(), 180, "KCL 3 to read all", logs)
+        status_shows_every_lease(app, stream, kinesis_local, dynamodb)  # KCL 3 running (issue 26)
         kcl3_table = ddb.describe_table(TableName=app)["Table"]
         kcl3_items = scan(dynamodb, app)
         tables = set(ddb.list_tables(Limit=100)["TableNames"])

@@ -6,7 +6,9 @@ reset test runs its own worker, as the reset must be safe while one runs.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import io
 import json
 import signal
 import threading
@@ -48,6 +50,43 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str, float]:
     elapsed = time.monotonic() - started
     out, err = capsys.readouterr()
     return code, out, err, elapsed
+
+
+def status_shows_every_lease(app: str, stream: str, kinesis: str, dynamodb: str,
+                             expected_lag_ms: dict[str, int] | None = None,
+                             timeout: float = 20) -> dict:
+    """``leases status --json`` on a table another test's application wrote (ours, the Java
+    KCL 2.x or 3.x, a DStream driver): every lease of the table listed with its owner and
+    checkpoint as the table holds them, and each lag right within a second: of
+    ``expected_lag_ms`` by shard, or 0 where the caller read every record, put at once. A
+    running application may write between the two reads: compared again until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(["leases", "status", "--app", app, "--stream", stream, "--json",
+                             "--kinesis-endpoint", kinesis, "--dynamodb-endpoint", dynamodb])
+        assert code == 0, out.getvalue()
+        report = json.loads(out.getvalue())
+        rows = {row["shard"]: row for row in report["shards"]}
+        leases = {key: item for key, item in items(dynamodb, app).items()
+                  if "leaseCounter" in item and "entityType" not in item}
+        wrong = [] if set(rows) == set(leases) else [("shards", sorted(rows), sorted(leases))]
+        for shard in set(rows) & set(leases):
+            row, item = rows[shard], leases[shard]
+            shown = (row["owner"], row["checkpoint"])
+            held = (item.get("leaseOwner", {}).get("S"), {
+                "sequence_number": item["checkpoint"]["S"], "sub_sequence_number":
+                    int(item.get("checkpointSubSequenceNumber", {"N": "0"})["N"])})
+            lag = row["lag_ms"]
+            right = (expected_lag_ms or {}).get(shard, 0)
+            if shown != held or (item["checkpoint"]["S"] != "SHARD_END" and not (
+                    lag is not None and lag >= 0 and abs(lag - right) <= 1000)):
+                wrong.append((shard, shown, held, lag, row["lag_note"]))
+        if not wrong:
+            return report
+        assert time.monotonic() < deadline, f"leases status of {app} differs: {wrong}"
+        time.sleep(0.5)
 
 
 def config_for(kinesis_local: str, dynamodb: str, app: str, stream: str) -> ConsumerConfig:

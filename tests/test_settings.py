@@ -20,7 +20,8 @@ from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.multilang.properties import PROPERTIES, load_properties
 from kinesis_dstream.settings import BOOLEAN, FrontEnd, Option, Whole, parse_duration_ms
 from kinesis_dstream.spark.rate import RateSettings
-from kinesis_dstream.sql.options import SQL_SINK, SQL_SOURCE, parse_options, parse_source_options
+from kinesis_dstream.sql.option_table import SQL_SINK, SQL_SOURCE
+from kinesis_dstream.sql.options import parse_options, parse_source_options
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,5 @@
-"""The ``format("aws-kinesis")`` options: the awslabs connector's names, declared once for the
-settings engine (``kinesis_dstream/settings.py``) as two front ends, ``SQL_SOURCE`` and
-``SQL_SINK``, which share the connection options (endpoint, region, stream, credentials, STS).
+"""What the ``format("aws-kinesis")`` options mean: one pass over them (the tables are in
+``option_table``) gives the validated, typed ``SourceOptions`` or ``KinesisOptions``.
 
 An invalid value raises ``ConfigurationError`` naming the option, on the driver, before
 anything starts. An unknown option is warned about by name (and a sink option given to the
@@ -17,260 +16,27 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..config import ConsumerConfig, check_credentials, stall_options, table_options
+from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
-from ..settings import (
-    BOOLEAN,
-    Bytes,
-    Choice,
-    Duration,
-    FrontEnd,
-    Number,
-    Option,
-    Read,
-    Text,
-    ValueType,
-    Whole,
-    parse_choice,
+from ..settings import Read
+from .option_table import (
+    CONNECTION_OPTIONS,
+    DEFAULT_TABLE_PREFIX,
+    ENDPOINT_URL,
+    MAX_RECORDS_PER_GET,
+    METADATA_COMMITTER_TYPE,
+    METADATA_PATH,
+    REGION,
+    ROLE_DOING,
+    ROLES,
+    SQL_APPLICATION_NAME,
+    STREAM_NAME,
 )
-from .other_connectors import (
-    CONSUMER_MODE,
-    NO_EFFECT_ELSEWHERE,
-    QUBOLE_ADD_IDLE_TIME,
-    QUBOLE_IDLE_TIME,
-    consumer_mode,
-    endpoint_of_region,
-    warn_no_effect,
-)
-from .starting_position import StartingPosition, parse_starting_position
+from .other_connectors import endpoint_of_region, warn_no_effect
+from .starting_position import StartingPosition
 
 log = logging.getLogger(__name__)
-
-# -- connection options: both roles ---------------------------------------------------------
-ENDPOINT_URL = "kinesis.endpointUrl"
-REGION = "kinesis.region"
-STREAM_NAME = "kinesis.streamName"
-ACCESS_KEY_ID = "kinesis.awsAccessKeyId"
-SECRET_KEY = "kinesis.awsSecretKey"
-STS_ROLE_ARN = "kinesis.stsRoleArn"
-STS_SESSION_NAME = "kinesis.stsSessionName"
-STS_EXTERNAL_ID = "kinesis.stsExternalId"  # our extension: roles whose trust policy wants one
-STS_ENDPOINT_URL = "kinesis.stsEndpointUrl"
-# -- sink ------------------------------------------------------------------------------------
-SINK_FLUSH_WAIT_TIME_MS = "kinesis.sink.flushWaitTimeMs"
-SINK_RECORD_MAX_BUFFERED_TIME_MS = "kinesis.sink.recordMaxBufferedTimeMs"
-SINK_MAX_CONNECTIONS = "kinesis.sink.maxConnections"
-SINK_AGGREGATION_ENABLED = "kinesis.sink.aggregationEnabled"
-# -- source ----------------------------------------------------------------------------------
-KINESIS_REGION = "kinesis.kinesisRegion"
-CONSUMER_TYPE = "kinesis.consumerType"
-FAIL_ON_DATA_LOSS = "kinesis.failOnDataLoss"
-MAX_FETCH_RECORDS_PER_SHARD = "kinesis.maxFetchRecordsPerShard"
-STARTING_POSITION = "kinesis.startingPosition"
-DESCRIBE_SHARD_INTERVAL = "kinesis.describeShardInterval"
-METADATA_COMMITTER_TYPE = "kinesis.metadataCommitterType"
-METADATA_PATH = "kinesis.metadataPath"
-DYNAMODB_TABLE_NAME = "kinesis.dynamodb.tableName"
-DYNAMODB_ENDPOINT_URL = "kinesis.dynamodb.endpointUrl"  # our extension
-# Ours: how the batch-range table is created when it does not exist (KCL setting names).
-DYNAMODB_TABLE_OPTIONS = {
-    "billing_mode": "kinesis.dynamodb.billingMode",
-    "initial_lease_table_read_capacity": "kinesis.dynamodb.readCapacity",
-    "initial_lease_table_write_capacity": "kinesis.dynamodb.writeCapacity",
-    "lease_table_deletion_protection_enabled": "kinesis.dynamodb.deletionProtectionEnabled",
-    "lease_table_pitr_enabled": "kinesis.dynamodb.pitrEnabled",
-}
-RECORDS_PER_FETCH = "kinesis.getRecords.numberOfRecordsPerFetch"
-FETCH_INTERVAL_MS = "kinesis.getRecords.fetchIntervalMs"
-CLIENT_NUM_RETRIES = "kinesis.clientNumRetries"
-CLIENT_RETRY_INTERVALS_MS = "kinesis.clientRetryIntervalsMs"
-MAX_RECORDS_PER_TRIGGER = "kinesis.maxRecordsPerTrigger"  # our extension: ReadMaxRows
-MAX_FETCH_TIME_PER_SHARD_MS = "kinesis.maxFetchTimePerShardMs"  # our extension
-SHARDS_PER_TASK = "kinesis.shardsPerTask"  # the Databricks connector's shardsPerTask
-ARROW_BATCHES = "kinesis.arrowBatches"  # our extension: read() yields Arrow (true) or tuples
-# The Databricks connector's pacing and buffer options (no awslabs name; given ours).
-MAX_FETCH_RATE = "kinesis.maxFetchRate"
-MIN_FETCH_PERIOD = "kinesis.minFetchPeriod"
-FETCH_BUFFER_SIZE = "kinesis.fetchBufferSize"
-# awslabs source options we accept and have nothing to do for (said in the README).
-ACCEPTED_WITHOUT_EFFECT = ("kinesis.minBatchesToRetain", "kinesis.checkNewRecordThreads",
-                           "kinesis.metadataNumRetries", "kinesis.metadataRetryIntervalsMs",
-                           "kinesis.metadataMaxRetryIntervalMs",
-                           "kinesis.clientMaxRetryIntervalMs")
-
-# Keys Spark itself may put into a data source's options; not ours to warn about.
-SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
-# ConsumerConfig needs an application name; the sink has no lease table, so any name does.
-SQL_APPLICATION_NAME = "kinesis-dstream-sql"
-# The source's range table is named after kinesis.dynamodb.tableName, this by default.
-DEFAULT_TABLE_PREFIX = "spark-kinesis-source"
-# GetRecords returns at most this many records per call (the Kinesis limit).
-MAX_RECORDS_PER_GET = 10_000
-
-
-def _consumer_type(key: str, value: str) -> str:
-    kind = parse_choice(key, value, ("GetRecords", "SubscribeToShard"))
-    if kind == "SubscribeToShard":
-        raise ConfigurationError(
-            f"{key}: SubscribeToShard (enhanced fan-out) is not supported yet by this source; "
-            "use GetRecords (the default)")
-    return kind
-
-
-def _accepted(key: str, value: str) -> str:
-    return str(value)
-
-
-# -- the tables ------------------------------------------------------------------------------
-_TEXT = Text()
-_ATTEMPTS = Whole(0, then=lambda retries: retries + 1)  # awslabs counts retries, we attempts
-_NO_EFFECT = ValueType("text", _accepted)
-_CONSUMER_TYPE = ValueType("GetRecords (SubscribeToShard is not supported yet)", _consumer_type)
-_STARTING_POSITION = ValueType(
-    "LATEST, TRIM_HORIZON, EARLIEST or AT_TIMESTAMP <ISO 8601 time> (any case), or "
-    "{\"at_timestamp\": \"<time>\", \"format\": \"<Java pattern>\"}",
-    lambda key, value: parse_starting_position(value, key))
-_BYTES = Bytes(1)
-_CONSUMER_MODE = ValueType("polling (efo is not supported yet)", consumer_mode)
-
-
-# The qubole kinesis-sql names of options that mean exactly the same there are aliases, so
-# jobs written for that jar (and for format("kinesis")) run unchanged.
-CONNECTION_OPTIONS: tuple[Option, ...] = (
-    Option(ENDPOINT_URL, _TEXT, "The Kinesis endpoint. The source needs it or a region "
-           "(then the region's public endpoint); the sink uses boto3's resolution without it.",
-           aliases=("endpointUrl", "endpoint"), field="kinesis_endpoint"),
-    Option(REGION, _TEXT, "AWS region; by default the one in the endpoint's host name, else "
-           "AWS_REGION.", aliases=("regionName", "region"), field="region_name"),
-    Option(STREAM_NAME, _TEXT, "The Kinesis stream (required).", aliases=("streamName",),
-           field="stream_name"),
-    Option(ACCESS_KEY_ID, _TEXT, "Static credentials: the key id, with kinesis.awsSecretKey; "
-           "without both, boto3's default chain.", aliases=("awsAccessKeyId", "awsAccessKey"),
-           field="aws_access_key_id"),
-    Option(SECRET_KEY, _TEXT, "Static credentials: the secret key, with "
-           "kinesis.awsAccessKeyId.", aliases=("awsSecretKey",), field="aws_secret_key"),
-    Option(STS_ROLE_ARN, _TEXT, "A role to assume (needs kinesis.stsSessionName).",
-           aliases=("awsSTSRoleARN", "roleArn"), field="sts_assume_role_arn"),
-    Option(STS_SESSION_NAME, _TEXT, "The RoleSessionName STS records for the assumed role.",
-           aliases=("awsSTSSessionName", "roleSessionName"), field="sts_session_name"),
-    Option(STS_EXTERNAL_ID, _TEXT, "Ours: the ExternalId for roles whose trust policy "
-           "asks for one (only with kinesis.stsRoleArn).", aliases=("roleExternalId",),
-           field="sts_external_id"),
-    Option(STS_ENDPOINT_URL, _TEXT, "The STS endpoint; by default boto3's resolution.",
-           aliases=("stsEndpoint",), field="sts_endpoint"),
-)
-
-SINK_OPTIONS: tuple[Option, ...] = (
-    Option(SINK_FLUSH_WAIT_TIME_MS, Duration(1), "First wait before failed entries are sent "
-           "again (doubling, jittered).", "100", target="sink", field="flush_wait_time_ms"),
-    Option(SINK_RECORD_MAX_BUFFERED_TIME_MS, Duration(0), "Longest a record waits in the "
-           "buffer before it is sent.", "1000", target="sink",
-           field="record_max_buffered_time_ms"),
-    Option(SINK_MAX_CONNECTIONS, Whole(1), "Full PutRecords requests sent concurrently.", "1",
-           target="sink", field="max_connections"),
-    Option(SINK_AGGREGATION_ENABLED, BOOLEAN, "Write KPL aggregates (grouped by the shard "
-           "each user record belongs on) instead of one Kinesis record per row.", "true",
-           target="sink", field="aggregation_enabled"),
-)
-
-SOURCE_OPTIONS: tuple[Option, ...] = (
-    # kinesis.region wins over it: resolved in parse_source_options.
-    Option(KINESIS_REGION, _TEXT, "The region, when kinesis.region is not given (awslabs "
-           "name).", target="source", field="kinesis_region"),
-    Option(DYNAMODB_TABLE_NAME, _TEXT, "Names the DynamoDB table of batch ranges "
-           "(<name>-kinesis-dstream-ranges).", DEFAULT_TABLE_PREFIX, field="application_name"),
-    Option(DYNAMODB_ENDPOINT_URL, _TEXT, "Ours: the DynamoDB endpoint; by default "
-           "AWS_ENDPOINT_URL_DYNAMODB as the driver sees it, else boto3's resolution.",
-           field="dynamodb_endpoint"),
-    *table_options(DYNAMODB_TABLE_OPTIONS, what="the batch-range table"),
-    *stall_options({"stalled_shard_lag_ms": "kinesis.stalledShardLag",
-                    "stalled_shard_time_ms": "kinesis.stalledShardTime"}),
-    Option(RECORDS_PER_FETCH, Whole(1, MAX_RECORDS_PER_GET), "Records asked for per "
-           "GetRecords call.", str(MAX_RECORDS_PER_GET),
-           aliases=("maxRecordsPerFetch", "kinesis.executor.maxRecordPerRead"),
-           field="max_records"),
-    Option(FETCH_INTERVAL_MS, Duration(0), "Wait between GetRecords calls on a shard at its "
-           "tip.", "200", field="idle_time_between_reads_ms"),
-    Option(CLIENT_NUM_RETRIES, _ATTEMPTS, "Retries of a failed AWS call.", "5",
-           aliases=("kinesis.client.numRetries",), field="retry_max_attempts"),
-    Option(CLIENT_RETRY_INTERVALS_MS, Duration(1), "First wait between retries of a failed "
-           "AWS call (doubling).", "1000", aliases=("kinesis.client.retryIntervalMs",),
-           field="retry_wait_time_ms"),
-    Option(SHARDS_PER_TASK, Whole(1), "How many shards one Spark task reads, concurrently "
-           "(the Databricks connector's name).", "32", aliases=("shardsPerTask",),
-           field="shards_per_task"),
-    Option(STARTING_POSITION, _STARTING_POSITION, "Where a new query starts; an "
-           "unreadable value is refused, never taken as LATEST.", "LATEST",
-           aliases=("startingPosition", "initialPosition"), target="source",
-           field="starting_position"),
-    Option(FAIL_ON_DATA_LOSS, BOOLEAN, "A start trimmed by the stream's retention fails the "
-           "query (true) or goes on from the oldest record (false).", "false",
-           aliases=("failOnDataLoss",), target="source", field="fail_on_data_loss"),
-    Option(MAX_FETCH_RECORDS_PER_SHARD, Whole(1), "Most records one shard gives one "
-           "micro-batch.", "100000", aliases=("kinesis.executor.maxFetchRecordsPerShard",),
-           target="source", field="max_fetch_records_per_shard"),
-    Option(MAX_RECORDS_PER_TRIGGER, Whole(1), "Ours: most records of one micro-batch, all "
-           "shards together (Spark's ReadMaxRows).", "unlimited", target="source",
-           field="max_records_per_trigger"),
-    Option(MAX_FETCH_TIME_PER_SHARD_MS, Duration(0, unit_ms=1000), "Ours: longest one shard's "
-           "read of a micro-batch may take.", f"{int(MAX_FETCH_TIME_PER_SHARD_S * 1000)}",
-           aliases=("maxFetchDuration", "kinesis.executor.maxFetchTimeInMs"), target="source",
-           field="max_fetch_time_per_shard_s"),
-    Option(DESCRIBE_SHARD_INTERVAL, Duration(0, unit_ms=1000), "Shortest time between two "
-           "looks at the stream's shards.", "1s",
-           aliases=("shardFetchInterval", "kinesis.client.describeShardInterval"),
-           target="source", field="describe_shard_interval_s"),
-    Option(MAX_FETCH_RATE, Number(0.001), "Most MB (MiB) a second one shard's reads bring "
-           "(Databricks' name; the GetRecords calls of a reading are spaced to it).",
-           "unlimited", aliases=("maxFetchRate",), target="source",
-           field="max_fetch_rate_mb_s"),
-    Option(MIN_FETCH_PERIOD, Duration(0, unit_ms=1000), "Least time between two GetRecords "
-           "calls of one shard's reading (Databricks' name).", "0",
-           aliases=("minFetchPeriod",), target="source", field="min_fetch_period_s"),
-    Option(FETCH_BUFFER_SIZE, _BYTES, "Bytes one micro-batch reads, all shards together, "
-           "split evenly over the shards it reads; a stopping condition, not a strict bound "
-           "(Databricks' name).", "unlimited", aliases=("fetchBufferSize",), target="source",
-           field="fetch_buffer_size_bytes"),
-    Option(CONSUMER_MODE, _CONSUMER_MODE, "Databricks' name: polling (efo, enhanced fan-out, "
-           "is not supported yet).", "polling", target="source"),
-    Option(QUBOLE_ADD_IDLE_TIME, BOOLEAN, "qubole's name: wait "
-           f"{QUBOLE_IDLE_TIME} between GetRecords calls (as {MIN_FETCH_PERIOD}).", "false",
-           target="qubole", field="add_idle_time"),
-    Option(QUBOLE_IDLE_TIME, Duration(0, unit_ms=1000), f"qubole's name: with "
-           f"{QUBOLE_ADD_IDLE_TIME} true, the least time between GetRecords calls.", "1000",
-           target="qubole", field="idle_time_s"),
-    Option(METADATA_COMMITTER_TYPE, Choice("HDFS", "DYNAMODB"), "Accepted for the awslabs "
-           "connector's jobs: batch ranges are kept in DynamoDB either way.", "HDFS",
-           target="source", field="metadata_committer_type"),
-    Option(ARROW_BATCHES, BOOLEAN, "Ours: read() yields Arrow batches (true) or tuples.",
-           "true", target="source", field="arrow_batches"),
-    Option(CONSUMER_TYPE, _CONSUMER_TYPE, "Only GetRecords (polling) is implemented.",
-           "GetRecords", target="source"),
-    Option(METADATA_PATH, _NO_EFFECT, "Not used: ranges are keyed by the query id kept in "
-           "the checkpoint's offset log.", target="source"),
-    *(Option(name, _NO_EFFECT, "Accepted for the awslabs connector's jobs; no effect here.",
-             target="source") for name in ACCEPTED_WITHOUT_EFFECT),
-    *(Option(name, _NO_EFFECT, f"The {who} connector's; no effect here (warned about): it "
-             f"would have {what}.", target="source")
-      for name, (who, what) in NO_EFFECT_ELSEWHERE.items()),
-)
-
-_SQL_DOC = ("Options of {what} with format(\"aws-kinesis\") (also format(\"kinesis\")): "
-            "the awslabs connector's names; the Databricks connector's and the qubole "
-            "kinesis-sql names are aliases where they mean the same (see \"Databricks and "
-            "qubole option names\" in docs/migration.md).")
-SQL_SOURCE = FrontEnd(
-    name="SQL source (readStream)", doc=_SQL_DOC.format(what="spark.readStream"),
-    options=CONNECTION_OPTIONS + SOURCE_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS,
-    logger=__name__)
-SQL_SINK = FrontEnd(
-    name="SQL sink (write, writeStream)", doc=_SQL_DOC.format(what="df.write and writeStream"),
-    options=CONNECTION_OPTIONS + SINK_OPTIONS, case_sensitive=False, host_keys=SPARK_KEYS,
-    logger=__name__)
-# Every role's front end, by the name the warnings use.
-_ROLES: Mapping[str, FrontEnd] = {"sink": SQL_SINK, "source": SQL_SOURCE}
-_ROLE_DOING = {"sink": "writing", "source": "reading"}
 
 # ConsumerConfig values the source starts from (the awslabs defaults where it has one). The
 # shard reader is told where to start by each offset, so the config's own position is moot.
@@ -327,6 +93,9 @@ class SourceOptions:
     max_fetch_rate_mb_s: float | None = None
     min_fetch_period_s: float = 0.0
     fetch_buffer_size_bytes: int | None = None
+    # A KCL lease table to start a new query from, and its application (both or neither).
+    start_lease_table: str | None = None
+    start_application: str | None = None
     unknown: tuple[str, ...] = ()
 
     @property
@@ -349,13 +118,13 @@ def region_from_endpoint(endpoint: str | None) -> str | None:
 def _read(options: Mapping[str, Any], role: str) -> Read:
     """Parse every option ``role``'s front end knows; warn about the rest by name, saying
     so when an option belongs to the other role."""
-    front = _ROLES[role]
+    front = ROLES[role]
     own = front.by_key
     elsewhere = {key: f"is a {other} option ({option.name}): it does not apply to "
-                      f"{_ROLE_DOING[role]} with format aws-kinesis"
-                 for other, other_front in _ROLES.items() if other != role
+                      f"{ROLE_DOING[role]} with format aws-kinesis"
+                 for other, other_front in ROLES.items() if other != role
                  for key, option in other_front.by_key.items() if key not in own}
-    return front.read(options, source=f"format aws-kinesis ({_ROLE_DOING[role]})",
+    return front.read(options, source=f"format aws-kinesis ({ROLE_DOING[role]})",
                       elsewhere=elsewhere)
 
 
@@ -413,6 +182,10 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     if qubole.get("add_idle_time") and "min_fetch_period_s" not in source_values:
         source_values["min_fetch_period_s"] = qubole.get("idle_time_s", 1.0)
     warn_no_effect(read.given)
+    table = source_values.get("start_lease_table") or source_values.get("start_application")
+    if table:  # the KCL names the table after the application
+        source_values["start_lease_table"] = table
+        source_values.setdefault("start_application", table)
     # Read on the driver so that executors, which may lack the variable, use the same table.
     config_values.setdefault("dynamodb_endpoint",
                              os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or None)

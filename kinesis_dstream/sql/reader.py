@@ -4,9 +4,10 @@
 long-lived source process, builds each offset from the ranges the last reading recorded (see
 ``offsets``), plans the shards a reading reads (see ``prober``) and cleans up old ranges.
 ``LATEST`` is pinned when the query starts (``AT_TIMESTAMP`` of that moment), so a re-run of
-the first batch reads the same records. Spark pickles the reader to executors for ``read()``,
-which needs only its partition: the driver's clients, threads and watches live apart, in one
-``DriverState`` that pickling leaves behind.
+the first batch reads the same records; a new query may start from a KCL lease table's
+checkpoints instead (``initial_positions``). Spark pickles the reader to executors for
+``read()``, which needs only its partition: the driver's clients, threads and watches live
+apart, in one ``DriverState`` that pickling leaves behind.
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
-from ..records import AT_TIMESTAMP, TRIM_HORIZON
 from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
 from ..worker.stall import StallWatch, largest_lag
+from .initial_positions import child_start, initial_positions, read_checkpoints
 from .offsets import (
     advance,
     is_first_reading_again,
@@ -47,6 +48,7 @@ from .offsets import (
     stream_key,
     without_quiet,
 )
+from .option_table import STARTING_POSITION
 from .options import SourceOptions
 from .other_connectors import MB
 from .partition_reader import ShardPartition, read_partition
@@ -137,35 +139,32 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return None
 
     def _child_start(self) -> dict[str, Any]:
-        start = self.options.starting_position
-        if start.kind == "AT_TIMESTAMP" and start.timestamp is not None:
-            return {"at": AT_TIMESTAMP, "ts": float(start.timestamp)}
-        return {"at": TRIM_HORIZON}
+        return child_start(self.options.starting_position)
 
     # -- the DataSourceStreamReader API --------------------------------------------------------
     def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
         if self._initial is not None:  # pyspark < 4.2 may ask after latestOffset() made it
             return self._initial
-        self.driver.ranges  # noqa: B018 - the table exists before any executor needs it
-        start = self.options.starting_position
+        start, options = self.options.starting_position, self.options
         listing = self._shards(force=True) or []
         pinned = time.time()
-        shards: dict[str, dict[str, Any]] = {}
-        listed = {s.shard_id for s in listing}
-        for shard in sorted(listing, key=lambda s: s.shard_id):
-            if start.kind == "LATEST":
-                shards[shard.shard_id] = ({"ended": True} if shard.is_closed
-                                          else {"at": AT_TIMESTAMP, "ts": pinned})
-                continue
-            entry = dict(self._child_start())
-            parents = [p for p in shard.parent_shard_ids if p in listed]
-            if parents:
-                entry["wait"] = parents
-            shards[shard.shard_id] = entry
+        checkpoints = None
+        if options.start_lease_table:  # read first: a wrong name fails the query at once
+            checkpoints = read_checkpoints(self.config, options.start_lease_table,
+                                           options.start_application or "", listing)
+        self.driver.ranges  # noqa: B018 - the table exists before any executor needs it
+        shards = initial_positions(listing, start, pinned, checkpoints,
+                                   options.start_lease_table or "")
         offset = make_offset(uuid.uuid4().hex, 0, self.options.max_fetch_records_per_shard,
                              next_shards(shards, None, {}, False))
-        log.info("aws-kinesis query %s on stream %s starts %s: %d shards", offset["query"],
-                 self.config.stream_name, start.kind, len(shards))
+        if checkpoints is None:
+            log.info("aws-kinesis query %s on stream %s starts %s: %d shards", offset["query"],
+                     self.config.stream_name, start.kind, len(shards))
+        else:
+            log.info("aws-kinesis query %s on stream %s starts from lease table %s: %d shards, "
+                     "%d of them checkpointed there (the others start as %s says)",
+                     offset["query"], self.config.stream_name, options.start_lease_table,
+                     len(shards), len(set(checkpoints) & set(shards)), STARTING_POSITION)
         self._initial = offset
         return offset
 

@@ -22,7 +22,8 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from ..aws.producer import PUT_RECORDS_RETRY, KinesisProducer
 from ..errors import ConfigurationError
 from ..preflight import check_executors, use_driver_python_on_local_master
-from .options import ENDPOINT_URL, REGION, STREAM_NAME, KinesisOptions, parse_options
+from .option_table import ENDPOINT_URL, REGION, STREAM_NAME
+from .options import KinesisOptions, parse_options
 
 if TYPE_CHECKING:
     from pyspark.streaming import DStream
