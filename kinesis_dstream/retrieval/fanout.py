@@ -20,7 +20,6 @@ gone: then the source raises, and the caller waits, rather than end an open shar
 """
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import queue
 import socket
@@ -33,20 +32,16 @@ from ..aws.kpl import deaggregate
 from ..aws.stream_consumer import consumer_status
 from ..config import ConsumerConfig
 from ..errors import (
-    ConfigurationError,
     ConsumerRegistrationError,
     StreamNotFoundError,
     TransientServiceError,
 )
 from ..records import (
-    AT_TIMESTAMP,
-    LATEST,
-    TRIM_HORIZON,
     ExtendedSequenceNumber,
     GetRecordsResult,
-    Record,
 )
 from .data_loss import TrimmedRange
+from .model import StartingPosition, records_after
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +135,8 @@ class FanOutRecordsPublisher:
         self._shard_end = checkpoint.is_shard_end
         self._child_shard_ids = []
         self._skip_through = None if checkpoint.is_sentinel else checkpoint
-        if checkpoint.sequence_number == AT_TIMESTAMP and self._timestamp is None:
-            raise ConfigurationError(f"shard {self.shard_id} starts AT_TIMESTAMP but "
-                                     "initial_position_timestamp is not set")
+        if not checkpoint.is_shard_end:
+            StartingPosition.at(checkpoint, self._timestamp, self.shard_id)  # a bad start fails here
 
     def resume(self, start: ExtendedSequenceNumber, iterator: str) -> None:
         """As ``initialize``: a polling iterator means nothing to a subscription."""
@@ -152,20 +146,13 @@ class FanOutRecordsPublisher:
         """Cancel the subscription; reading stops here."""
         self._close_subscription()
 
-    def starting_position(self) -> dict[str, Any]:
+    def starting_position(self) -> StartingPosition:
         """Where the next subscription starts: after the last event's continuation, else at
         the start (AT a checkpoint, or the initial position)."""
         if self._continuation is not None:
-            return {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": self._continuation}
-        start = self._start
-        assert start is not None
-        if start.sequence_number in (TRIM_HORIZON, LATEST):
-            return {"Type": start.sequence_number}
-        if start.sequence_number == AT_TIMESTAMP:
-            assert self._timestamp is not None
-            return {"Type": AT_TIMESTAMP, "Timestamp": _dt.datetime.fromtimestamp(
-                float(self._timestamp), tz=_dt.timezone.utc)}
-        return {"Type": "AT_SEQUENCE_NUMBER", "SequenceNumber": start.sequence_number}
+            return StartingPosition.after(self._continuation)
+        assert self._start is not None
+        return StartingPosition.at(self._start, self._timestamp, self.shard_id)
 
     def get_records(self) -> GetRecordsResult:
         """The records of the next pushed event (none if nothing came within the wait);
@@ -195,7 +182,7 @@ class FanOutRecordsPublisher:
         position = self.starting_position()
         try:
             stream = self._kinesis.subscribe_to_shard(self._consumer_arn, self.shard_id,
-                                                      position)
+                                                      position.as_request())
         except StreamNotFoundError as exc:
             if consumer_status(self._kinesis, self._consumer_arn) in (None, "DELETING"):
                 # Not the shard: our consumer. Ending the shard here (the KCL does) would
@@ -250,7 +237,9 @@ class FanOutRecordsPublisher:
         kinesis_records = event.get("Records") or []
         records = deaggregate(kinesis_records, self.shard_id)
         if self._skip_through is not None and records:
-            records = self._drop_through(records)
+            records = records_after(records, self._skip_through)
+            if records:
+                self._skip_through = None
         self._millis_behind_latest = event.get("MillisBehindLatest")
         if continuation is None:
             self._shard_end = True
@@ -264,15 +253,6 @@ class FanOutRecordsPublisher:
                                 shard_end=self._shard_end,
                                 child_shard_ids=list(self._child_shard_ids),
                                 kinesis_records=len(kinesis_records))
-
-    def _drop_through(self, records: list[Record]) -> list[Record]:
-        """Drop the user records at or before the checkpoint the first subscription is AT."""
-        assert self._skip_through is not None
-        for index, record in enumerate(records):
-            if record.extended_sequence_number > self._skip_through:
-                self._skip_through = None
-                return records[index:]
-        return []
 
     def _end_result(self) -> GetRecordsResult:
         return GetRecordsResult(shard_end=True, child_shard_ids=list(self._child_shard_ids),

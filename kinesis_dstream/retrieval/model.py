@@ -6,10 +6,13 @@ read starts, for the driver (from a report) and for a task that looks the previo
 """
 from __future__ import annotations
 
+import datetime as _dt
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..aws.range_table import BatchRange
-from ..records import ExtendedSequenceNumber
+from ..errors import ConfigurationError
+from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber, Record
 
 # How long one read of one shard may last. Only a backlog reaches it: a shard that is caught
 # up stops at its tip. A batch that reads a backlog is late anyway, and bigger reads spread
@@ -82,3 +85,53 @@ def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
     if previous is not None:
         return previous.next_start, previous.start_timestamp
     return floor, floor_timestamp
+
+
+@dataclass(frozen=True)
+class StartingPosition:
+    """Where a read of a shard starts, in Kinesis' words: GetShardIterator's iterator types
+    and SubscribeToShard's StartingPosition types are the same. The one mapping from a
+    checkpoint (a sequence number or a TRIM_HORIZON/LATEST/AT_TIMESTAMP sentinel) for polling
+    and push alike."""
+
+    type: str
+    sequence_number: str | None = None
+    timestamp: float | None = None
+
+    @classmethod
+    def at(cls, checkpoint: ExtendedSequenceNumber, timestamp: float | None,
+           shard_id: str) -> "StartingPosition":
+        """AT a checkpoint's sequence number (its aggregate's earlier user records come
+        again: ``records_after`` drops them), or at the sentinel it is."""
+        sequence_number = checkpoint.sequence_number
+        if sequence_number in (TRIM_HORIZON, LATEST):
+            return cls(sequence_number)
+        if sequence_number == AT_TIMESTAMP:
+            if timestamp is None:
+                raise ConfigurationError(f"shard {shard_id} starts AT_TIMESTAMP but "
+                                         "initial_position_timestamp is not set")
+            return cls(AT_TIMESTAMP, timestamp=timestamp)
+        return cls("AT_SEQUENCE_NUMBER", sequence_number)
+
+    @classmethod
+    def after(cls, sequence_number: str) -> "StartingPosition":
+        return cls("AFTER_SEQUENCE_NUMBER", sequence_number)
+
+    def as_request(self) -> dict[str, Any]:
+        """SubscribeToShard's ``StartingPosition``."""
+        request: dict[str, Any] = {"Type": self.type}
+        if self.sequence_number is not None:
+            request["SequenceNumber"] = self.sequence_number
+        if self.timestamp is not None:
+            request["Timestamp"] = _dt.datetime.fromtimestamp(float(self.timestamp),
+                                                              tz=_dt.timezone.utc)
+        return request
+
+
+def records_after(records: list[Record], position: ExtendedSequenceNumber) -> list[Record]:
+    """The user records after ``position`` (records come in shard order): a read that starts
+    AT a checkpoint's sequence number gets the user records at or before it again."""
+    for index, record in enumerate(records):
+        if record.extended_sequence_number > position:
+            return records[index:]
+    return []

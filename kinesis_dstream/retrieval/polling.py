@@ -19,14 +19,12 @@ from ..aws.kpl import deaggregate
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError, ExpiredIteratorError
 from ..records import (
-    AT_TIMESTAMP,
-    LATEST,
     TRIM_HORIZON,
     ExtendedSequenceNumber,
     GetRecordsResult,
-    Record,
 )
 from .data_loss import TrimmedRange, report_data_loss
+from .model import StartingPosition, records_after
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +124,10 @@ class KinesisDataFetcher:
     def _iterator_at(self, position: ExtendedSequenceNumber) -> str:
         self.shard_iterator_calls += 1
         self._expected_first = self._refused_start = self._refusal = None
-        if position.sequence_number in (TRIM_HORIZON, LATEST):
-            return self._kinesis.get_shard_iterator(self.shard_id, position.sequence_number)
-        if position.sequence_number == AT_TIMESTAMP:
-            if self._timestamp is None:
-                raise ConfigurationError(
-                    f"shard {self.shard_id} starts AT_TIMESTAMP but initial_position_timestamp "
-                    "is not set")
-            return self._kinesis.get_shard_iterator(
-                self.shard_id, AT_TIMESTAMP, timestamp=self._timestamp)
+        start = StartingPosition.at(position, self._timestamp, self.shard_id)
+        if start.sequence_number is None:
+            return self._kinesis.get_shard_iterator(self.shard_id, start.type,
+                                                    timestamp=start.timestamp)
         try:
             iterator = self._kinesis.get_shard_iterator(
                 self.shard_id, "AT_SEQUENCE_NUMBER", sequence_number=position.sequence_number)
@@ -215,7 +208,9 @@ class KinesisDataFetcher:
                             or not answer.get("MillisBehindLatest"))
         records = deaggregate(kinesis_records, self.shard_id)
         if self._skip_through is not None and records:
-            records = self._drop_delivered(records)
+            records = records_after(records, self._skip_through)
+            if records:
+                self._skip_through = None
         if records:
             self._last_delivered = records[-1].extended_sequence_number
         self._millis_behind_latest = answer.get("MillisBehindLatest")
@@ -234,12 +229,3 @@ class KinesisDataFetcher:
                                 child_shard_ids=list(self._child_shard_ids),
                                 kinesis_records=len(kinesis_records))
 
-    def _drop_delivered(self, records: list[Record]) -> list[Record]:
-        """Drop the user records at or before ``_skip_through``; records come in shard order."""
-        assert self._skip_through is not None
-        for index, record in enumerate(records):
-            if record.extended_sequence_number <= self._skip_through:
-                continue
-            self._skip_through = None
-            return records[index:]
-        return []
