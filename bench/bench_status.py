@@ -1,11 +1,13 @@
-"""Benchmark: ``kinesis-dstream leases status`` on a 200-shard table, lag included (issue 26,
-target < 3 s on the 2-core machine).
+"""Benchmark: ``kinesis-dstream leases status`` on a 200-shard table, lag included.
+
+Issue 26's target: under 3 s on the 2-core machine.
 
 A 200-shard stream on kinesalite (``--kinesis``; both emulators allow 200 shards; kinesis-local
 answers each call in about 60 ms on this machine against kinesalite's 6 ms, so it measures the
-emulator more than the command), a few records in every shard, and a lease table on moto written with our lease-table module (no
-worker: the leases are created directly): half the shards checkpointed at their first record,
-the other half at TRIM_HORIZON, so every lag figure comes from a real GetRecords. Measured:
+emulator more than the command), a few records in every shard, and a lease table on moto
+written with our lease-table module (no worker: the leases are created directly): half the
+shards checkpointed at their first record, the other half at TRIM_HORIZON, so every lag figure
+comes from a real GetRecords. Measured:
 
 * ``in_process``: ``cli.main(["leases", "status", ..., "--json"])`` (boto3 already imported);
 * ``command``: ``python -m kinesis_dstream leases status ...`` as an operator types it,

@@ -317,8 +317,8 @@ def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamo
                                           [(f"k{i}", f"c{wave}-{i}") for i in range(20)])
             expected_a |= {p.data.decode() for p in extra if p.shard_id == shard_a}
             expected_b |= {p.data.decode() for p in extra if p.shard_id == shard_b}
-            wait_for(lambda: again()[shard_a] >= expected_a and again()[shard_b] >= expected_b,
-                     30, f"wave {wave} read")
+            wait_for(lambda a=expected_a, b=expected_b: again()[shard_a] >= a
+                     and again()[shard_b] >= b, 30, f"wave {wave} read")
             time.sleep(0.3)
         wait_for(lambda: all(n >= 4 for n in checkpoints_per_shard(
             read_events(str(log_path))[mark:], (shard_a, shard_b)).values()), 30,

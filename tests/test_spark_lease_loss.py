@@ -223,7 +223,8 @@ def test_leases_reset_while_a_dstream_application_runs(sc, env, make_stream, uni
         wait_until(read_again, 60, "the records after the reset read again")
         for wave in range(3):
             lines = put(victim, 5)
-            wait_until(lambda: all(counts[i] >= 1 for i in ids(lines)), 60, f"wave {wave}")
+            wait_until(lambda lines=lines: all(counts[i] >= 1 for i in ids(lines)), 60,
+                       f"wave {wave}")
         last = shard_records(env, stream, victim)[-1]["SequenceNumber"]
         wait_until(lambda: lease(env, unique_app_name, victim)["checkpoint"]["S"] == last, 30,
                    "the last wave checkpointed")
