@@ -223,6 +223,11 @@ def test_dry_run_and_bad_input_write_nothing(stopped, aws_env, capsys):
         code, _, err, elapsed = run_cli(capsys, "leases", *command, "--app", "no-such-app-ops",
                                         *flags[2:])
         assert code == 2 and "no lease table 'no-such-app-ops'" in err and elapsed < 10
+    for command in (["status"], ["release", "--worker", "worker-a"],
+                    ["reset", "--all", "--to", "LATEST"]):  # an unknown --table
+        code, _, err, elapsed = run_cli(capsys, "leases", *command, *flags,
+                                        "--table", "no-such-table-ops")
+        assert code == 2 and "no lease table 'no-such-table-ops'" in err and elapsed < 10
     assert items(stopped.dynamodb, stopped.app) == before
 
 
