@@ -387,3 +387,41 @@ def test_release_of_a_killed_worker_lets_a_running_one_take_over_within_a_renewa
         for worker in (worker_a, worker_b):
             worker.kill()
             worker.wait(timeout=10)
+
+
+def test_reset_positions_on_kpl_aggregates_while_our_worker_runs(
+        make_stream, make_config, local_env, kinesis_local, capsys, tmp_path):
+    """Where reading resumes inside a KPL aggregate, as docs/operations-cli.md states it:
+    ``SEQ`` (``SEQ/0``) at sub-record 1, ``SEQ/SUB`` at sub-record SUB+1, an AT_TIMESTAMP at
+    or before the aggregate at sub-record 0 (``SEQ/-1``)."""
+    stream = make_stream(1)
+    first = emulators.put_aggregated(kinesis_local, stream, [("k", f"x{i}") for i in range(5)])
+    moment = time.time()
+    time.sleep(1.2)
+    (agg,) = emulators.put_aggregated(kinesis_local, stream, [("k", f"a{i}") for i in range(5)])
+    config = make_config(stream)
+    records = {data.decode(): "" for put in first + [agg] for _, data in put.user_records}
+    worker, log_path = run_until_checkpointed(config, records, tmp_path, "worker-a")
+    at = _dt.datetime.fromtimestamp(moment, tz=_dt.timezone.utc).isoformat()
+    try:
+        for to, expected in ((agg.sequence_number, {"a1", "a2", "a3", "a4"}),
+                             (f"{agg.sequence_number}/2", {"a3", "a4"}),
+                             (f"AT_TIMESTAMP:{at}", {"a0", "a1", "a2", "a3", "a4"})):
+            mark = len(read_events(str(log_path)))
+            code, out, err, _ = run_cli(capsys, "leases", "reset", "--app",
+                                        config.application_name, "--stream", stream,
+                                        "--all", "--to", to)
+            assert code == 0, err
+
+            def again() -> list[str]:
+                return [e["data"] for e in read_events(str(log_path))[mark:]
+                        if e["event"] == "record"]
+
+            wait_for(lambda expected=expected: set(again()) >= expected, 30, f"reading from {to}")
+            wait_for(lambda: any(e["event"] == "checkpoint" and e["seq"] == agg.sequence_number
+                                 and e["sub"] == 4 for e in read_events(str(log_path))[mark:]),
+                     30, "the aggregate checkpointed again")
+            assert set(again()) == expected, (to, again())
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
