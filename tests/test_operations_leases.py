@@ -413,13 +413,14 @@ def test_reset_positions_on_kpl_aggregates_while_our_worker_runs(
                                         "--all", "--to", to)
             assert code == 0, err
 
-            def again() -> list[str]:
+            def again(mark: int = mark) -> list[str]:
                 return [e["data"] for e in read_events(str(log_path))[mark:]
                         if e["event"] == "record"]
 
             wait_for(lambda expected=expected: set(again()) >= expected, 30, f"reading from {to}")
-            wait_for(lambda: any(e["event"] == "checkpoint" and e["seq"] == agg.sequence_number
-                                 and e["sub"] == 4 for e in read_events(str(log_path))[mark:]),
+            wait_for(lambda mark=mark: any(
+                e["event"] == "checkpoint" and e["seq"] == agg.sequence_number and e["sub"] == 4
+                for e in read_events(str(log_path))[mark:]),
                      30, "the aggregate checkpointed again")
             assert set(again()) == expected, (to, again())
     finally:
