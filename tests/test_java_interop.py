@@ -10,9 +10,14 @@ DynamoDB. Timings are shortened on both sides alike (failoverTimeMillis = FAILOV
 """
 from __future__ import annotations
 
+import contextlib
+import datetime as _dt
+import io
+import json
 import re
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +32,7 @@ from processes import reap
 from recording_processor import make_factory, read_events, start_worker
 from test_operations_leases import status_shows_every_lease
 
+from kinesis_dstream import cli
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
 from kinesis_dstream.records import ExtendedSequenceNumber
@@ -138,10 +144,117 @@ def start_shared_run(kinesis_local: str, dynamodb: str, make_stream, make_config
             delivered)
 
 
+def reset_while_java_runs(java: JavaDaemon, app: str, stream: str, kinesis: str,
+                          dynamodb: str) -> None:
+    """``leases reset`` while the Java KCL 2.5.8 daemon holds every lease (issue 26): one
+    shard back to a sequence number (``SEQ``: read again after it), another to a time between
+    two puts (written ``SEQ/-1``, the first record at or after it, which the Java worker opens
+    with AT_SEQUENCE_NUMBER and delivers). A --dry-run first changes no owner or checkpoint.
+    Reading resumes there, every record from there comes again, and over three more
+    checkpoints per shard the table never holds a position the daemon had before."""
+    def events() -> list[dict]:
+        return read_events(str(java.events_path))
+
+    def table() -> dict[str, dict]:
+        return {item["leaseKey"]["S"]: item for item in scan(dynamodb, app)}
+
+    def cli_json(*argv: str) -> dict:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(["leases", "reset", "--app", app, "--stream", stream, "--json",
+                             "--kinesis-endpoint", kinesis, "--dynamodb-endpoint", dynamodb,
+                             *argv])
+        assert code == 0, out.getvalue()
+        return json.loads(out.getvalue())
+
+    first = records_of(events())
+    by_shard: dict[str, list[dict]] = {}
+    for event in first:
+        by_shard.setdefault(event["shard"], []).append(event)
+    shard_a, shard_b = sorted(s for s, got in by_shard.items() if len(got) >= 3)[:2]
+    moment = time.time()
+    time.sleep(1.2)
+    later = emulators.put_records(kinesis, stream, [(f"pk-{i}", f"late-{i}") for i in range(40)])
+    wait_for(lambda: {e["data"] for e in records_of(events())} >= {p.data.decode() for p in later},
+             30, "the Java daemon to read the second put", java.log_tail)
+    wait_for(lambda: all(table()[s]["checkpoint"]["S"] == max(
+        (p.sequence_number for p in later if p.shard_id == s), key=int,
+        default=table()[s]["checkpoint"]["S"]) for s in (shard_a, shard_b)), 30,
+        "the Java daemon to checkpoint the second put")
+    held = {key: (item.get("leaseOwner"), item["checkpoint"]) for key, item in table().items()}
+    assert not any(m["written"] for m in cli_json("--all", "--to", "TRIM_HORIZON", "--dry-run")[
+        "leases"])
+    assert {key: (item.get("leaseOwner"), item["checkpoint"])
+            for key, item in table().items()} == held
+    mark = len(events())
+    old = {s: ExtendedSequenceNumber(table()[s]["checkpoint"]["S"],
+                                     int(table()[s]["checkpointSubSequenceNumber"]["N"]))
+           for s in (shard_a, shard_b)}
+    target = sorted(by_shard[shard_a], key=lambda e: int(e["seq"]))[1]
+    at = _dt.datetime.fromtimestamp(moment, tz=_dt.timezone.utc).isoformat()
+    samples: list[tuple[str, str, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for key, item in table().items():
+                if key in (shard_a, shard_b):
+                    samples.append((key, item["checkpoint"]["S"],
+                                    int(item["checkpointSubSequenceNumber"]["N"])))
+            time.sleep(0.1)
+
+    assert cli_json("--shard", shard_a, "--to", target["seq"])["leases"][0]["written"]
+    (moved,) = cli_json("--shard", shard_b, "--to", f"AT_TIMESTAMP:{at}")["leases"]
+    assert moved["written"]
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    first_b = min((p for p in later if p.shard_id == shard_b), key=lambda p: int(p.sequence_number))
+    assert moved["checkpoint_after"] == {"sequence_number": first_b.sequence_number,
+                                         "sub_sequence_number": -1}
+    expected = {
+        shard_a: {e["data"] for e in by_shard[shard_a] if int(e["seq"]) > int(target["seq"])}
+        | {p.data.decode() for p in later if p.shard_id == shard_a},
+        shard_b: {p.data.decode() for p in later if p.shard_id == shard_b}}
+
+    def again() -> dict[str, set[str]]:
+        seen: dict[str, set[str]] = {shard_a: set(), shard_b: set()}
+        for e in records_of(events()[mark:]):
+            if e["shard"] in seen:
+                seen[e["shard"]].add(e["data"])
+        return seen
+
+    try:
+        wait_for(lambda: all(again()[s] >= expected[s] for s in expected), 60,
+                 "the Java daemon to read again from the new positions", java.log_tail)
+        for wave in range(3):
+            extra = emulators.put_records(kinesis, stream,
+                                          [(f"pk-{i}", f"w{wave}-{i}") for i in range(40)])
+            for s in expected:
+                expected[s] |= {p.data.decode() for p in extra if p.shard_id == s}
+            wait_for(lambda: all(again()[s] >= expected[s] for s in expected), 30,
+                     f"wave {wave}", java.log_tail)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        sampler.join(timeout=10)
+    after = events()[mark:]
+    starts = {(e["shard"], e["seq"], e["sub"]) for e in after if e["event"] == "initialize"}
+    assert (shard_a, target["seq"], 0) in starts and (
+        shard_b, first_b.sequence_number, -1) in starts, starts
+    assert again() == expected
+    written = {(e["shard"], e["seq"], e["sub"]) for e in after if e["event"] == "checkpoint"}
+    resets = {(shard_a, target["seq"], 0), (shard_b, first_b.sequence_number, -1)}
+    assert samples
+    for key, seq, sub in samples:
+        assert (key, seq, sub) in written | resets, (key, seq, sub, old[key])
+    for s in expected:
+        assert sum(1 for e in after if e["event"] == "checkpoint" and e["shard"] == s) >= 4
+
+
 # -- 1. lease item format ----------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(210)
 def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
     java_stream, our_stream = make_stream(4), make_stream(4)
@@ -162,6 +275,7 @@ def test_our_lease_items_carry_the_java_kcl_attribute_names_and_types(
         # leases status on both tables, their workers running (issue 26)
         status_shows_every_lease(java_app, java_stream, kinesis_local, dynamodb)
         status_shows_every_lease(config.application_name, our_stream, kinesis_local, dynamodb)
+        reset_while_java_runs(java, java_app, java_stream, kinesis_local, dynamodb)
         java_items, our_items = scan(dynamodb, java_app), scan(dynamodb, config.application_name)
         java_table = ddb.describe_table(TableName=java_app)["Table"]
         our_table = ddb.describe_table(TableName=config.application_name)["Table"]

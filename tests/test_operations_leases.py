@@ -108,6 +108,14 @@ def last_checkpoints(events: list[dict]) -> dict[str, ExtendedSequenceNumber]:
     return last
 
 
+def checkpoints_per_shard(events: list[dict], shards: tuple[str, ...]) -> dict[str, int]:
+    counts = dict.fromkeys(shards, 0)
+    for event in events:
+        if event["event"] == "checkpoint":
+            counts[event["shard"]] = counts.get(event["shard"], 0) + 1
+    return counts
+
+
 def run_until_checkpointed(config: ConsumerConfig, records: dict[str, str], tmp: Path,
                            name: str) -> tuple[Any, Path]:
     """A worker that has delivered and checkpointed every record (still running)."""
@@ -215,6 +223,11 @@ def test_dry_run_and_bad_input_write_nothing(stopped, aws_env, capsys):
         code, _, err, elapsed = run_cli(capsys, "leases", *command, "--app", "no-such-app-ops",
                                         *flags[2:])
         assert code == 2 and "no lease table 'no-such-app-ops'" in err and elapsed < 10
+    for command in (["status"], ["release", "--worker", "worker-a"],
+                    ["reset", "--all", "--to", "LATEST"]):  # an unknown --table
+        code, _, err, elapsed = run_cli(capsys, "leases", *command, *flags,
+                                        "--table", "no-such-table-ops")
+        assert code == 2 and "no lease table 'no-such-table-ops'" in err and elapsed < 10
     assert items(stopped.dynamodb, stopped.app) == before
 
 
@@ -238,7 +251,9 @@ def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamo
     """One shard back to a sequence number, the other to a time between two puts: reading
     resumes right after the one and at the first record after the other, and no checkpoint
     the table holds after the reset is one the worker had before it (they only grow again
-    from the new position, with records read after the reset)."""
+    from the new position, with records read after the reset), over the three checkpoints
+    after the first one that follows it. A --dry-run first, while it runs, changes no owner or
+    checkpoint and the worker reads nothing again."""
     stream = make_stream(2)
     first = emulators.put_records(kinesis_local, stream, [(f"k{i}", f"a-{i}") for i in range(30)])
     time.sleep(1.5)
@@ -269,6 +284,15 @@ def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamo
         target = of_a[2]
         at = _dt.datetime.fromtimestamp(moment, tz=_dt.timezone.utc).isoformat()
         base = ["leases", "reset", "--app", config.application_name, "--stream", stream, "--json"]
+        # --dry-run while it runs: no checkpoint or owner changes, the worker reads nothing again.
+        held = {key: (item["leaseOwner"], item["checkpoint"], item["checkpointSubSequenceNumber"])
+                for key, item in items(dynamodb, config.application_name).items()}
+        code, out, _, _ = run_cli(capsys, *base, "--all", "--to", "TRIM_HORIZON", "--dry-run")
+        assert code == 0 and not any(m["written"] for m in json.loads(out)["leases"]), out
+        time.sleep(2 * config.renew_interval_ms / 1000.0)
+        assert {key: (item["leaseOwner"], item["checkpoint"], item["checkpointSubSequenceNumber"])
+                for key, item in items(dynamodb, config.application_name).items()} == held
+        assert not [e for e in read_events(str(log_path))[mark:] if e["event"] == "record"]
         code, out, _, _ = run_cli(capsys, *base, "--shard", shard_a, "--to", target.sequence_number)
         assert code == 0, out
         code, out, _, _ = run_cli(capsys, *base, "--shard", shard_b, "--to", f"AT_TIMESTAMP:{at}")
@@ -292,7 +316,19 @@ def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamo
                  60, "reading again from the new positions")
         wait_for(lambda: last_checkpoints(read_events(str(log_path))[mark:]).keys() == {
             shard_a, shard_b}, 30, "checkpoints after the reset")
-        time.sleep(2)  # a few more renewals and checkpoints in the samples
+        # Three more checkpoints on each shard: three waves of new records, a batch each.
+        for wave in range(3):
+            extra = emulators.put_records(kinesis_local, stream,
+                                          [(f"k{i}", f"c{wave}-{i}") for i in range(20)])
+            expected_a |= {p.data.decode() for p in extra if p.shard_id == shard_a}
+            expected_b |= {p.data.decode() for p in extra if p.shard_id == shard_b}
+            wait_for(lambda a=expected_a, b=expected_b: again()[shard_a] >= a
+                     and again()[shard_b] >= b, 30, f"wave {wave} read")
+            time.sleep(0.3)
+        wait_for(lambda: all(n >= 4 for n in checkpoints_per_shard(
+            read_events(str(log_path))[mark:], (shard_a, shard_b)).values()), 30,
+            "three checkpoints after the one that followed the reset")
+        time.sleep(0.5)  # the last checkpoint in the samples
         stop.set()
         sampler.join(timeout=10)
     finally:
@@ -310,3 +346,83 @@ def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamo
         per_shard.setdefault(key, []).append(ExtendedSequenceNumber(seq, sub))
     for key, seen in per_shard.items():
         assert seen == sorted(seen), f"{key}: the checkpoint went back: {seen}"
+
+
+def test_release_of_a_killed_worker_lets_a_running_one_take_over_within_a_renewal(
+        make_stream, make_config, local_env, dynamodb, kinesis_local, capsys, tmp_path):
+    """worker-a and worker-b share two shards; worker-a is killed -9. Its lease would wait out
+    the failover time (6 s); released, worker-b takes it at its next taker pass (every
+    renewal period, 2 s) and reads on from worker-a's checkpoint."""
+    stream = make_stream(2)
+    config = make_config(stream, failover_time_ms=6000)
+    renewal_s = config.renew_interval_ms / 1000.0
+    records = emulators.put_batch(kinesis_local, stream, "r", 20)
+    worker_a, log_a = run_until_checkpointed(config, records, tmp_path, "worker-a")
+    log_b = tmp_path / "worker-b.jsonl"
+    worker_b = start_worker(config.replace(worker_id="worker-b"), log_b, tmp_path, "worker-b")
+    try:
+        def owners() -> dict[str, str | None]:
+            return {key: item.get("leaseOwner", {}).get("S")
+                    for key, item in items(dynamodb, config.application_name).items()}
+
+        wait_for(lambda: sorted(owners().values()) == ["worker-a", "worker-b"], 60,
+                 "worker-b to take one of the two leases")
+        worker_a.send_signal(signal.SIGKILL)
+        worker_a.wait(timeout=10)
+        code, out, err, _ = run_cli(capsys, "leases", "release", "--app", config.application_name,
+                                    "--worker", "worker-a", "--json")
+        released = time.monotonic()
+        assert code == 0, err
+        (lease,) = json.loads(out)["leases"]
+        assert lease["written"]
+        wait_for(lambda: set(owners().values()) == {"worker-b"}, 3 * renewal_s,
+                 "worker-b to own both leases")
+        took_s = time.monotonic() - released
+        # One renewal period, and what a taker pass itself takes (a scan and a write).
+        assert took_s < renewal_s + 0.5, f"taken {took_s:.2f} s after the release"
+        after = emulators.put_records(kinesis_local, stream, [(f"k{i}", f"z-{i}") for i in range(20)])
+        wait_for(lambda: {e["data"] for e in read_events(str(log_b)) if e["event"] == "record"}
+                 >= {p.data.decode() for p in after}, 30, "worker-b to read both shards on")
+    finally:
+        for worker in (worker_a, worker_b):
+            worker.kill()
+            worker.wait(timeout=10)
+
+
+def test_reset_positions_on_kpl_aggregates_while_our_worker_runs(
+        make_stream, make_config, local_env, kinesis_local, capsys, tmp_path):
+    """Where reading resumes inside a KPL aggregate, as docs/operations-cli.md states it:
+    ``SEQ`` (``SEQ/0``) at sub-record 1, ``SEQ/SUB`` at sub-record SUB+1, an AT_TIMESTAMP at
+    or before the aggregate at sub-record 0 (``SEQ/-1``)."""
+    stream = make_stream(1)
+    first = emulators.put_aggregated(kinesis_local, stream, [("k", f"x{i}") for i in range(5)])
+    moment = time.time()
+    time.sleep(1.2)
+    (agg,) = emulators.put_aggregated(kinesis_local, stream, [("k", f"a{i}") for i in range(5)])
+    config = make_config(stream)
+    records = {data.decode(): "" for put in first + [agg] for _, data in put.user_records}
+    worker, log_path = run_until_checkpointed(config, records, tmp_path, "worker-a")
+    at = _dt.datetime.fromtimestamp(moment, tz=_dt.timezone.utc).isoformat()
+    try:
+        for to, expected in ((agg.sequence_number, {"a1", "a2", "a3", "a4"}),
+                             (f"{agg.sequence_number}/2", {"a3", "a4"}),
+                             (f"AT_TIMESTAMP:{at}", {"a0", "a1", "a2", "a3", "a4"})):
+            mark = len(read_events(str(log_path)))
+            code, out, err, _ = run_cli(capsys, "leases", "reset", "--app",
+                                        config.application_name, "--stream", stream,
+                                        "--all", "--to", to)
+            assert code == 0, err
+
+            def again(mark: int = mark) -> list[str]:
+                return [e["data"] for e in read_events(str(log_path))[mark:]
+                        if e["event"] == "record"]
+
+            wait_for(lambda expected=expected: set(again()) >= expected, 30, f"reading from {to}")
+            wait_for(lambda mark=mark: any(
+                e["event"] == "checkpoint" and e["seq"] == agg.sequence_number and e["sub"] == 4
+                for e in read_events(str(log_path))[mark:]),
+                     30, "the aggregate checkpointed again")
+            assert set(again()) == expected, (to, again())
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)

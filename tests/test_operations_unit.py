@@ -3,8 +3,10 @@ an unreachable endpoint (a closed loopback port)."""
 from __future__ import annotations
 
 import datetime as _dt
+import http.server
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -121,3 +123,67 @@ def test_an_unreachable_endpoint_exits_3_within_10_s(aws_env, capsys, argv):
     assert time.monotonic() - started < 10
     err = capsys.readouterr().err
     assert "endpoint unreachable" in err and "127.0.0.1:9" in err
+
+
+class _Denying(http.server.BaseHTTPRequestHandler):
+    """Every AWS JSON call refused as IAM refuses it; the operations asked are recorded."""
+
+    asked: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.asked.append(self.headers.get("X-Amz-Target", "?").rpartition(".")[2])
+        body = json.dumps({"__type": "com.amazon.coral.service#AccessDeniedException",
+                           "message": "User: arn:aws:iam::123456789012:user/ops is not "
+                                      "authorized to perform this action"}).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def denying():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Denying)
+    _Denying.asked = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Denying.asked
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("argv", [
+    ["leases", "status", "--app", "a", "--stream", "s"],
+    ["leases", "reset", "--app", "a", "--stream", "s", "--all", "--to", "LATEST"],
+    ["leases", "release", "--app", "a", "--worker", "w"],
+    ["leases", "create-table", "--app", "a"],
+])
+def test_no_permission_is_a_clear_error_exit_3_within_10_s_and_nothing_written(
+        aws_env, capsys, denying, argv):
+    endpoint, asked = denying
+    flags = ["--dynamodb-endpoint", endpoint]
+    if argv[1] != "create-table":
+        flags += ["--kinesis-endpoint", endpoint]
+    started = time.monotonic()
+    assert cli.main(argv + flags) == 3
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err
+    assert "AccessDeniedException" in err and "not authorized" in err, err
+    assert asked and not {"CreateTable", "UpdateItem", "PutItem", "DeleteItem",
+                          "UpdateTimeToLive"} & set(asked), asked
+
+
+def test_the_help_section_of_the_operations_page_is_what_the_parsers_print():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "operations_help", Path(__file__).parent.parent / "scripts" / "operations_help.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.PAGE.read_text(encoding="utf-8") == module.page(), \
+        "docs/operations-cli.md --help section is stale: run python scripts/operations_help.py"

@@ -138,3 +138,106 @@ def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
     item = lease(env, unique_app_name, victim)
     assert "leaseOwner" not in item
     assert item["checkpoint"]["S"] == shard_records(env, stream, victim)[-1]["SequenceNumber"]
+
+
+def test_leases_reset_while_a_dstream_application_runs(sc, env, make_stream, unique_app_name):
+    """``kinesis-dstream leases reset`` on a running StreamingContext (local-cluster): a dry
+    run changes nothing; a reset of one shard to a sequence number makes the driver read
+    again from the record after it (each of those records counted again, none before it),
+    and over three more checkpoints the table never holds the old position before the
+    records after the reset were read again (the driver wrote nothing of its old period)."""
+    import contextlib
+    import io
+    import json
+    import threading
+
+    from kinesis_dstream import cli
+
+    stream = make_stream(2)
+    kinesis = client("kinesis", env["kinesis"])
+    shards = kinesis.list_shards(StreamName=stream)["Shards"]
+    victim, other = sorted(s["ShardId"] for s in shards)
+    hash_key = {s["ShardId"]: s["HashKeyRange"]["StartingHashKey"] for s in shards}
+    produced: dict[str, list[str]] = {victim: [], other: []}
+
+    def put(shard_id: str, n: int) -> list[str]:
+        lines = unique_lines(n, sum(map(len, produced.values())))
+        reply = kinesis.put_records(StreamName=stream, Records=[
+            {"PartitionKey": "k", "ExplicitHashKey": hash_key[shard_id], "Data": line.encode()}
+            for line in lines])
+        assert reply["FailedRecordCount"] == 0, reply
+        produced[shard_id].extend(lines)
+        return lines
+
+    def reset(*argv: str) -> dict:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(["leases", "reset", "--app", unique_app_name, "--stream", stream,
+                             "--json", "--kinesis-endpoint", env["kinesis"],
+                             "--dynamodb-endpoint", env["dynamodb"], *argv])
+        assert code == 0, out.getvalue()
+        return json.loads(out.getvalue())
+
+    def ids(lines: list[str]) -> set[str]:
+        return {line.split()[-1] for line in lines}
+
+    put(victim, 30)
+    put(other, 10)
+    ssc = make_ssc(sc)
+    counts = count_words(create(ssc, unique_app_name, stream, env))
+    ssc.start()
+    samples: list[tuple[str, bool]] = []
+    stop = threading.Event()
+    try:
+        everything = produced[victim] + produced[other]
+        wait_until(lambda: dict(counts) == words_in(everything), 60, "the first records")
+        records = shard_records(env, stream, victim)
+        old = records[-1]["SequenceNumber"]
+        wait_until(lambda: lease(env, unique_app_name, victim).get("checkpoint", {}).get("S")
+                   == old, 15, "the victim shard checkpointed at its last record")
+        held = {key: (lease(env, unique_app_name, key).get("leaseOwner"),
+                      lease(env, unique_app_name, key)["checkpoint"]) for key in (victim, other)}
+        assert not any(m["written"] for m in reset("--all", "--to", "TRIM_HORIZON", "--dry-run")[
+            "leases"])
+        assert {key: (lease(env, unique_app_name, key).get("leaseOwner"),
+                      lease(env, unique_app_name, key)["checkpoint"])
+                for key in (victim, other)} == held
+        target = records[9]["SequenceNumber"]
+        again = ids(produced[victim][10:])
+
+        def read_again() -> bool:
+            return all(counts[i] >= 2 for i in again)
+
+        def sample() -> None:
+            # The table first, then the counts: a checkpoint at the old position seen before
+            # the records after the reset were counted again was written by the old period.
+            while not stop.is_set():
+                checkpoint = lease(env, unique_app_name, victim)["checkpoint"]["S"]
+                samples.append((checkpoint, read_again()))
+                time.sleep(0.1)
+
+        (moved,) = reset("--shard", victim, "--to", target)["leases"]
+        assert moved["written"]
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        wait_until(read_again, 60, "the records after the reset read again")
+        for wave in range(3):
+            lines = put(victim, 5)
+            wait_until(lambda lines=lines: all(counts[i] >= 1 for i in ids(lines)), 60,
+                       f"wave {wave}")
+        last = shard_records(env, stream, victim)[-1]["SequenceNumber"]
+        wait_until(lambda: lease(env, unique_app_name, victim)["checkpoint"]["S"] == last, 30,
+                   "the last wave checkpointed")
+    finally:
+        stop.set()
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert all(counts[i] == 1 for i in ids(produced[victim][:10] + produced[other])), \
+        "read from before the new position"
+    assert all(counts[i] >= 2 for i in again)
+    assert all(counts[i] >= 1 for i in ids(produced[victim][30:]))
+    assert samples
+    assert not [s for s in samples if s[0] == old and not s[1]], samples[:20]
+    seen = [int(s[0]) for s in samples if s[0].isdigit()]
+    after = seen[next(i for i, v in enumerate(seen) if v == int(target)):]
+    assert after == sorted(after), "the checkpoint went back after the reset"
+    assert len(set(after)) >= 4, "three checkpoints after the one at the reset"
