@@ -390,7 +390,7 @@ def test_release_of_a_killed_worker_lets_a_running_one_take_over_within_a_renewa
 
 
 def test_reset_positions_on_kpl_aggregates_while_our_worker_runs(
-        make_stream, make_config, local_env, kinesis_local, capsys, tmp_path):
+        make_stream, make_config, local_env, kinesis_local, dynamodb, capsys, tmp_path):
     """Where reading resumes inside a KPL aggregate, as docs/operations-cli.md states it:
     ``SEQ`` (``SEQ/0``) at sub-record 1, ``SEQ/SUB`` at sub-record SUB+1, an AT_TIMESTAMP at
     or before the aggregate at sub-record 0 (``SEQ/-1``)."""
@@ -423,6 +423,20 @@ def test_reset_positions_on_kpl_aggregates_while_our_worker_runs(
                 for e in read_events(str(log_path))[mark:]),
                      30, "the aggregate checkpointed again")
             assert set(again()) == expected, (to, again())
+        # A time no record has arrived since: the checkpoint goes right after the newest
+        # record (all of its aggregate), not LATEST, which would skip what is put before the
+        # worker opens the shard again; a record put after the reset is read, nothing older.
+        mark = len(read_events(str(log_path)))
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        code, out, err, _ = run_cli(capsys, "leases", "reset", "--app", config.application_name,
+                                    "--stream", stream, "--all", "--to", f"AT_TIMESTAMP:{now}")
+        assert code == 0, err
+        ((_, item),) = items(dynamodb, config.application_name).items()
+        assert (item["checkpoint"]["S"], item["checkpointSubSequenceNumber"]["N"]) == (
+            agg.sequence_number, "4"), item
+        emulators.put_records(kinesis_local, stream, [("k", "late")])
+        wait_for(lambda: "late" in again(mark), 30, "the record put after the reset")
+        assert again(mark) == ["late"], again(mark)
     finally:
         worker.kill()
         worker.wait(timeout=10)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..aws.kinesis import KinesisClient, Shard
+from ..aws.kpl import deaggregate, epoch_ms
 from ..aws.lease_table import Lease, LeaseTable
 from ..errors import LeaseLostError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber
@@ -36,6 +37,10 @@ GUARD_ATTEMPTS = 5
 # GetRecords pages read to find the first record at a timestamp (real Kinesis can answer
 # with empty pages before it); past them the shard is taken to have none yet.
 TIMESTAMP_PAGES = 5
+# Looking back for the newest record before a time no record has arrived since: windows
+# widen fourfold from 1 s up to a year (Kinesis keeps records at most 365 days).
+LOOK_BACK_LIMIT_S = 366 * 86400.0
+LOOK_BACK_PAGES = 20
 
 
 @dataclass
@@ -155,7 +160,43 @@ def _resolve(kinesis: KinesisClient, shard: Shard,
         iterator = answer.get("NextShardIterator")
         if not iterator or not answer.get("MillisBehindLatest"):
             break
-    return ExtendedSequenceNumber("LATEST"), "no record at or after that time yet: LATEST"
+    assert target.timestamp is not None
+    newest = _newest_before(kinesis, shard.shard_id, target.timestamp.timestamp())
+    if newest is None:
+        return ExtendedSequenceNumber(TRIM_HORIZON), "no record before or after that time: TRIM_HORIZON"
+    return newest, f"no record at or after that time yet: after the newest before it, {newest}"
+
+
+def _newest_before(kinesis: KinesisClient, shard_id: str,
+                   timestamp: float) -> ExtendedSequenceNumber | None:
+    """The newest user record that arrived before ``timestamp`` (all of its aggregate), or None.
+
+    Used when no record has arrived since ``timestamp``: a checkpoint right after the newest
+    record reads every record put later, as LATEST would not (records put between the reset
+    and a worker opening the shard would be skipped). Looks back in widening windows, so a
+    quiet shard costs a few calls and a busy one reads little before ``timestamp``.
+    """
+    window_s = 1.0
+    while window_s <= LOOK_BACK_LIMIT_S:
+        iterator: str | None = kinesis.get_shard_iterator(shard_id, AT_TIMESTAMP,
+                                                          timestamp=timestamp - window_s)
+        newest = None
+        for _ in range(LOOK_BACK_PAGES):
+            if iterator is None:
+                break
+            answer = kinesis.get_records(iterator, 10_000, shard_id=shard_id)
+            # Records put after the look-up began (at or after the time) are not before it.
+            before = [r for r in answer.get("Records", [])
+                      if epoch_ms(r.get("ApproximateArrivalTimestamp")) < timestamp * 1000]
+            if before:
+                newest = deaggregate(before[-1:], shard_id)[-1].extended_sequence_number
+            iterator = answer.get("NextShardIterator")
+            if not answer.get("MillisBehindLatest"):
+                break
+        if newest is not None:
+            return newest
+        window_s *= 4
+    return None
 
 
 def _check_in_range(kinesis: KinesisClient, shard: Shard, sequence: str) -> None:
