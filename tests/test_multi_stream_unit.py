@@ -184,3 +184,14 @@ def test_stream_config_and_tracker_refuse_bad_settings():
         MultiStreamTracker([], former_streams_deletion="SOMETIMES")
     with pytest.raises(ConfigurationError):
         MultiStreamTracker([], former_streams_deletion="PROVIDED_STREAMS_DEFERRED_DELETION")
+
+
+def test_leases_marked_entity_type_lease_are_leases():
+    """KCL 3.5 and kcl-rs write ``entityType`` LEASE on every lease; other types are not leases."""
+    from kinesis_dstream.aws.lease_table import is_lease_item
+
+    item = _lease_to_item(Lease(lease_key=ORDERS.lease_key("shardId-0"),
+                                stream_identifier=ORDERS.serialize()))
+    assert is_lease_item(item)
+    assert is_lease_item({**item, "entityType": {"S": "LEASE"}})
+    assert not is_lease_item({**item, "entityType": {"S": "WORKER_METRIC_STATS"}})

@@ -5,7 +5,9 @@ worker and ours can share one table. KCL 3.x writes to the same table: it adds a
 we leave alone (``throughputKBps``), one we clear on every take and eviction as it does
 (``checkpointOwner``, its owner-in-waiting during a graceful handoff), and, from 3.5 on,
 items that are not leases at all (coordinator state, worker metrics, marked by
-``entityType``): every read here skips those, so nothing above sees them as leases. Every
+``entityType``; its leases are marked LEASE): every read here skips those, so nothing above
+sees them as leases. Multi-stream leases (``stream_identifier``) carry ``streamName`` and
+``shardId`` besides their key, as the KCL's DynamoDBMultiStreamLeaseSerializer writes them. Every
 write is guarded by ``leaseCounter``, which the holder bumps on each take, renew and
 checkpoint: a failed guard means someone else wrote the lease since we last saw it, i.e. we
 lost it. This module only reads and writes items; who takes what and when is decided in
@@ -64,9 +66,11 @@ class Lease:
 
 
 def is_lease_item(item: dict[str, Any]) -> bool:
-    """A shard lease, not one of KCL 3.5's coordinator or worker-metrics items (which carry
-    ``entityType``) nor anything else without the ``leaseCounter`` every lease write guards on."""
-    return "entityType" not in item and "leaseCounter" in item
+    """A shard lease, not one of KCL 3.5's coordinator or worker-metrics items nor anything
+    else without the ``leaseCounter`` every lease write guards on. KCL 3.5 (and kcl-rs) mark
+    their leases ``entityType`` LEASE and every other item with another type; older leases
+    have none."""
+    return item.get("entityType", {}).get("S", "LEASE") == "LEASE" and "leaseCounter" in item
 
 
 def _item_to_lease(item: dict[str, Any]) -> Lease:
