@@ -155,11 +155,11 @@ class StreamSync:
             if identifier not in self.streams:
                 log.info("new stream to read: %s", identifier)
                 self._add(identifier, stream_config)
-        for identifier in {self._of(lease) for lease in leases} - {None} - set(wanted):
-            if identifier not in self.streams:  # type: ignore[operator]
-                log.info("stream %s has leases but is not listed: read from %s until they "
-                         "are deleted", identifier, self.tracker.orphaned_stream_initial_position)
-                self.stream_for(identifier)  # type: ignore[arg-type]
+        in_table = {i for i in (self._of(lease) for lease in leases) if i is not None}
+        for orphan in in_table - set(wanted) - set(self.streams):
+            log.info("stream %s has leases but is not listed: read from %s until they "
+                     "are deleted", orphan, self.tracker.orphaned_stream_initial_position)
+            self.stream_for(orphan)
         with self._lock:
             self.listed = set(wanted)
         self._enqueue_former(wanted, now)
