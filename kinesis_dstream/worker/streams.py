@@ -105,8 +105,8 @@ def fan_out_consumer(kinesis: KinesisClient, config: ConsumerConfig) -> str:
         arn = check_stream_consumer(kinesis, config.consumer_arn)
     else:
         arn = register_stream_consumer(kinesis, config.fan_out_consumer_name)
-    log.info("worker %s reads stream %s by enhanced fan-out as consumer %s",
-             config.worker_id, config.stream_name, arn)
+    log.info("worker %s reads by enhanced fan-out as consumer %s (stream %s)",
+             config.worker_id, arn, config.stream_name)
     return arn
 
 
