@@ -113,3 +113,34 @@ def test_three_streams_one_added_one_removed_every_record_once_kcl_keys_deferred
     counts = collections.Counter(seen)
     assert set(counts) == expected
     assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1]
+
+
+@pytest.mark.emulator
+@pytest.mark.timeout(90)
+def test_fan_out_per_stream_one_consumer_each_every_record_once(
+        aws_env, kinesis_local, make_stream, make_config, make_fanout_front):
+    """Fan-out in multi-stream mode: the application's consumer registered on each stream,
+    every shard read through its own stream's subscription, no GetRecords."""
+    streams = [make_stream(1), make_stream(2)]
+    front = make_fanout_front(lifetime_s=6.0, heartbeat_s=1)
+    expected: set[tuple[str, str]] = set()
+    for stream in streams:
+        expected |= put(kinesis_local, stream, stream, 20)
+    seen: list[tuple[str, str]] = []
+    inits: list = []
+    lock = threading.Lock()
+    config = make_config("unused-in-multi-stream-mode", kinesis_endpoint=front.endpoint,
+                         retrieval_mode="FANOUT")
+    scheduler = Scheduler(config, lambda key: Recorder(seen, inits, key, lock), streams=streams)
+    try:
+        scheduler.start()
+        wait_for(lambda: set(seen) >= expected, 40, "every record by fan-out")
+    finally:
+        scheduler.shutdown(timeout_s=5)
+    assert set(seen) == expected and len(seen) == len(expected)
+    assert front.count("GetRecords") == 0 and front.count("SubscribeToShard") >= 3
+    kinesis = emulators.client("kinesis", kinesis_local)
+    for stream in streams:
+        arn = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+        consumers = kinesis.list_stream_consumers(StreamARN=arn)["Consumers"]
+        assert [c["ConsumerName"] for c in consumers] == [config.application_name]
