@@ -8,6 +8,7 @@ stream's leases are deleted after the grace period, not before.
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import time
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 import emulators
 
+from kinesis_dstream import cli
 from kinesis_dstream.aws.stream_identifier import parse_lease_key
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
@@ -51,7 +53,7 @@ def put(endpoint: str, stream: str, prefix: str, count: int) -> set[tuple[str, s
 @pytest.mark.emulator
 @pytest.mark.timeout(90)
 def test_three_streams_one_added_one_removed_every_record_once_kcl_keys_deferred_deletion(
-        aws_env, kinesis_local, dynamodb, make_stream, make_config):
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, capsys):
     a, b, c = make_stream(2), make_stream(1), make_stream(2)
     kinesis = emulators.client("kinesis", kinesis_local)
     expected = put(kinesis_local, a, "a1", 20) | put(kinesis_local, b, "b1", 10)
@@ -113,6 +115,15 @@ def test_three_streams_one_added_one_removed_every_record_once_kcl_keys_deferred
     counts = collections.Counter(seen)
     assert set(counts) == expected
     assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1]
+
+    # `leases status` shows the multi-stream keys as stream and shard, with each stream's lag.
+    capsys.readouterr()
+    assert cli.main(["leases", "status", "--app", table, "--kinesis-endpoint", kinesis_local,
+                     "--dynamodb-endpoint", dynamodb, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["shards"]
+    assert sorted((row["stream"], row["shard"]) for row in rows) == sorted(
+        (parse_lease_key(key)[0].stream_name, parse_lease_key(key)[1]) for key in remaining)
+    assert all(row["lag_ms"] is not None for row in rows), rows
 
 
 @pytest.mark.emulator
