@@ -5,7 +5,9 @@ worker and ours can share one table. KCL 3.x writes to the same table: it adds a
 we leave alone (``throughputKBps``), one we clear on every take and eviction as it does
 (``checkpointOwner``, its owner-in-waiting during a graceful handoff), and, from 3.5 on,
 items that are not leases at all (coordinator state, worker metrics, marked by
-``entityType``): every read here skips those, so nothing above sees them as leases. Every
+``entityType``; its leases are marked LEASE): every read here skips those, so nothing above
+sees them as leases. Multi-stream leases (``stream_identifier``) carry ``streamName`` and
+``shardId`` besides their key, as the KCL's DynamoDBMultiStreamLeaseSerializer writes them. Every
 write is guarded by ``leaseCounter``, which the holder bumps on each take, renew and
 checkpoint: a failed guard means someone else wrote the lease since we last saw it, i.e. we
 lost it. This module only reads and writes items; who takes what and when is decided in
@@ -42,16 +44,33 @@ class Lease:
     starting_hash_key: str | None = None
     ending_hash_key: str | None = None
     pending_checkpoint: str | None = None
+    # Multi-stream leases only: the serialized stream identifier (the item's ``streamName``,
+    # the key's prefix); the shard id is then the rest of the key (the item's ``shardId``).
+    stream_identifier: str | None = None
 
     @property
     def is_finished(self) -> bool:
         return self.checkpoint.is_shard_end
 
+    @property
+    def shard_id(self) -> str:
+        """The Kinesis shard id: the key itself in single-stream mode."""
+        if self.stream_identifier is None:
+            return self.lease_key
+        return self.lease_key[len(self.stream_identifier) + 1:]
+
+    def key_of(self, shard_id: str) -> str:
+        """The lease key of another shard of the same stream (a parent's, a child's):
+        ``parentShardId`` and ``childShardIds`` hold shard ids in both modes, as in the KCL."""
+        return shard_id if self.stream_identifier is None else f"{self.stream_identifier}:{shard_id}"
+
 
 def is_lease_item(item: dict[str, Any]) -> bool:
-    """A shard lease, not one of KCL 3.5's coordinator or worker-metrics items (which carry
-    ``entityType``) nor anything else without the ``leaseCounter`` every lease write guards on."""
-    return "entityType" not in item and "leaseCounter" in item
+    """A shard lease, not one of KCL 3.5's coordinator or worker-metrics items nor anything
+    else without the ``leaseCounter`` every lease write guards on. KCL 3.5 (and kcl-rs) mark
+    their leases ``entityType`` LEASE and every other item with another type; older leases
+    have none."""
+    return item.get("entityType", {}).get("S", "LEASE") == "LEASE" and "leaseCounter" in item
 
 
 def _item_to_lease(item: dict[str, Any]) -> Lease:
@@ -76,6 +95,7 @@ def _item_to_lease(item: dict[str, Any]) -> Lease:
         starting_hash_key=s("startingHashKey"),
         ending_hash_key=s("endingHashKey"),
         pending_checkpoint=s("pendingCheckpoint"),
+        stream_identifier=s("streamName"),
     )
 
 
@@ -97,6 +117,9 @@ def _lease_to_item(lease: Lease) -> dict[str, Any]:
         item["startingHashKey"] = {"S": lease.starting_hash_key}
     if lease.ending_hash_key is not None:
         item["endingHashKey"] = {"S": lease.ending_hash_key}
+    if lease.stream_identifier is not None:
+        item["streamName"] = {"S": lease.stream_identifier}
+        item["shardId"] = {"S": lease.shard_id}
     return item
 
 
@@ -256,6 +279,12 @@ class LeaseTable:
         return replace(lease, lease_owner=None, checkpoint=checkpoint,
                        owner_switches_since_checkpoint=0,
                        lease_counter=lease.lease_counter + 1, pending_checkpoint=None)
+
+    def delete_lease(self, lease: Lease) -> None:
+        """Delete a lease whoever holds it, as the KCL deletes a former stream's leases: the
+        holder's next guarded write fails, and it lets the shard go."""
+        self._call(f"deleting lease {lease.lease_key}", "delete_item", TableName=self.table_name,
+                   Key={"leaseKey": {"S": lease.lease_key}})
 
     def delete_table(self) -> None:
         self._call("deleting the lease table", "delete_table", TableName=self.table_name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 
+from ..aws.stream_identifier import parse_lease_key
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber, is_valid_sequence_number
 from .connection import BadInput
 
@@ -58,7 +59,5 @@ def parse_position(text: str) -> Target:
 def split_lease_key(lease_key: str) -> tuple[str | None, str]:
     """(stream, shard id) of a lease key: the KCL's multi-stream keys are
     ``account:stream:creationEpoch:shardId``; a single-stream key is the shard id alone."""
-    parts = lease_key.split(":")
-    if len(parts) == 4 and parts[3]:
-        return parts[1], parts[3]
-    return None, lease_key
+    parsed = parse_lease_key(lease_key)
+    return (None, lease_key) if parsed is None else (parsed[0].stream_name, parsed[1])

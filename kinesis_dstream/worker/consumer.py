@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..aws.stream_identifier import StreamIdentifier
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, LeaseLostError
 from ..records import ExtendedSequenceNumber
@@ -72,9 +73,12 @@ class ShardConsumer:
                  write_checkpoint: Callable[[str, ExtendedSequenceNumber], object],
                  parents_done: Callable[[str], bool],
                  on_shard_end: Callable[[str, list[str]], None],
-                 metrics: MetricsPublisher | None = None):
+                 metrics: MetricsPublisher | None = None,
+                 stream_identifier: StreamIdentifier | None = None):
         self.config = config
+        # The lease key: the shard id, or in multi-stream mode account:stream:epoch:shardId.
         self.shard_id = shard_id
+        self.stream_identifier = stream_identifier
         self._processor_factory = processor_factory
         self._make_fetcher = make_fetcher
         self._read_checkpoint = read_checkpoint
@@ -159,10 +163,13 @@ class ShardConsumer:
                 return True
             processor = self._processor_factory(self.shard_id)
             try:
+                stream = self.stream_identifier
                 self._call(processor.initialize, InitializeInput(
-                    shard_id=self.shard_id,
+                    shard_id=self.shard_id if stream is None
+                    else self.shard_id[len(stream.serialize()) + 1:],
                     sequence_number=checkpoint.sequence_number,
-                    sub_sequence_number=checkpoint.sub_sequence_number))
+                    sub_sequence_number=checkpoint.sub_sequence_number,
+                    stream_identifier=stream))
                 self.state = ConsumerState.PROCESSING
                 return self._process_loop(fetcher, processor)
             except _ProcessorFailed as failure:

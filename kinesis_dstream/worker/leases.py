@@ -40,7 +40,8 @@ class LeaseCoordinator:
                  on_lease_lost: Callable[[str], None] = lambda shard_id: None,
                  clock: Callable[[], float] = time.monotonic, *,
                  on_lease_lapsed: Callable[[str, Lease], None] | None = None,
-                 on_lease_taken: Callable[[Lease, Lease], None] | None = None):
+                 on_lease_taken: Callable[[Lease, Lease], None] | None = None,
+                 accepts: Callable[[Lease], bool] | None = None):
         self.config = config
         self.table = table
         self.worker_id = config.worker_id
@@ -50,6 +51,8 @@ class LeaseCoordinator:
         self._on_lease_lapsed = on_lease_lapsed
         self._on_lease_taken = on_lease_taken
         self._clock = clock
+        # Which of the table's leases are this worker's kind (single- or multi-stream keys).
+        self._accepts = accepts
         self._lock = threading.RLock()
         self._owned: dict[str, Lease] = {}
         self._last_renewed: dict[str, float] = {}
@@ -81,6 +84,8 @@ class LeaseCoordinator:
     # -- taking ---------------------------------------------------------------------------
     def refresh(self) -> list[Lease]:
         leases = self.table.list_leases()
+        if self._accepts is not None:
+            leases = [lease for lease in leases if self._accepts(lease)]
         with self._lock:
             self._all = {lease.lease_key: lease for lease in leases}
         return leases

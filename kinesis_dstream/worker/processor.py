@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
+    from ..aws.stream_identifier import StreamIdentifier
     from ..records import Record
 
 
@@ -26,9 +27,13 @@ class Checkpointer(Protocol):
 
 @dataclass(frozen=True)
 class InitializeInput:
+    """``shard_id`` is the Kinesis shard id. In multi-stream mode ``stream_identifier``
+    names its stream (account, name, creation epoch); None in single-stream mode."""
+
     shard_id: str
     sequence_number: str | None
     sub_sequence_number: int | None
+    stream_identifier: "StreamIdentifier | None" = None
 
 
 @dataclass(frozen=True)
@@ -88,5 +93,6 @@ class ShardRecordProcessor(Protocol):
     def shutdown_requested(self, shutdown_requested_input: ShutdownRequestedInput) -> None: ...
 
 
-# Called once per shard lease, with the shard id, to make that shard's processor.
+# Called once per shard lease, with the lease key, to make that shard's processor: the shard
+# id, or in multi-stream mode ``account:stream:creationEpoch:shardId``.
 ProcessorFactory = Callable[[str], ShardRecordProcessor]

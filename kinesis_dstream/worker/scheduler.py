@@ -12,15 +12,24 @@ each shard consumer then reads through its own subscription. Leases and checkpoi
 same either way: a lease taken from another worker subscribes at its checkpoint, which takes
 the shard's subscription over (Kinesis' 5 s rule), and the old owner closes its own when it
 sees the lease lost.
+
+Given ``streams`` (a ``MultiStreamTracker``, a list of streams, or a callable returning
+one) the scheduler runs in the KCL's multi-stream mode: leases are keyed
+``account:stream:creationEpoch:shardId`` in one table for all streams, the list is checked
+again on its interval (``streams.StreamSync``), and each lease is read through its own
+stream's client, config and fan-out consumer. A processor factory is then called with the
+lease key (the KCL hands its factory the stream); ``InitializeInput`` carries the shard id
+and the stream identifier.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from ..aws.lease_table import LeaseTable
+from ..aws.lease_table import Lease, LeaseTable
+from ..aws.stream_identifier import StreamIdentifier
 from ..config import ConsumerConfig
 from ..errors import LeaseLostError
 from ..records import ExtendedSequenceNumber
@@ -33,6 +42,7 @@ from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
 from .shard_sync import ShardSyncer, parents_done
 from .stall import ShardsView, StallWatch, largest_lag
+from .streams import MultiStreamTracker, StreamEntry, StreamSync, fan_out_consumer
 
 if TYPE_CHECKING:
     from ..aws.kinesis import KinesisClient
@@ -43,15 +53,27 @@ log = logging.getLogger(__name__)
 class Scheduler:
     def __init__(self, config: ConsumerConfig, processor_factory: ProcessorFactory, *,
                  kinesis: KinesisClient | None = None, lease_table: LeaseTable | None = None,
-                 metrics: MetricsPublisher | None = None):
+                 metrics: MetricsPublisher | None = None,
+                 streams: MultiStreamTracker | Sequence[StreamEntry]
+                 | Callable[[], Iterable[StreamEntry]] | None = None):
         from ..aws.kinesis import KinesisClient  # the AWS layer, built when we start
 
         self.config = config
         self._processor_factory = processor_factory
-        self.kinesis = kinesis if kinesis is not None else KinesisClient(config)
         self.table = lease_table if lease_table is not None else LeaseTable(config)
-        self.coordinator = LeaseCoordinator(config, self.table, on_lease_lost=self._lease_lost)
-        self.syncer = ShardSyncer(config, self.kinesis, self.table)
+        # Multi-stream mode sees only multi-stream leases, single-stream mode only the others:
+        # an application cannot switch between the two and keep its checkpoints (KCL FAQ).
+        self.multi_stream = streams is not None
+        self.coordinator = LeaseCoordinator(config, self.table, on_lease_lost=self._lease_lost,
+                                            accepts=self._accepts)
+        self.streams: StreamSync | None = None
+        if streams is None:
+            self.kinesis = kinesis if kinesis is not None else KinesisClient(config)
+            self.syncer: ShardSyncer | StreamSync = ShardSyncer(config, self.kinesis, self.table)
+        else:
+            tracker = streams if isinstance(streams, MultiStreamTracker) else MultiStreamTracker(streams)
+            self.streams = StreamSync(config, tracker, self.table)
+            self.syncer = self.streams
         self.lease_manager = LeaseManager(config, self.coordinator, self.syncer)
         self._consumers: dict[str, ShardConsumer] = {}
         self._lock = threading.Lock()
@@ -73,10 +95,14 @@ class Scheduler:
         retry policy's bounded time, before any thread is started.
         """
         self.started_at = time.monotonic()
-        self.kinesis.describe_stream_summary()
-        if self.config.retrieval_mode == "FANOUT":
-            self.consumer_arn = self._register_consumer()
-        self.table.create_table_if_not_exists()
+        if self.streams is None:
+            self.kinesis.describe_stream_summary()
+            if self.config.retrieval_mode == "FANOUT":
+                self.consumer_arn = fan_out_consumer(self.kinesis, self.config)
+            self.table.create_table_if_not_exists()
+        else:
+            self.table.create_table_if_not_exists()
+            self.streams.start()
         self.syncer.sync()
         self.coordinator.start_renewer()
         if self._metrics is None:
@@ -84,8 +110,10 @@ class Scheduler:
         self.lease_manager.metrics = self._metrics
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
         self._thread.start()
-        log.info("worker %s started on stream %s (application %s)", self.config.worker_id,
-                 self.config.stream_name, self.config.application_name)
+        log.info("worker %s started on %s (application %s)", self.config.worker_id,
+                 f"stream {self.config.stream_name}" if self.streams is None else
+                 f"streams {', '.join(map(str, sorted(self.streams.listed)))}",
+                 self.config.application_name)
 
     def run(self) -> None:
         if self._thread is None:
@@ -116,15 +144,8 @@ class Scheduler:
         log.info("worker %s stopped", self.config.worker_id)
         return clean
 
-    def _register_consumer(self) -> str:
-        from ..aws.stream_consumer import check_stream_consumer, register_stream_consumer
-
-        if self.config.consumer_arn is not None:
-            arn = check_stream_consumer(self.kinesis, self.config.consumer_arn)
-        else:
-            arn = register_stream_consumer(self.kinesis, self.config.fan_out_consumer_name)
-        log.info("worker %s reads by enhanced fan-out as consumer %s", self.config.worker_id, arn)
-        return arn
+    def _accepts(self, lease: Lease) -> bool:
+        return (lease.stream_identifier is not None) == self.multi_stream
 
     # -- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -139,6 +160,8 @@ class Scheduler:
 
     def _reconcile(self) -> None:
         """Start a consumer for each new lease; clean up after finished ones."""
+        if self.streams is not None and self.streams.check_due():
+            self.lease_manager.sync_soon()
         owned = set(self.coordinator.owned_shard_ids())
         with self._lock:
             for shard_id, consumer in list(self._consumers.items()):
@@ -155,8 +178,11 @@ class Scheduler:
                 if lease.is_finished:
                     self.coordinator.release(shard_id)
                     continue
+                stream = (None if lease.stream_identifier is None
+                          else StreamIdentifier.parse(lease.stream_identifier))
                 consumer = ShardConsumer(
                     self.config, shard_id, self._processor_factory,
+                    stream_identifier=stream,
                     make_fetcher=self._make_fetcher,
                     read_checkpoint=self._read_checkpoint,
                     write_checkpoint=self.coordinator.checkpoint,
@@ -176,8 +202,15 @@ class Scheduler:
 
     # -- callbacks from consumers and the renewer ------------------------------------------------
     def _make_fetcher(self, shard_id: str) -> RecordSource:
-        return open_source(self.kinesis, self.config, shard_id, reports_data_loss=True,
-                           consumer_arn=self.consumer_arn)
+        if self.streams is None:
+            return open_source(self.kinesis, self.config, shard_id, reports_data_loss=True,
+                               consumer_arn=self.consumer_arn)
+        lease = self.coordinator.owned_lease(shard_id)
+        if lease is None:
+            raise LeaseLostError(f"lease {shard_id} is no longer held")
+        stream = self.streams.stream_for(StreamIdentifier.parse(lease.stream_identifier or ""))
+        return open_source(stream.kinesis, stream.config, lease.shard_id, reports_data_loss=True,
+                           consumer_arn=stream.consumer_arn)
 
     def _read_checkpoint(self, shard_id: str) -> ExtendedSequenceNumber:
         lease = self.coordinator.owned_lease(shard_id)

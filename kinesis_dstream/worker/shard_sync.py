@@ -5,15 +5,20 @@ Leases are created for shards that have none. A child shard's lease names its pa
 is skipped; ``parents_done`` is what keeps a child from being read before its parents
 have checkpointed SHARD_END, which keeps per-key order across resharding.
 With LATEST on a fresh table, closed shards get no lease: their data is history.
+In multi-stream mode each stream is synced on its own (``stream``): its leases are keyed
+the KCL's multi-stream way, parents still name shard ids, and "fresh" means the stream has
+no lease yet.
 """
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Iterable, Protocol
 
 from ..aws.kinesis import Shard
 from ..aws.lease_table import Lease, LeaseTable
+from ..aws.stream_identifier import StreamIdentifier
 from ..config import ConsumerConfig
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
 from .leases import RENEW_THREADS
@@ -30,8 +35,10 @@ def initial_checkpoint(config: ConsumerConfig) -> ExtendedSequenceNumber:
 
 
 def new_leases(shards: Iterable[Shard], existing: dict[str, Lease],
-               config: ConsumerConfig) -> list[Lease]:
-    """The leases to create for shards that have none (pure: tested without AWS)."""
+               config: ConsumerConfig, stream: StreamIdentifier | None = None) -> list[Lease]:
+    """The leases to create for shards that have none (pure: tested without AWS).
+
+    ``existing`` is keyed by shard id (the stream's leases only, in multi-stream mode)."""
     shards = list(shards)
     known = {shard.shard_id for shard in shards} | set(existing)
     fresh_table = not existing
@@ -48,20 +55,20 @@ def new_leases(shards: Iterable[Shard], existing: dict[str, Lease],
             checkpoint = ExtendedSequenceNumber(TRIM_HORIZON)
         else:
             checkpoint = initial_checkpoint(config)
-        leases.append(Lease(lease_key=shard.shard_id, checkpoint=checkpoint,
-                            parent_shard_ids=parents,
+        leases.append(Lease(lease_key=shard.shard_id if stream is None
+                            else stream.lease_key(shard.shard_id),
+                            checkpoint=checkpoint, parent_shard_ids=parents,
                             starting_hash_key=shard.starting_hash_key,
-                            ending_hash_key=shard.ending_hash_key))
+                            ending_hash_key=shard.ending_hash_key,
+                            stream_identifier=None if stream is None else stream.serialize()))
     # With LATEST on a fresh table the closed parents got no lease: their children are
     # roots now and start where the application asked, not at TRIM_HORIZON.
-    created = {lease.lease_key for lease in leases} | set(existing)
+    created = {lease.shard_id for lease in leases} | set(existing)
     fixed = []
     for lease in leases:
         parents = frozenset(p for p in lease.parent_shard_ids if p in created)
         if parents != lease.parent_shard_ids:
-            lease = Lease(lease_key=lease.lease_key, checkpoint=initial_checkpoint(config),
-                          parent_shard_ids=parents, starting_hash_key=lease.starting_hash_key,
-                          ending_hash_key=lease.ending_hash_key)
+            lease = replace(lease, checkpoint=initial_checkpoint(config), parent_shard_ids=parents)
         fixed.append(lease)
     return fixed
 
@@ -75,7 +82,7 @@ def in_generations(leases: list[Lease]) -> list[list[Lease]]:
     generations = []
     while pending:
         ready = [lease for lease in pending.values()
-                 if not any(p in pending for p in lease.parent_shard_ids)]
+                 if not any(lease.key_of(p) in pending for p in lease.parent_shard_ids)]
         generations.append(ready or list(pending.values()))  # no cycle in Kinesis' lineage
         for lease in generations[-1]:
             del pending[lease.lease_key]
@@ -84,8 +91,8 @@ def in_generations(leases: list[Lease]) -> list[list[Lease]]:
 
 def parents_done(lease: Lease, leases: dict[str, Lease]) -> bool:
     """A child may start once every parent that has a lease has checkpointed SHARD_END."""
-    return all(parent not in leases or leases[parent].is_finished
-               for parent in lease.parent_shard_ids)
+    keys = [lease.key_of(parent) for parent in lease.parent_shard_ids]
+    return all(key not in leases or leases[key].is_finished for key in keys)
 
 
 class ShardLister(Protocol):
@@ -95,21 +102,29 @@ class ShardLister(Protocol):
 
 
 class ShardSyncer:
-    def __init__(self, config: ConsumerConfig, kinesis: ShardLister, table: LeaseTable):
+    def __init__(self, config: ConsumerConfig, kinesis: ShardLister, table: LeaseTable,
+                 stream: StreamIdentifier | None = None):
         self.config = config
         self.kinesis = kinesis
         self.table = table
+        self.stream = stream
 
-    def sync(self) -> int:
+    def sync(self, leases: list[Lease] | None = None) -> int:
         """List shards and create missing leases; returns how many were created.
 
+        ``leases``: the table as just scanned (a multi-stream sync scans once for all its
+        streams); None scans it here.
         The leases of one generation are written concurrently: a new application on a
         wide stream would otherwise wait for a PutItem per shard, one after the other,
         before its first lease is taken (the KCL writes them one by one)."""
         shards = self.kinesis.list_shards()
-        existing = {lease.lease_key: lease for lease in self.table.list_leases()}
+        if leases is None:
+            leases = self.table.list_leases()
+        mine = None if self.stream is None else self.stream.serialize()
+        existing = {lease.shard_id: lease for lease in leases
+                    if lease.stream_identifier == mine}
         created = 0
-        for generation in in_generations(new_leases(shards, existing, self.config)):
+        for generation in in_generations(new_leases(shards, existing, self.config, self.stream)):
             if len(generation) == 1:
                 made = [self.table.create_lease_if_not_exists(generation[0])]
             else:
