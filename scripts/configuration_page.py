@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from kinesis_dstream.config import SPARK_CONF
-from kinesis_dstream.multilang.properties import PROPERTIES
+from kinesis_dstream.multilang.property_keys import PROPERTIES
 from kinesis_dstream.settings import FrontEnd, render_markdown
 from kinesis_dstream.sql.option_table import SQL_SINK, SQL_SOURCE
 

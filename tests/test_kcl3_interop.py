@@ -24,7 +24,7 @@ from recording_processor import read_events, start_worker
 from test_java_interop import FAILOVER_MS, esn, java_daemon, owners, records_of, scan, wait_for
 from test_operations_leases import status_shows_every_lease
 
-from kinesis_dstream.multilang.properties import KNOWN_KEYS, canonical_key
+from kinesis_dstream.multilang.property_keys import KNOWN_KEYS, canonical_key
 from kinesis_dstream.records import ExtendedSequenceNumber
 
 pytestmark = pytest.mark.emulator

@@ -28,7 +28,8 @@ from multilang_shared_helpers import DaemonProcess, write_properties
 from recording_processor import read_events
 
 from kinesis_dstream.multilang.java_properties import read_properties_file
-from kinesis_dstream.multilang.properties import KNOWN_KEYS, load_properties
+from kinesis_dstream.multilang.properties import load_properties
+from kinesis_dstream.multilang.property_keys import KNOWN_KEYS
 from kinesis_dstream.records import ExtendedSequenceNumber
 
 FAILOVER_MS = 5000

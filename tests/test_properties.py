@@ -9,11 +9,8 @@ import pytest
 
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.multilang.java_properties import parse_properties
-from kinesis_dstream.multilang.properties import (
-    consumer_config_from_properties,
-    load_properties,
-    normalise_endpoint,
-)
+from kinesis_dstream.multilang.properties import consumer_config_from_properties, load_properties
+from kinesis_dstream.multilang.property_keys import normalise_endpoint
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,8 @@ from kinesis_dstream.config import (
     check_credentials,
 )
 from kinesis_dstream.errors import ConfigurationError
-from kinesis_dstream.multilang.properties import PROPERTIES, load_properties
+from kinesis_dstream.multilang.properties import load_properties
+from kinesis_dstream.multilang.property_keys import PROPERTIES
 from kinesis_dstream.settings import BOOLEAN, FrontEnd, Option, Whole, parse_duration_ms
 from kinesis_dstream.spark.rate import RateSettings
 from kinesis_dstream.sql.option_table import SQL_SINK, SQL_SOURCE

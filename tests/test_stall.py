@@ -87,7 +87,7 @@ def test_a_stalled_shard_that_catches_up_leaves_the_list_and_retain_forgets_shar
 
 
 def test_the_settings_come_from_the_config_and_every_front_end():
-    from kinesis_dstream.multilang.properties import PROPERTIES
+    from kinesis_dstream.multilang.property_keys import PROPERTIES
     from kinesis_dstream.sql.options import parse_source_options
 
     config = ConsumerConfig(application_name="a", stream_name="s", region_name="us-east-1")

@@ -1,0 +1,284 @@
+"""The KCL MultiLangDaemon's properties keys, declared once for the settings engine.
+
+The Java daemon's ``MultiLangDaemonConfiguration`` bean properties (KCL 2.x and 3.x), with
+the value readers only these keys need. ``properties.py`` reads files with this table; the
+configuration page is generated from it.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from ..config import (
+    BILLING_MODES,
+    INITIAL_POSITIONS,
+    KCL_TABLE_KEYS,
+    METRICS_LEVELS,
+    STALL_KEYS,
+    stall_options,
+    table_options,
+)
+from ..errors import ConfigurationError
+from ..settings import (
+    BOOLEAN,
+    Choice,
+    Duration,
+    FrontEnd,
+    Number,
+    Option,
+    Text,
+    ValueType,
+    Whole,
+)
+
+log = logging.getLogger(__name__)
+
+# Java daemon default is "no timeout" (a hung child stalls its shard for ever); a restart
+# from the last checkpoint after a minute of silence loses nothing and unblocks the shard.
+DEFAULT_ACTION_TIMEOUT_S = 60.0
+RETRIEVAL_MODES = ("POLLING", "FANOUT", "DEFAULT")
+# The KCL's PollingConfigBean.anyPropertiesSet: with retrievalMode DEFAULT, one of these set
+# means polling, none enhanced fan-out. The first two are Java primitives, whose 0 is unset.
+POLLING_KEYS = ("maxRecords", "idleTimeBetweenReadsInMillis", "retryGetRecordsInSeconds",
+                "maxGetRecordsThreadPool")
+PRIMITIVE_POLLING_KEYS = POLLING_KEYS[:2]
+CLIENT_VERSIONS = ("CLIENT_VERSION_CONFIG_3X", "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X")
+_DEFAULT_PROVIDERS = {"DefaultAWSCredentialsProviderChain", "DefaultCredentialsProvider"}
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
+
+
+# --------------------------------------------------------------------------- value readers
+
+def _any(key: str, value: str) -> str:
+    return value
+
+
+def normalise_endpoint(key: str, value: str) -> str:
+    """The Java SDK needs a scheme; users often write ``host:port``. Local hosts get
+    ``http://`` (emulators rarely serve TLS), anything else ``https://``."""
+    value = _TEXT.parse(key, value)
+    if "://" not in value:
+        host = value.split("/")[0].rsplit(":", 1)[0] if not value.startswith("[") else \
+            value.split("]")[0] + "]"
+        scheme = "http" if host.lower() in _LOCAL_HOSTS else "https"
+        log.debug("%s: %r has no scheme; using %s://", key, value, scheme)
+        value = f"{scheme}://{value}"
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"{key}: not an http(s) endpoint URL: {value!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a non-numeric port
+    except ValueError:
+        raise ConfigurationError(f"{key}: bad port in endpoint URL: {value!r}") from None
+    return value
+
+
+def _stream_name_from_arn(key: str, value: str) -> str:
+    match = re.fullmatch(r"arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/([A-Za-z0-9_.-]{1,128})",
+                         value)
+    if not match:
+        raise ConfigurationError(
+            f"{key}: not a Kinesis stream ARN (arn:aws:kinesis:<region>:<account>:stream/<name>): "
+            f"{value!r}")
+    return match.group(1)
+
+
+def _timestamp(key: str, value: str) -> float:
+    """Epoch seconds as the Java daemon reads them; ISO-8601 also accepted (ours only)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigurationError(f"{key}: not a timestamp (epoch seconds): {value!r}") from None
+    return parsed.timestamp()
+
+
+def _credentials_provider(key: str, value: str) -> str:
+    names = [part.strip().rsplit(".", 1)[-1] for part in value.split("|") if part.strip()]
+    if not names:
+        raise ConfigurationError(f"{key}: a credentials provider is required, got {value!r}")
+    if not any(name in _DEFAULT_PROVIDERS for name in names):
+        log.warning("%s = %s: only DefaultAWSCredentialsProviderChain is implemented; using "
+                    "boto3's default chain (environment, profile, container/instance role)",
+                    key, value)
+    return value
+
+
+# --------------------------------------------------------------------------- key table
+
+_CREDENTIALS_PREFIX = "AWSCredentialsProvider"
+
+
+def canonical_key(key: str) -> str:
+    """KCL 3.x reads the credentials keys in any case (kclpy 3's sample writes
+    ``AwsCredentialsProvider``); the rest of the name stays case-sensitive, as there."""
+    if key.lower().startswith(_CREDENTIALS_PREFIX.lower()):
+        return _CREDENTIALS_PREFIX + key[len(_CREDENTIALS_PREFIX):]
+    return key
+
+
+
+_TEXT = Text()
+_ANY = ValueType("text", _any)
+_ENDPOINT = ValueType("URL (http(s)://host:port; host:port gets a scheme)", normalise_endpoint)
+_PROVIDER = ValueType("credentials provider class names (one or more, |-separated)",
+                      _credentials_provider)
+_NO_EFFECT = "Known to the Java daemon; the value is checked, then has no effect here."
+_KCL3 = ("KCL 3.x: this engine speaks the 2.x lease protocol (no leader, no worker metrics, "
+         "no extra tables); the value is checked, then left to the Java daemon.")
+
+
+def _ignored(name: str, value_type: ValueType, doc: str = _NO_EFFECT) -> Option:
+    return Option(name, value_type, doc, target="ignore", field=name)
+
+
+def _config(name: str, value_type: ValueType, field_name: str, doc: str, default: str = "",
+            aliases: tuple[str, ...] = ()) -> Option:
+    return Option(name, value_type, doc, default, aliases, target="config", field=field_name)
+
+
+# Target "config" sets a ConsumerConfig field, "settings" a MultiLangSettings one, "special"
+# is resolved in _apply, "ignore" is checked and then ignored.
+PROPERTIES = FrontEnd(
+    name="KCL properties file (multilang daemon, propertiesFile)",
+    doc="The Java MultiLangDaemon's keys (KCL 2.x and 3.x names), read by `python -m "
+        "kinesis_dstream multilang` and by createStream's propertiesFile; the same file runs "
+        "under the Java daemon. The AWSCredentialsProvider keys are read in any case.",
+    case_sensitive=True, noun="property", canonical=canonical_key,
+    logger=__name__,
+    options=(
+        _config("streamName", _TEXT, "stream_name", "The Kinesis stream (or streamArn)."),
+        Option("streamArn", ValueType("Kinesis stream ARN", _stream_name_from_arn),
+               "The stream by ARN; wins over streamName.", target="special", field="streamArn"),
+        _config("applicationName", _TEXT, "application_name",
+                "The application; names the lease table (required)."),
+        Option("tableName", _TEXT, "The lease table: must equal applicationName here.",
+               target="special", field="tableName"),
+        Option("executableName", _TEXT, "The record processor's command (a .py script runs "
+               "with this interpreter); required by the daemon.", target="settings",
+               field="executable_name"),
+        Option("processingLanguage", _TEXT, "Told to the child as the Java daemon does.",
+               target="settings", field="processing_language"),
+        _config("regionName", _TEXT, "region_name", "AWS region.", "AWS_REGION or us-east-1"),
+        _config("initialPositionInStream", Choice(*INITIAL_POSITIONS), "initial_position",
+                "Where a shard without a checkpoint starts.", "LATEST"),
+        Option("initialPositionInStreamExtended", ValueType(
+            "epoch seconds or ISO-8601 time", _timestamp), "A start time: sets "
+            "initialPositionInStream to AT_TIMESTAMP.", target="special",
+            field="initialPositionInStreamExtended"),
+        *(Option(name, _PROVIDER, "Only DefaultAWSCredentialsProviderChain is implemented: "
+                 "boto3's default chain; another provider is warned about.",
+                 "DefaultAWSCredentialsProviderChain", target="none")
+          for name in ("AWSCredentialsProvider", "AWSCredentialsProviderDynamoDB",
+                       "AWSCredentialsProviderCloudWatch")),
+        _config("kinesisEndpoint", _ENDPOINT, "kinesis_endpoint",
+                "The Kinesis endpoint; by default boto3's resolution."),
+        _config("dynamoDBEndpoint", _ENDPOINT, "dynamodb_endpoint",
+                "The DynamoDB endpoint of the lease table."),
+        # Not a Java daemon key (it has no CloudWatch endpoint setting); ours.
+        _config("cloudWatchEndpoint", _ENDPOINT, "cloudwatch_endpoint",
+                "Ours: the CloudWatch endpoint for metrics."),
+        _config("maxRecords", Whole(1), "max_records", "Records per GetRecords call "
+                "(at most 10000).", "10000"),
+        _config("idleTimeBetweenReadsInMillis", Whole(0), "idle_time_between_reads_ms",
+                "Wait between GetRecords calls at a shard's tip, ms.", "1000"),
+        _config("failoverTimeMillis", Whole(1), "failover_time_ms",
+                "A lease not renewed for this long may be taken, ms.", "10000"),
+        _config("shardSyncIntervalMillis", Whole(1), "shard_sync_interval_ms",
+                "How often the shard list is synced with the lease table, ms.", "60000"),
+        _config("workerIdentifier", _TEXT, "worker_id", "This worker's id in the lease table.",
+                "host:pid:random", aliases=("workerId",)),
+        _config("callProcessRecordsEvenForEmptyRecordList", BOOLEAN,
+                "call_process_records_even_for_empty_record_list",
+                "Send processRecords with no records too.", "false"),
+        Option("retrievalMode", Choice(*RETRIEVAL_MODES), "FANOUT reads by enhanced fan-out "
+               "(SubscribeToShard) as a registered consumer, POLLING by GetRecords. DEFAULT, "
+               "as the KCL: fan-out unless a polling key (maxRecords, "
+               "idleTimeBetweenReadsInMillis, retryGetRecordsInSeconds, "
+               "maxGetRecordsThreadPool) is set, then polling with a warning. createStream's "
+               "propertiesFile reads by polling whatever this says.", "DEFAULT",
+               target="special", field="retrievalMode"),
+        _config("fanoutConfig.consumerName", _TEXT, "consumer_name", "The fan-out consumer to "
+                "register (if missing) and read as; never deregistered.", "applicationName"),
+        _config("fanoutConfig.consumerArn", _TEXT, "consumer_arn", "A fan-out consumer "
+                "registered already, by ARN: used as it is (it must be ACTIVE), nothing is "
+                "registered."),
+        _config("metricsLevel", Choice(*METRICS_LEVELS), "metrics_level",
+                "CloudWatch metrics published.", "DETAILED"),
+        _config("metricsBufferTimeMillis", Whole(1), "metrics_buffer_time_ms",
+                "CloudWatch publishing period, ms.", "10000"),
+        _config("shutdownGraceMillis", Whole(0), "shutdown_grace_ms",
+                "Time given to record processors at shutdown, ms.", "20000"),
+        _config("maxLeasesForWorker", Whole(1), "max_leases_for_worker",
+                "Most leases this worker holds.", "unlimited"),
+        _config("maxLeasesToStealAtOneTime", Whole(1), "max_leases_to_steal_at_one_time",
+                "Most leases taken from other workers per pass.", "1"),
+        _config("parentShardPollIntervalMillis", Whole(0), "parent_shard_poll_interval_ms",
+                "How often a child shard checks whether its parents finished, ms.", "1000"),
+        Option("timeoutInSeconds", Whole(1), "Longest silence of a child while it handles "
+               "one action, then it is restarted from the last checkpoint.",
+               f"{DEFAULT_ACTION_TIMEOUT_S:g}", target="settings", field="action_timeout_s"),
+        # KCL 3.x: how often its leader assigns leases; here, how often this worker looks for
+        # leases to take (by default we look every renew period, failover / 3).
+        _config("leaseAssignmentIntervalMillis", Whole(1), "lease_taker_interval_ms",
+                "KCL 3.x's lease assignment period; here how often this worker looks for "
+                "leases to take, ms.", "failoverTimeMillis / 3"),
+        # The lease table's settings (billingMode is LeaseManagementConfig's: the Java
+        # daemon has no key for it and ignores it; the 3.x daemon reads the last two).
+        *table_options(KCL_TABLE_KEYS, what="the lease table"),
+        *stall_options(STALL_KEYS),
+        _ignored("maxActiveThreads", Whole(-2**31)),
+        _ignored("metricsMaxQueueSize", Whole(0)),
+        _ignored("metricsEnabledDimensions", _ANY),
+        _ignored("validateSequenceNumberBeforeCheckpointing", BOOLEAN),
+        _ignored("taskBackoffTimeMillis", Whole(0)),
+        _ignored("cleanupLeasesUponShardCompletion", BOOLEAN),
+        _ignored("ignoreUnexpectedChildShards", BOOLEAN),
+        _ignored("maxLeaseRenewalThreads", Whole(1)),
+        _ignored("listShardsBackoffTimeInMillis", Whole(0)),
+        _ignored("maxListShardsRetryAttempts", Whole(0)),
+        _ignored("logWarningForTaskAfterMillis", Whole(0)),
+        _ignored("maxGetRecordsThreadPool", Whole(0)),
+        _ignored("retryGetRecordsInSeconds", Whole(0)),
+        _ignored("schedulerInitializationBackoffTimeMillis", Whole(0)),
+        _ignored("shardPrioritization", _ANY),
+        _ignored("skipShardSyncAtWorkerInitializationIfLeasesExist", BOOLEAN),
+        *(_ignored(name, _ANY, "The Java daemon reads this only as fanoutConfig." + name +
+                   " (a top-level key reaches no property there); ignored here too, with a "
+                   "warning.") for name in ("consumerArn", "consumerName")),
+        *(_ignored(f"{prefix}{name}", Whole(0), "The KCL's fan-out registration retries; "
+                   "here registration waits throttles out for 10 s and ACTIVE for 60 s.")
+          for prefix in ("", "fanoutConfig.")
+          for name in ("maxDescribeStreamConsumerRetries", "maxDescribeStreamSummaryRetries",
+                       "registerStreamConsumerRetries", "retryBackoffMillis")),
+        # KCL 3.x (MultiLangDaemonConfiguration of 3.1.3): a 3.x file is accepted as it is.
+        _ignored("clientVersionConfig", Choice(*CLIENT_VERSIONS), _KCL3),
+        _ignored("enablePriorityLeaseAssignment", BOOLEAN, _KCL3),
+        _ignored("millisBehindLatestThresholdForReducedTps", Whole(0), _KCL3),
+        _ignored("gracefulLeaseHandoffTimeoutMillis", Whole(0), _KCL3),
+        _ignored("isGracefulLeaseHandoffEnabled", BOOLEAN, _KCL3),
+        *(_ignored(f"{table}{name}", value_type, _KCL3)
+          for table in ("coordinatorState", "workerMetrics")
+          for name, value_type in (("TableName", _TEXT), ("BillingMode", Choice(*BILLING_MODES)),
+                                   ("ReadCapacity", Whole(0)), ("WriteCapacity", Whole(0)),
+                                   ("PointInTimeRecoveryEnabled", BOOLEAN),
+                                   ("DeletionProtectionEnabled", BOOLEAN), ("Tags", _ANY))),
+        _ignored("inMemoryWorkerMetricsCaptureFrequencyMillis", Whole(0), _KCL3),
+        _ignored("workerMetricsReporterFreqInMillis", Whole(0), _KCL3),
+        _ignored("noOfPersistedMetricsPerWorkerMetrics", Whole(0), _KCL3),
+        _ignored("disableWorkerMetrics", BOOLEAN, _KCL3),
+        _ignored("maxThroughputPerHostKBps", Number(0), _KCL3),
+        _ignored("dampeningPercentage", Whole(0), _KCL3),
+        _ignored("reBalanceThresholdPercentage", Whole(0), _KCL3),
+        _ignored("allowThroughputOvershoot", BOOLEAN, _KCL3),
+        _ignored("varianceBalancingFrequency", Whole(0), _KCL3),
+        _ignored("workerMetricsEMAAlpha", Number(0), _KCL3),
+        _ignored("staleWorkerMetricsEntryCleanupDuration", Duration(None), _KCL3),
+    ))
+KNOWN_KEYS = frozenset(key for option in PROPERTIES.options
+                       for key in (option.name, *option.aliases))
