@@ -1,5 +1,6 @@
 """ConsumerConfig: cross-field validation, Spark conf keys, dict round trip (tier 1, no I/O)."""
 from __future__ import annotations
+
 import dataclasses
 import json
 
@@ -265,7 +266,7 @@ def test_worker_ids_of_other_processes_and_proof_of_death():
     import subprocess
     import sys
 
-    from kinesis_dstream.config import default_worker_id, made_by_another_process, proven_dead
+    from kinesis_dstream.worker_id import default_worker_id, made_by_another_process, proven_dead
 
     mine = default_worker_id()
     assert not made_by_another_process(mine) and not proven_dead(mine)

@@ -22,7 +22,7 @@ from typing import Any
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable
 from ..aws.range_table import BatchRangeTable
-from ..config import ConsumerConfig, proven_dead
+from ..config import ConsumerConfig
 from ..errors import (
     ConfigurationError,
     CredentialsError,
@@ -38,6 +38,7 @@ from ..worker.leases import LeaseCoordinator
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
 from ..worker.shard_sync import ShardSyncer, parents_done
 from ..worker.stall import ShardsView, StallWatch, largest_lag
+from ..worker_id import proven_dead
 from .checkpointer import SHARD_END, KinesisCheckpointer
 from .lease_period import LeasePeriods, ShardState
 from .planning import BatchPlan

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import threading
 
-from ..config import ConsumerConfig, default_worker_id, made_by_another_process
+from ..config import ConsumerConfig
+from ..worker_id import default_worker_id, made_by_another_process
 from .coordinator import ShardCoordinator
 from .planner import BatchPlanner, StreamSpec
 
