@@ -138,3 +138,4 @@ def test_two_tasks_of_one_shard_at_once_hold_the_last_checked_in():
     assert fake.answers == [] and registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake)) is second
     assert first.publisher._subscription is None  # noqa: SLF001 - closed
     registry.close_all()
+
