@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import signal
 import threading
 import time
 import warnings
 
 import pytest
 
-from spark_helpers import collected, create, make_ssc, wait_until
+from spark_helpers import collected, create, executor_jvm_of, make_ssc, wait_until
+from test_spark_chaos import executors_alive
+from test_spark_executors import NO_CACHE, two_output_operations
 from test_worker_fanout import consumer_status
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
@@ -77,3 +81,68 @@ def test_one_second_batches_read_every_record_once_by_subscriptions_held_between
         subscribes = front.count("SubscribeToShard", shard)
         # one a lifetime; one more where the first batches' tasks met an executor apiece
         assert 1 <= subscribes <= lifetimes + 2, (shard, subscribes, lifetimes, front.calls)
+
+
+@pytest.mark.spark
+def test_a_recomputed_batch_reads_the_same_records_though_more_were_pushed(
+        sc, env, make_stream, put_records, make_fanout_front, unique_app_name):
+    """storageLevel NONE: each output operation computes the batch. The second finds the
+    range the first recorded and reads exactly it (by GetRecords), though more records were
+    pushed in between; the subscription goes on from the recorded end."""
+    front = make_fanout_front(lifetime_s=LIFETIME_S)
+    stream = make_stream(2)
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=front.endpoint),
+                     storageLevel=NO_CACHE, configOverrides=FANOUT)
+    late: list[str] = []
+
+    def more(got):
+        if got and not late:  # records pushed while the batch is between its two operations
+            late.extend(f"b{i}" for i in range(100))
+            put_records(stream, [(f"pk{i}", r) for i, r in enumerate(late)],
+                        endpoint=front.endpoint)
+
+    first, second = two_output_operations(kstream, more)
+    ssc.start()
+    early = [f"a{i}" for i in range(100)]
+    put_records(stream, [(f"pk{i}", r) for i, r in enumerate(early)], endpoint=front.endpoint)
+    try:
+        wait_until(lambda: sum(len(v) for v in list(second.values())) >= 200, 90, "both waves")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert late
+    for when, rows in first.items():
+        assert sorted(second.get(when, [])) == sorted(rows), when
+    for seen in (first, second):  # every record once in each output operation
+        assert sorted(r for rows in seen.values() for r in rows) == sorted(early + late)
+    assert front.count("GetRecords") > 0  # the recomputations, exactly their ranges
+
+
+@pytest.mark.spark
+def test_an_executor_killed_while_reading_by_fan_out_loses_nothing_and_doubles_nothing(
+        sc, env, make_stream, put_records, make_fanout_front, unique_app_name):
+    """kill -9 of the executor holding a shard's subscription: its shards move to the other
+    executor, which subscribes at the last recorded end (the 5 s rule waited out by the
+    pacer); every record comes once."""
+    front = make_fanout_front(lifetime_s=LIFETIME_S)
+    stream = make_stream(2)
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=front.endpoint),
+                     configOverrides=FANOUT)
+    rows = collected(kstream)
+    before = executors_alive(sc)
+    ssc.start()
+    producer, sent = putting(put_records, stream, front.endpoint, waves=20, per_wave=20)
+    try:
+        wait_until(lambda: len(rows) >= 100, 90, "the first records")
+        pids = {pid for m in kstream.metrics().values() for pid in m["read_by_pids"]}
+        jvm = executor_jvm_of(min(pids))
+        os.kill(jvm, signal.SIGKILL)
+        producer.join()
+        wait_until(lambda: len(rows) >= len(sent), 120, "every record after the kill")
+        wait_until(lambda: len(kstream.metrics()) == 2 and all(
+            m["processed"] for m in kstream.metrics().values()), 30, "the batches completed")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+        wait_until(lambda: executors_alive(sc) >= before, 120, "the executor replaced")
+    assert sorted(rows) == sorted(sent)  # a doubled record would show here
