@@ -18,6 +18,7 @@ import warnings
 
 import pytest
 
+import emulators
 from spark_helpers import collected, create, executor_jvm_of, make_ssc, wait_until
 from test_spark_chaos import executors_alive
 from test_spark_executors import NO_CACHE, two_output_operations
@@ -146,3 +147,40 @@ def test_an_executor_killed_while_reading_by_fan_out_loses_nothing_and_doubles_n
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
         wait_until(lambda: executors_alive(sc) >= before, 120, "the executor replaced")
     assert sorted(rows) == sorted(sent)  # a doubled record would show here
+
+
+@pytest.mark.spark
+def test_a_split_under_load_reads_the_parent_before_its_children_every_record_once(
+        sc, env, make_stream, put_records, make_fanout_front, unique_app_name):
+    """The parent's subscription ends with ChildShards; its children are read only in
+    batches after the parent's last records, and every record comes once."""
+    front = make_fanout_front(lifetime_s=LIFETIME_S)
+    stream = make_stream(1)
+    parent = "shardId-000000000000"
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=front.endpoint),
+                     configOverrides=FANOUT,
+                     messageHandler=lambda r: (r.shard_id, r.data.decode()))
+    batches: list[list] = []
+    kstream.foreachRDD(lambda rdd: batches.append(rdd.collect()))
+    seen = lambda: [row for rows in list(batches) for row in rows]  # noqa: E731
+    ssc.start()
+    producer, sent = putting(put_records, stream, front.endpoint, waves=40, per_wave=20,
+                             every_s=0.3)
+    try:
+        wait_until(lambda: len(seen()) >= 100, 90, "the first records")
+        kinesis = emulators.client("kinesis", front.endpoint)
+        hash_range = kinesis.list_shards(StreamName=stream)["Shards"][0]["HashKeyRange"]
+        low, high = int(hash_range["StartingHashKey"]), int(hash_range["EndingHashKey"])
+        kinesis.split_shard(StreamName=stream, ShardToSplit=parent,
+                            NewStartingHashKey=str((low + high) // 2))
+        producer.join()
+        wait_until(lambda: len(seen()) >= len(sent), 90, "every record")
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert sorted(data for _, data in seen()) == sorted(sent)
+    shards = {shard for shard, _ in seen()}
+    assert len(shards - {parent}) == 2, shards  # both children read
+    last_parent = max(i for i, rows in enumerate(batches) if any(s == parent for s, _ in rows))
+    first_child = min(i for i, rows in enumerate(batches) if any(s != parent for s, _ in rows))
+    assert last_parent < first_child
