@@ -12,6 +12,8 @@ apart, in one ``DriverState`` that pickling leaves behind.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +74,22 @@ _RESTART_NEEDS_4_2 = (
     "checkpointLocation (it then reads from kinesis.startingPosition)")
 
 
+def _stop_on_sigterm() -> None:
+    """A stopped query's source process is ended by SIGTERM (PySpark's worker factory
+    destroys it), which skips the ``finally`` that calls ``stop()``: SIGTERM is made a
+    ``SystemExit`` there, so ``stop()`` runs and can deregister the fan-out consumer. Only in
+    the process's main thread (where PySpark calls the reader), and never over a handler
+    someone else installed."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def exit_gracefully(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_gracefully)
+
+
 class DriverState:
     """What the reader holds in the driver process only: clients (created on first use),
     threads, the prober, and what the planned readings left to the next ones."""
@@ -130,6 +148,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         """The driver-only state, created on first use in the driver process."""
         if self._driver is None:
             self._driver = DriverState(self.config)
+            if self.options.fan_out and self.options.deregisters_consumer:
+                _stop_on_sigterm()
         return self._driver
 
     def _shards(self, force: bool = False) -> list[Shard] | None:
