@@ -16,7 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import ConfigurationError
-from .settings import BOOLEAN, Choice, Duration, FrontEnd, Number, Option, ValueType, Whole
+from .settings import (
+    BOOLEAN,
+    Choice,
+    Duration,
+    FrontEnd,
+    Number,
+    Option,
+    Text,
+    ValueType,
+    Whole,
+    parse_choice,
+)
 
 # Spark conf keys honoured by the retry policy (same names and defaults as kinesis-asl).
 SPARK_RETRY_WAIT_TIME = "spark.streaming.kinesis.retry.waitTime"
@@ -27,6 +38,10 @@ SPARK_BACKPRESSURE_ENABLED = "spark.streaming.backpressure.enabled"
 SPARK_SHARDS_PER_TASK = "spark.streaming.kinesis.shardsPerTask"
 # Ours, named after the SQL source's option: fail a batch whose start was trimmed by retention.
 SPARK_FAIL_ON_DATA_LOSS = "spark.streaming.kinesis.failOnDataLoss"
+# Ours, named after the awslabs connector's options: read by GetRecords or by fan-out.
+SPARK_CONSUMER_TYPE = "spark.streaming.kinesis.consumerType"
+SPARK_CONSUMER_NAME = "spark.streaming.kinesis.consumerName"
+SPARK_CONSUMER_ARN = "spark.streaming.kinesis.consumerArn"
 
 SPARK_BACKPRESSURE_INITIAL_RATE = "spark.streaming.backpressure.initialRate"
 SPARK_PID_PROPORTIONAL = "spark.streaming.backpressure.pid.proportional"
@@ -37,6 +52,8 @@ SPARK_PID_MIN_RATE = "spark.streaming.backpressure.pid.minRate"
 INITIAL_POSITIONS = ("LATEST", "TRIM_HORIZON", "AT_TIMESTAMP")
 # How the worker reads: GetRecords, or enhanced fan-out (SubscribeToShard).
 RETRIEVAL_MODES = ("POLLING", "FANOUT")
+# The awslabs connector's names for them (its kinesis.consumerType values).
+CONSUMER_TYPES = {"GetRecords": "POLLING", "SubscribeToShard": "FANOUT"}
 # RegisterStreamConsumer's rule for a consumer name.
 _CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 METRICS_LEVELS = ("DETAILED", "SUMMARY", "NONE")
@@ -174,6 +191,10 @@ def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None
 _CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "sts_assume_role_arn",
                       "sts_session_name", "sts_external_id")
 
+CONSUMER_TYPE = ValueType(
+    "GetRecords or SubscribeToShard (any case)",
+    lambda label, value: CONSUMER_TYPES[parse_choice(label, value, tuple(CONSUMER_TYPES))])
+
 # The Spark conf keys the DStream API reads (SparkConf of the StreamingContext). "config"
 # options go to ConsumerConfig, "rate" ones to spark/rate.py's RateSettings.
 SPARK_CONF = FrontEnd(
@@ -196,6 +217,15 @@ SPARK_CONF = FrontEnd(
         Option(SPARK_FAIL_ON_DATA_LOSS, BOOLEAN, "A batch whose start was trimmed by the "
                "stream's retention fails (true) or goes on from the oldest record Kinesis "
                "holds (false, as the KCL).", "false", field="fail_on_data_loss"),
+        Option(SPARK_CONSUMER_TYPE, CONSUMER_TYPE, "How the executors read: GetRecords "
+               "(polling) or SubscribeToShard (enhanced fan-out: the driver registers a "
+               "consumer once; see docs/enhanced-fan-out.md).", "GetRecords",
+               field="retrieval_mode"),
+        Option(SPARK_CONSUMER_NAME, Text("consumer name"), "The fan-out consumer to "
+               "register (or find) on the stream.", "the application name",
+               field="consumer_name"),
+        Option(SPARK_CONSUMER_ARN, Text("consumer ARN"), "A fan-out consumer registered "
+               "already: no registration.", "", field="consumer_arn"),
         *table_options({field: f"spark.streaming.kinesis.{key}"
                         for field, key in KCL_TABLE_KEYS.items()},
                        what="the lease table and the batch-range table"),

@@ -213,3 +213,22 @@ def test_an_undocumented_option_is_caught():
     bare = FrontEnd("bare", "doc", (Option("x", BOOLEAN, ""),), case_sensitive=True)
     with pytest.raises(AssertionError, match="x"):
         test_every_option_has_documentation_text(bare)
+
+
+def test_the_spark_conf_names_the_awslabs_consumer_types_and_polling_stays_the_default():
+    from kinesis_dstream.config import ConsumerConfig
+    from kinesis_dstream.errors import ConfigurationError
+
+    base = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1")
+    assert base.with_spark_conf({}).retrieval_mode == "POLLING"
+    assert base.with_spark_conf({"spark.streaming.kinesis.consumerType": "GetRecords"}
+                                ).retrieval_mode == "POLLING"
+    fan_out = base.with_spark_conf({"spark.streaming.kinesis.consumerType": "subscribeToShard",
+                                    "spark.streaming.kinesis.consumerName": "readers"})
+    assert (fan_out.retrieval_mode, fan_out.fan_out_consumer_name) == ("FANOUT", "readers")
+    assert base.with_spark_conf({"spark.streaming.kinesis.consumerType": "SubscribeToShard"}
+                                ).fan_out_consumer_name == "app"
+    arn = "arn:aws:kinesis:us-east-1:123456789012:stream/s/consumer/c:1"
+    assert base.with_spark_conf({"spark.streaming.kinesis.consumerArn": arn}).consumer_arn == arn
+    with pytest.raises(ConfigurationError, match="GetRecords, SubscribeToShard"):
+        base.with_spark_conf({"spark.streaming.kinesis.consumerType": "EFO"})

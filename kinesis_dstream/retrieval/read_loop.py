@@ -12,6 +12,10 @@ its first record waits one throttle pause at most, then hands out nothing, so a 
 not hold its executor core for seconds while the next batch could read the shard as well.
 A recorded range must be read in full: its reads wait faults out, up to a patience. The
 ``Pacer`` makes every wait; every refusal is counted for the read's report.
+
+Under enhanced fan-out a new range reads from the shard's subscription held in this process
+between tasks (``subscriptions``), and hands it back with the position it read through; a
+recorded range is read by GetRecords (rare, and exactly its records).
 """
 from __future__ import annotations
 
@@ -26,9 +30,11 @@ from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
 from ..retry import Backoff, Deadline, is_transient
 from .data_loss import TrimmedRange
 from .executor_process import fault_log
+from .fanout import FanOutRecordsPublisher
 from .fetch_pace import FetchPace
 from .pacer import Pacer
 from .source import RecordSource, open_source
+from .subscriptions import HeldSource, subscriptions
 
 # A recorded range must be read whole: its reads wait a throttled or unreachable Kinesis out
 # for up to this long before the task fails (and Spark retries it).
@@ -81,10 +87,15 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                   deadline=Deadline(EXACT_READ_PATIENCE_S if exact else time_budget_s),
                   throttle_patience_s=None if exact else NEW_READ_THROTTLE_PATIENCE_S)
     source: RecordSource | None = None
+    held: HeldSource | None = None
     aligned = True
+    done = False
     try:
         while True:
             try:
+                if source is None and not exact and config.retrieval_mode == "FANOUT" \
+                        and config.consumer_arn is not None:
+                    source = held = _checkout(kinesis, config, shard_id, start, timestamp)
                 if source is None:  # GetShardIterator meets an outage as a page would
                     source = open_source(
                         kinesis, config, shard_id,
@@ -168,8 +179,25 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             if aligned and not reading.shard_end and source.iterator is not None \
                     and reading.calls:
                 reading.iterator, reading.iterator_time = source.iterator, time.time()
+        done = True
     finally:
         reading.throttled, reading.faults = pacer.throttled, pacer.faults
-        if source is not None:
+        if held is not None and done:
+            subscriptions().checkin(held, reading.records[-1].extended_sequence_number
+                                    if reading.records else start)
+        elif held is not None:
+            subscriptions().discard(held)
+        elif source is not None:
             source.close()
     return reading
+
+
+def _checkout(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
+              start: ExtendedSequenceNumber, timestamp: float | None) -> HeldSource:
+    """The shard's subscription held in this process, reading after ``start``."""
+    arn = config.consumer_arn
+    assert arn is not None
+    stamp = timestamp if start.sequence_number == AT_TIMESTAMP else None
+    return subscriptions().checkout(
+        (arn, shard_id), start,
+        lambda: FanOutRecordsPublisher(kinesis, config, shard_id, arn, start_timestamp=stamp))

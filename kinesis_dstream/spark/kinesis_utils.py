@@ -181,6 +181,8 @@ class KinesisUtils:
         config = config.with_spark_conf(conf)
         use_driver_python_on_local_master(ssc.sparkContext)
         check_executors(ssc.sparkContext)  # fails here, naming the workers' Python, not 10 s in
+        if config.retrieval_mode == "FANOUT":
+            config = config.replace(consumer_arn=_fan_out_consumer(config))
 
         spec = StreamSpec(
             key=uuid.uuid4().hex,
@@ -219,6 +221,23 @@ class KinesisUtils:
                           largest_lag(view.millis_behind_latest for view in views),
                           [s for view in views for s in view.stalled_shards],
                           sum(view.stalls for view in views))
+
+
+def _fan_out_consumer(config: ConsumerConfig) -> str:
+    """The ARN of the application's ACTIVE fan-out consumer, registered here, once, by the
+    driver (never deregistered, as the KCL), for the tasks' config; a consumer that cannot be
+    registered stops createStream with a ``ConsumerRegistrationError`` in bounded time."""
+    from ..aws.kinesis import KinesisClient
+    from ..aws.stream_consumer import check_stream_consumer, register_stream_consumer
+
+    kinesis = KinesisClient(config)
+    if config.consumer_arn is not None:
+        arn = check_stream_consumer(kinesis, config.consumer_arn)
+    else:
+        arn = register_stream_consumer(kinesis, config.fan_out_consumer_name)
+    log.info("executors read stream %s by enhanced fan-out as consumer %s", config.stream_name,
+             arn)
+    return arn
 
 
 def _build_config(settings: dict[str, Any], properties_file: Optional[str],

@@ -19,6 +19,7 @@ from typing import Any
 from ..config import ConsumerConfig
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, group_shards
 from .input_info import InputInfoReporter
+from .locality import ShardPlacement, live_executors, located_groups, located_rdd
 from .planning import BatchCoordinator
 from .rate import RateController, RateSettings
 from .read_ahead import ReadAhead, read_ahead
@@ -68,6 +69,8 @@ class BatchPlanner:
         self._counts: dict[int, int] = {}
         self._record_empty = False
         self._taking_leases = False  # as of the last plan
+        # Fan-out: a shard's tasks stay on one executor, which holds its subscription.
+        self.placement = ShardPlacement() if self.config.retrieval_mode == "FANOUT" else None
 
     @property
     def stopping(self) -> bool:
@@ -174,10 +177,20 @@ class BatchPlanner:
 
     def _read_rdd(self, sc: Any, values: RecordValues, ranges: list[ShardRange],
                   weights: dict[str, float]) -> Any:
-        groups = group_shards(ranges, self.config.shards_per_task, sc.defaultParallelism,
-                              lambda r: weights.get(r.shard_id, 0))
+        def weight(r: ShardRange) -> float:
+            return weights.get(r.shard_id, 0)
+
         read = functools.partial(read_partition, self.config, self.reports, values)
-        rdd = sc.parallelize(groups, len(groups)).mapPartitions(read)
+        executors = live_executors(sc) if self.placement is not None else []
+        if self.placement is not None and executors:
+            placed = self.placement.place([r.shard_id for r in ranges], executors)
+            tasks = located_groups(ranges, placed, self.config.shards_per_task,
+                                   sc.defaultParallelism, weight)
+            rdd = located_rdd(sc, tasks).mapPartitions(read)
+        else:
+            groups = group_shards(ranges, self.config.shards_per_task, sc.defaultParallelism,
+                                  weight)
+            rdd = sc.parallelize(groups, len(groups)).mapPartitions(read)
         return rdd.persist(self.level) if self.level is not None else rdd
 
     def batch_completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,

@@ -1,0 +1,141 @@
+"""The executors' subscription registry on its own, fed through the fake event stream of
+test_fanout_unit: the position rule (go on, or reopen at the start), the records a task left
+inside an event, a shard's end, and the idle close (no emulator, no Spark)."""
+from __future__ import annotations
+
+import pytest
+
+from kinesis_dstream.aws.kinesis import KinesisClient
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.retrieval.fanout import FanOutRecordsPublisher
+from kinesis_dstream.retrieval.subscriptions import HeldSource, SubscriptionRegistry
+from test_fanout_unit import ARN, CONFIG, FakeKinesis, FakeStream, event, record
+
+pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
+
+KEY = (ARN, "shardId-0")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def opener(fake: FakeKinesis):
+    def open_publisher() -> FanOutRecordsPublisher:
+        return FanOutRecordsPublisher(KinesisClient(CONFIG, client=fake), CONFIG,  # type: ignore[arg-type]
+                                      "shardId-0", ARN)
+    return open_publisher
+
+
+def take(source: HeldSource, count: int, limit: int = 20) -> list[str]:
+    """Read ``count`` records as a task with that record cap would."""
+    seen: list = []
+    for _ in range(limit):
+        result = source.get_records()
+        seen += result.records
+        if len(seen) >= count or result.shard_end:
+            break
+    return [str(r.extended_sequence_number) for r in seen[:count]]
+
+
+def test_a_task_that_starts_where_the_last_ended_goes_on_with_its_subscription():
+    fake = FakeKinesis(FakeStream([event([record(1), record(2)], "2"),
+                                   event([record(3)], "3")], endless=True))
+    registry = SubscriptionRegistry(sweep=False)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    assert take(source, 2) == ["1/0", "2/0"]
+    registry.checkin(source, ESN("2"))
+    again = registry.checkout(KEY, ESN("2"), opener(fake))
+    assert again is source
+    assert take(again, 1) == ["3/0"]
+    assert len(fake.calls) == 1  # one SubscribeToShard for both tasks
+    assert (registry.opened, registry.continued, registry.reopened) == (1, 1, 0)
+    registry.close_all()
+
+
+def test_the_records_a_task_left_inside_an_event_go_to_the_next_task_first():
+    fake = FakeKinesis(FakeStream([event([record(1), record(2), record(3)], "3"),
+                                   event([record(4)], "4")], endless=True))
+    registry = SubscriptionRegistry(sweep=False)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    assert take(source, 1) == ["1/0"]  # a record cap of 1 stops inside the first event
+    registry.checkin(source, ESN("1"))
+    source = registry.checkout(KEY, ESN("1"), opener(fake))
+    assert take(source, 3) == ["2/0", "3/0", "4/0"]
+    assert len(fake.calls) == 1
+    registry.close_all()
+
+
+def test_a_start_elsewhere_reopens_at_the_start_and_reads_nothing_before_it():
+    """A recomputation, or a task after a lease came back: the held position is not the
+    start, so the subscription is opened again AT the start (its record dropped)."""
+    fake = FakeKinesis(FakeStream([event([record(1), record(2), record(3)], "3")], endless=True),
+                       FakeStream([event([record(2), record(3)], "3")], endless=True))
+    registry = SubscriptionRegistry(sweep=False)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    assert take(source, 3) == ["1/0", "2/0", "3/0"]
+    registry.checkin(source, ESN("3"))
+    again = registry.checkout(KEY, ESN("2"), opener(fake))
+    assert take(again, 1) == ["3/0"]
+    assert fake.calls[1]["StartingPosition"] == {"Type": "AT_SEQUENCE_NUMBER",
+                                                 "SequenceNumber": "2"}
+    assert (registry.opened, registry.continued, registry.reopened) == (1, 0, 1)
+    registry.close_all()
+
+
+def test_a_failed_task_leaves_nothing_held_and_its_retry_reopens_at_the_start():
+    fake = FakeKinesis(FakeStream([event([record(1)], "1")], endless=True),
+                       FakeStream([event([record(1)], "1")], endless=True))
+    registry = SubscriptionRegistry(sweep=False)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    take(source, 1)
+    registry.discard(source)
+    assert registry.held() == {}
+    retry = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    assert take(retry, 1) == ["1/0"]
+    assert len(fake.calls) == 2
+    registry.close_all()
+
+
+def test_a_shard_read_to_its_end_is_closed_not_held():
+    fake = FakeKinesis(FakeStream([event([record(1)], None, children=("shardId-1",))]))
+    registry = SubscriptionRegistry(sweep=False)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    assert take(source, 5) == ["1/0"]
+    registry.checkin(source, ESN("1"))
+    assert registry.held() == {}
+
+
+def test_a_source_no_task_checked_out_for_the_idle_time_is_closed():
+    fake = FakeKinesis(FakeStream([], endless=True))
+    clock = Clock()
+    registry = SubscriptionRegistry(idle_close_s=30.0, clock=clock, sweep=False)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    take(source, 1, limit=2)
+    stream = fake.calls and source.publisher._subscription.stream  # noqa: SLF001
+    registry.checkin(source, ESN.TRIM_HORIZON)
+    clock.now += 29.0
+    assert registry.close_idle() == 0 and KEY in registry.held()
+    clock.now += 1.0
+    assert registry.close_idle() == 1
+    assert registry.held() == {}
+    assert stream.closed.is_set()  # the subscription was cancelled
+
+
+def test_two_tasks_of_one_shard_at_once_hold_the_last_checked_in():
+    fake = FakeKinesis(FakeStream([], endless=True), FakeStream([], endless=True))
+    registry = SubscriptionRegistry(sweep=False)
+    first = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    second = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    assert first is not second
+    take(first, 1, limit=1), take(second, 1, limit=1)
+    registry.checkin(first, ESN.TRIM_HORIZON)
+    registry.checkin(second, ESN.TRIM_HORIZON)
+    assert fake.answers == [] and registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake)) is second
+    assert first.publisher._subscription is None  # noqa: SLF001 - closed
+    registry.close_all()
+
