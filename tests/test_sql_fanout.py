@@ -14,11 +14,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
+import emulators
 import pytest
 from spark_helpers import wait_until
 from test_sql_source import PYSPARK_4_2, Batches, options, stop
-
-import emulators
 
 from kinesis_dstream.sql.datasource import register
 
@@ -91,7 +90,7 @@ def read_while_producing(query: Any, producer: Producer, sink: Batches, run_s: f
     return Counter(sent)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)  # the session's Spark may start inside it (90 s loaded)
 def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
         make_fanout_front, tmp_path: Path):
@@ -129,7 +128,7 @@ def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
                30, "the consumer deregistered")
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_kinesis_format_keeps_its_query_named_consumer_across_a_restart(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
         make_fanout_front, tmp_path: Path):

@@ -100,9 +100,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                     source = open_source(
                         kinesis, config, shard_id,
                         start_timestamp=timestamp if start.sequence_number == AT_TIMESTAMP
-                        else None,
-                        # A recorded range is read exactly by polling (a recomputation).
-                        consumer_arn=None if exact else config.consumer_arn)
+                        else None)
                     if iterator is not None:
                         source.resume(start, iterator)
                     else:

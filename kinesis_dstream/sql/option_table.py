@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..config import stall_options, table_options
-from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
 from ..settings import (
     BOOLEAN,
@@ -24,15 +23,14 @@ from ..settings import (
     Text,
     ValueType,
     Whole,
-    parse_choice,
 )
 from .other_connectors import (
     CONSUMER_MODE,
     CONSUMER_NAME,
     NO_EFFECT_ELSEWHERE,
-    REQUIRE_CONSUMER_DEREGISTRATION,
     QUBOLE_ADD_IDLE_TIME,
     QUBOLE_IDLE_TIME,
+    REQUIRE_CONSUMER_DEREGISTRATION,
 )
 from .starting_position import parse_starting_position
 

@@ -382,6 +382,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         driver, self._driver = self._driver, None
         if driver is None:
             return
+        log.info("aws-kinesis source of stream %s stopping (fan-out consumer %s)",
+                 self.config.stream_name, driver.consumer)
         try:
             if driver.consumer is not None and self.options.deregisters_consumer:
                 name, arn = driver.consumer
