@@ -119,8 +119,43 @@ def test_fetch_sizes_durations_and_tasks():
                        ("maxRecordsPerFetch", "20000")):
         with pytest.raises(ConfigurationError, match=key):
             parse_source_options({**DATABRICKS, key: value})
-    with pytest.raises(ConfigurationError, match="efo.*not supported"):
-        parse_source_options({**DATABRICKS, "consumerMode": "EFO"})
+    with pytest.raises(ConfigurationError, match="consumerMode"):
+        parse_source_options({**DATABRICKS, "consumerMode": "push"})
+
+
+def test_fan_out_names_of_both_connectors_and_their_lifecycles():
+    efo = parse_source_options(lowered({**DATABRICKS, "consumerMode": "EFO"}))
+    # Databricks: the consumer is named after the query and kept unless asked otherwise.
+    assert efo.fan_out and efo.config.retrieval_mode == "FANOUT"
+    assert efo.consumer_name is None and efo.consumer_name_for("q1") == "kinesis-dstream-sql-q1"
+    assert not efo.deregisters_consumer
+    kept = parse_source_options(lowered({**DATABRICKS, "consumerMode": "efo",
+                                         "consumerName": "c1",
+                                         "requireConsumerDeregistration": "true"}))
+    assert kept.consumer_name_for("q1") == "c1" and kept.deregisters_consumer
+    # awslabs: the name is required, and the consumer deregistered on stop().
+    awslabs = parse_source_options(lowered({
+        **DATABRICKS, "kinesis.consumerType": "subscribetoshard", "kinesis.consumerName": "c2"}))
+    assert awslabs.fan_out and awslabs.consumer_name_for("q") == "c2"
+    assert awslabs.deregisters_consumer and awslabs.config.consumer_name == "c2"
+    with pytest.raises(ConfigurationError, match=r"kinesis\.consumerName is required"):
+        parse_source_options({**DATABRICKS, "kinesis.consumerType": "SubscribeToShard"})
+    with pytest.raises(ConfigurationError, match="not a valid Kinesis consumer name"):
+        parse_source_options({**DATABRICKS, "consumerMode": "efo", "consumerName": "a b"})
+    polling = parse_source_options(DATABRICKS)
+    assert not polling.fan_out and polling.config.retrieval_mode == "POLLING"
+
+
+def test_subscription_knobs_of_awslabs_are_warned_about_by_name(caplog, monkeypatch):
+    monkeypatch.setattr(other_connectors, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
+        parse_source_options({**DATABRICKS, "kinesis.consumerType": "SubscribeToShard",
+                              "kinesis.consumerName": "c",
+                              "kinesis.subscribeToShard.timeoutSec": "60",
+                              "kinesis.subscribeToShard.maxRetries": "10"})
+    lines = " ".join(r.getMessage() for r in caplog.records)
+    assert "kinesis.subscribeToShard.timeoutSec" in lines and "maxFetchTimePerShardMs" in lines
+    assert "kinesis.subscribeToShard.maxRetries" in lines and "would have" in lines
 
 
 def test_the_reading_is_paced_and_capped_as_the_options_say():
@@ -139,11 +174,11 @@ def test_an_option_without_effect_here_is_warned_about_once_by_name(caplog, monk
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
         for _ in range(3):  # Spark parses a source's options several times
             parsed = parse_source_options({**DATABRICKS, "coalesceBinSize": "128000000",
-                                           "consumerName": "c"})
+                                           "serviceCredential": "c"})
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and parsed.unknown == ()
     assert "'coalesceBinSize' is the Databricks connector's" in lines[0]
-    assert "would have" in lines[0] and "consumerName" in lines[1]
+    assert "would have" in lines[0] and "serviceCredential" in lines[1]
 
 
 # -- the qubole names --------------------------------------------------------------------------

@@ -703,7 +703,7 @@ def test_required_options_and_subscribe_to_shard():
         parse_source_options({"kinesis.endpointUrl": "http://x"})
     with pytest.raises(ConfigurationError, match=r"kinesis\.endpointUrl is required"):
         parse_source_options({"kinesis.streamName": "s"})
-    with pytest.raises(ConfigurationError, match="SubscribeToShard.*not supported"):
+    with pytest.raises(ConfigurationError, match=r"consumerName is required.*SubscribeToShard"):
         parse_source_options({**BASE, "kinesis.consumerType": "SubscribeToShard"})
 
 
@@ -715,7 +715,7 @@ def test_bad_option_fails_the_load_in_spark_naming_it(spark):
         reader.load()
     reader = spark.readStream.format("aws-kinesis").options(
         **BASE, **{"kinesis.consumerType": "SubscribeToShard"})
-    with pytest.raises(Exception, match="SubscribeToShard"):
+    with pytest.raises(Exception, match=r"kinesis\.consumerName is required"):
         reader.load()
 
 

@@ -42,6 +42,10 @@ EXACT_READ_PATIENCE_S = 600.0
 # A new range refused before its first record waits for at most this long in all (one
 # ``throttle_wait_s`` pause), then hands out nothing: the next batch tries again.
 NEW_READ_THROTTLE_PATIENCE_S = 1.0
+# A pushed event at the tip (MillisBehindLatest 0) may be one of several already queued: a
+# new range under fan-out takes the events pushed in this long, or until none comes in the
+# source's wait, rather than one event a batch.
+PUSH_TIP_S = 0.2
 
 
 @dataclass
@@ -157,7 +161,9 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             if result.shard_end:
                 reading.shard_end, reading.child_shard_ids = True, tuple(result.child_shard_ids)
                 break
-            if result.at_tip(config.max_records):
+            if result.at_tip(config.max_records) and (
+                    not source.pushes or not result.records
+                    or time.monotonic() - began >= PUSH_TIP_S):
                 break
             if max_bytes and reading.bytes_read >= max_bytes:
                 reading.more_left = True

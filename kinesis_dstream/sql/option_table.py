@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..config import stall_options, table_options
-from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
 from ..settings import (
     BOOLEAN,
@@ -24,14 +23,14 @@ from ..settings import (
     Text,
     ValueType,
     Whole,
-    parse_choice,
 )
 from .other_connectors import (
     CONSUMER_MODE,
+    CONSUMER_NAME,
     NO_EFFECT_ELSEWHERE,
     QUBOLE_ADD_IDLE_TIME,
     QUBOLE_IDLE_TIME,
-    consumer_mode,
+    REQUIRE_CONSUMER_DEREGISTRATION,
 )
 from .starting_position import parse_starting_position
 
@@ -57,6 +56,7 @@ SINK_AGGREGATION_ENABLED = "kinesis.sink.aggregationEnabled"
 # -- source ----------------------------------------------------------------------------------
 KINESIS_REGION = "kinesis.kinesisRegion"
 CONSUMER_TYPE = "kinesis.consumerType"
+AWSLABS_CONSUMER_NAME = "kinesis.consumerName"  # the fan-out consumer (SubscribeToShard)
 FAIL_ON_DATA_LOSS = "kinesis.failOnDataLoss"
 MAX_FETCH_RECORDS_PER_SHARD = "kinesis.maxFetchRecordsPerShard"
 STARTING_POSITION = "kinesis.startingPosition"
@@ -104,14 +104,6 @@ DEFAULT_TABLE_PREFIX = "spark-kinesis-source"
 MAX_RECORDS_PER_GET = 10_000
 
 
-def _consumer_type(key: str, value: str) -> str:
-    kind = parse_choice(key, value, ("GetRecords", "SubscribeToShard"))
-    if kind == "SubscribeToShard":
-        raise ConfigurationError(
-            f"{key}: SubscribeToShard (enhanced fan-out) is not supported yet by this source; "
-            "use GetRecords (the default)")
-    return kind
-
 
 def _accepted(key: str, value: str) -> str:
     return str(value)
@@ -121,13 +113,11 @@ def _accepted(key: str, value: str) -> str:
 _TEXT = Text()
 _ATTEMPTS = Whole(0, then=lambda retries: retries + 1)  # awslabs counts retries, we attempts
 _NO_EFFECT = ValueType("text", _accepted)
-_CONSUMER_TYPE = ValueType("GetRecords (SubscribeToShard is not supported yet)", _consumer_type)
 _STARTING_POSITION = ValueType(
     "LATEST, TRIM_HORIZON, EARLIEST or AT_TIMESTAMP <ISO 8601 time> (any case), or "
     "{\"at_timestamp\": \"<time>\", \"format\": \"<Java pattern>\"}",
     lambda key, value: parse_starting_position(value, key))
 _BYTES = Bytes(1)
-_CONSUMER_MODE = ValueType("polling (efo is not supported yet)", consumer_mode)
 
 
 # The qubole kinesis-sql names of options that mean exactly the same there are aliases, so
@@ -236,8 +226,14 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "split evenly over the shards it reads; a stopping condition, not a strict bound "
            "(Databricks' name).", "unlimited", aliases=("fetchBufferSize",), target="source",
            field="fetch_buffer_size_bytes"),
-    Option(CONSUMER_MODE, _CONSUMER_MODE, "Databricks' name: polling (efo, enhanced fan-out, "
-           "is not supported yet).", "polling", target="source"),
+    Option(CONSUMER_MODE, Choice("polling", "efo"), "Databricks' name: efo reads by "
+           "enhanced fan-out (SubscribeToShard) as a registered consumer, polling by "
+           "GetRecords.", "polling", target="source", field="consumer_mode"),
+    Option(REQUIRE_CONSUMER_DEREGISTRATION, BOOLEAN, "Databricks' name: deregister the "
+           "fan-out consumer when the query stops. By default only with "
+           f"{CONSUMER_TYPE} SubscribeToShard (the awslabs connector deregisters); a "
+           f"{CONSUMER_MODE} efo consumer is kept.", "false (true with "
+           f"{CONSUMER_TYPE})", target="source", field="require_consumer_deregistration"),
     Option(QUBOLE_ADD_IDLE_TIME, BOOLEAN, "qubole's name: wait "
            f"{QUBOLE_IDLE_TIME} between GetRecords calls (as {MIN_FETCH_PERIOD}).", "false",
            target="qubole", field="add_idle_time"),
@@ -249,8 +245,15 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            target="source", field="metadata_committer_type"),
     Option(ARROW_BATCHES, BOOLEAN, "Ours: read() yields Arrow batches (true) or tuples.",
            "true", target="source", field="arrow_batches"),
-    Option(CONSUMER_TYPE, _CONSUMER_TYPE, "Only GetRecords (polling) is implemented.",
-           "GetRecords", target="source"),
+    Option(CONSUMER_TYPE, Choice("GetRecords", "SubscribeToShard"), "GetRecords polls; "
+           "SubscribeToShard reads by enhanced fan-out as the registered consumer "
+           f"{AWSLABS_CONSUMER_NAME}, registered when the query starts and deregistered "
+           "when it stops.", "GetRecords", target="source", field="consumer_type"),
+    Option(AWSLABS_CONSUMER_NAME, _TEXT, "The fan-out consumer (required with "
+           f"{CONSUMER_TYPE} SubscribeToShard). With {CONSUMER_MODE} efo (Databricks' "
+           f"{CONSUMER_NAME}) it defaults to kinesis-dstream-sql-<the query id the "
+           "checkpoint's offsets keep>.", aliases=(CONSUMER_NAME,), target="source",
+           field="consumer_name"),
     Option(METADATA_PATH, _NO_EFFECT, "Not used: ranges are keyed by the query id kept in "
            "the checkpoint's offset log.", target="source"),
     *(Option(name, _NO_EFFECT, "Accepted for the awslabs connector's jobs; no effect here.",

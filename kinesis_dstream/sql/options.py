@@ -21,7 +21,9 @@ from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
 from ..settings import Read
 from .option_table import (
+    AWSLABS_CONSUMER_NAME,
     CONNECTION_OPTIONS,
+    CONSUMER_TYPE,
     DEFAULT_TABLE_PREFIX,
     ENDPOINT_URL,
     MAX_RECORDS_PER_GET,
@@ -96,13 +98,57 @@ class SourceOptions:
     # A KCL lease table to start a new query from, and its application (both or neither).
     start_lease_table: str | None = None
     start_application: str | None = None
+    # Enhanced fan-out: kinesis.consumerType SubscribeToShard or consumerMode efo.
+    consumer_type: str = "GetRecords"
+    consumer_mode: str = "polling"
+    consumer_name: str | None = None  # None with efo: named after the query (consumer_name_for)
+    require_consumer_deregistration: bool | None = None
     unknown: tuple[str, ...] = ()
+
+    @property
+    def fan_out(self) -> bool:
+        return self.consumer_type == "SubscribeToShard" or self.consumer_mode == "efo"
+
+    @property
+    def deregisters_consumer(self) -> bool:
+        """The awslabs connector deregisters its consumer on stop(); Databricks' only when
+        requireConsumerDeregistration says so. Which rule applies follows the names used."""
+        if self.require_consumer_deregistration is not None:
+            return self.require_consumer_deregistration
+        return self.consumer_type == "SubscribeToShard"
+
+    def consumer_name_for(self, query_id: str) -> str:
+        """The fan-out consumer's name: the one given, else one per query (as Databricks
+        names it after the streaming query), kept across restarts by the offsets."""
+        return self.consumer_name or f"{QUERY_CONSUMER_PREFIX}{query_id}"
 
     @property
     def range_table_name(self) -> str:
         from ..aws.range_table import range_table_name
 
         return range_table_name(self.config.application_name)
+
+
+# consumerMode efo without consumerName: the consumer is this prefix and the query id.
+QUERY_CONSUMER_PREFIX = "kinesis-dstream-sql-"
+_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+def _check_fan_out(source_values: dict[str, Any], config_values: dict[str, Any]) -> None:
+    """The fan-out options' rules: the awslabs connector requires a consumer name."""
+    name = source_values.get("consumer_name")
+    if source_values.get("consumer_type") == "SubscribeToShard" and not name:
+        raise ConfigurationError(
+            f"{AWSLABS_CONSUMER_NAME} is required with {CONSUMER_TYPE} SubscribeToShard: the "
+            "enhanced fan-out consumer to register (1-128 of a-z A-Z 0-9 _ . -)")
+    if name is not None and not _CONSUMER_NAME.fullmatch(name):
+        raise ConfigurationError(f"{AWSLABS_CONSUMER_NAME}: {name!r} is not a valid Kinesis "
+                                 "consumer name (1-128 of a-z A-Z 0-9 _ . -)")
+    if source_values.get("consumer_type") == "SubscribeToShard" or \
+            source_values.get("consumer_mode") == "efo":
+        config_values["retrieval_mode"] = "FANOUT"
+        if name:
+            config_values["consumer_name"] = name
 
 
 _REGION_IN_ENDPOINT = re.compile(r"kinesis(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com")
@@ -182,6 +228,7 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     if qubole.get("add_idle_time") and "min_fetch_period_s" not in source_values:
         source_values["min_fetch_period_s"] = qubole.get("idle_time_s", 1.0)
     warn_no_effect(read.given)
+    _check_fan_out(source_values, config_values)
     table = source_values.get("start_lease_table") or source_values.get("start_application")
     if table:  # the KCL names the table after the application
         source_values["start_lease_table"] = table

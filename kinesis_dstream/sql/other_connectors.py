@@ -1,4 +1,5 @@
-"""Other connectors' option names with no awslabs counterpart: Databricks' and qubole's.
+"""Other connectors' option names with no awslabs counterpart (Databricks' and qubole's),
+and the awslabs subscription knobs that have nothing to act on here.
 
 Where such an option has a knob here it is an alias or an option in ``options``; this
 module holds the rest: the ones with no effect here, each warned about by name once per
@@ -10,12 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Mapping
 
-from ..errors import ConfigurationError
-from ..settings import parse_choice
-
 log = logging.getLogger(__name__)
 
 CONSUMER_MODE = "consumerMode"
+CONSUMER_NAME = "consumerName"
+REQUIRE_CONSUMER_DEREGISTRATION = "requireConsumerDeregistration"
 # qubole's pair for a least time between GetRecords calls (our kinesis.minFetchPeriod).
 QUBOLE_ADD_IDLE_TIME = "kinesis.executor.addIdleTimeBetweenReads"
 QUBOLE_IDLE_TIME = "kinesis.executor.idleTimeBetweenReadsInMs"
@@ -25,9 +25,13 @@ MB = 1024 * 1024
 # Other connectors' options with no effect here: name -> (connector, what it would have done).
 # Each is warned about once per process, by name.
 NO_EFFECT_ELSEWHERE: Mapping[str, tuple[str, str]] = {
-    "consumerName": ("Databricks", "named the enhanced fan-out consumer; this source polls"),
-    "requireConsumerDeregistration": ("Databricks", "deregistered the enhanced fan-out "
-                                      "consumer at the query's end; this source polls"),
+    "kinesis.subscribeToShard.timeoutSec": (
+        "awslabs", "bounded each wait for a subscription's next event (60 s); here a task "
+        "waits for pushed events at most its time budget (kinesis.maxFetchTimePerShardMs)"),
+    "kinesis.subscribeToShard.maxRetries": (
+        "awslabs", "retried a failed subscription up to 10 times; here a refused or cut "
+        "subscription is retried with the read's backoff, and a task that cannot subscribe "
+        "hands out nothing and the next batch subscribes again"),
     "coalesceThresholdBlockSize": ("Databricks", "coalesced small blocks of records before "
                                    "Spark sees them; tasks here hand out Arrow batches of "
                                    "10,000 rows"),
@@ -43,13 +47,6 @@ NO_EFFECT_ELSEWHERE: Mapping[str, tuple[str, str]] = {
                               "boto3's default chain does, the instance profile included"),
 }
 
-
-def consumer_mode(key: str, value: str) -> str:
-    mode = parse_choice(key, value, ("polling", "efo"))
-    if mode == "efo":
-        raise ConfigurationError(f"{key}: efo (enhanced fan-out) is not supported yet by this "
-                                 "source; use polling (the default)")
-    return mode
 
 
 def endpoint_of_region(region: str) -> str:

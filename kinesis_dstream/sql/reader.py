@@ -12,9 +12,12 @@ apart, in one ``DriverState`` that pickling leaves behind.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, Iterator, Sequence
 
@@ -32,6 +35,7 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
 
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
+from ..aws.stream_consumer import deregister_stream_consumer, register_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
@@ -52,7 +56,7 @@ from .option_table import STARTING_POSITION
 from .options import SourceOptions
 from .other_connectors import MB
 from .partition_reader import ShardPartition, read_partition
-from .prober import ShardProber, each_shard
+from .prober import Probe, ShardProber, each_shard
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,22 @@ _RESTART_NEEDS_4_2 = (
     "its query stands (pyspark >= 4.2 does), so a query cannot resume from its "
     "checkpointLocation here. Upgrade to pyspark >= 4.2, or start the query with a new "
     "checkpointLocation (it then reads from kinesis.startingPosition)")
+
+
+def _stop_on_sigterm() -> None:
+    """A stopped query's source process is ended by SIGTERM (PySpark's worker factory
+    destroys it), which skips the ``finally`` that calls ``stop()``: SIGTERM is made a
+    ``SystemExit`` there, so ``stop()`` runs and can deregister the fan-out consumer. Only in
+    the process's main thread (where PySpark calls the reader), and never over a handler
+    someone else installed."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def exit_gracefully(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_gracefully)
 
 
 class DriverState:
@@ -87,6 +107,8 @@ class DriverState:
         self.weight: dict[str, int] = {}  # what each shard of the planned reading read last
         # The ranges of the last completed reading: (stream key, reading, shard -> range).
         self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
+        # The fan-out consumer registered for the query (name, ARN), once per process.
+        self.consumer: tuple[str, str] | None = None
 
     @cached_property
     def kinesis(self) -> KinesisClient:
@@ -126,6 +148,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         """The driver-only state, created on first use in the driver process."""
         if self._driver is None:
             self._driver = DriverState(self.config)
+            if self.options.fan_out and self.options.deregisters_consumer:
+                _stop_on_sigterm()
         return self._driver
 
     def _shards(self, force: bool = False) -> list[Shard] | None:
@@ -137,6 +161,26 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             driver.listed_at = now
             return driver.listing
         return None
+
+    def _consumer_arn(self, query: str) -> str:
+        """The query's fan-out consumer, registered (and ACTIVE) on the driver before any
+        task subscribes: at the query's start, or at its first trigger after a restart (the
+        consumer name may come from the query id the offsets keep)."""
+        driver = self.driver
+        name = self.options.consumer_name_for(query)
+        if driver.consumer is None or driver.consumer[0] != name:
+            arn = register_stream_consumer(driver.kinesis, name)
+            log.info("aws-kinesis query %s reads stream %s by enhanced fan-out as consumer %s "
+                     "(%s)", query, self.config.stream_name, name, arn)
+            driver.consumer = (name, arn)
+        return driver.consumer[1]
+
+    def _read_config(self, query: str) -> ConsumerConfig:
+        """What the executors read with: by fan-out as the registered consumer, or polling."""
+        if not self.options.fan_out:
+            return self.config
+        return replace(self.config, consumer_name=self.options.consumer_name_for(query),
+                       consumer_arn=self._consumer_arn(query))
 
     def _child_start(self) -> dict[str, Any]:
         return child_start(self.options.starting_position)
@@ -165,6 +209,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                      "%d of them checkpointed there (the others start as %s says)",
                      offset["query"], self.config.stream_name, options.start_lease_table,
                      len(shards), len(set(checkpoints) & set(shards)), STARTING_POSITION)
+        if self.options.fan_out:  # registered as the query starts, as the connectors do
+            self._consumer_arn(offset["query"])
         self._initial = offset
         return offset
 
@@ -197,17 +243,24 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         readable = [s for s, e in shards.items() if is_readable(e)]
         # A shard whose last reading brought records is read again unasked (Trigger.AvailableNow
         # asks every shard: it stops at the records that arrived before it started).
-        going = {s: r for s in readable if self._target_ms is None
-                 and (r := stored.get(s)) is not None and r.records > 0}
-        probes = prober.probed({s: shards[s] for s in readable if s not in going},
-                               self._target_ms)
+        probes: dict[str, Probe] = {}
+        if self.options.fan_out and self._target_ms is None:
+            # By fan-out every readable shard is read: its held subscription knows what
+            # came, and no probe (GetRecords) is made. Lag is the events' MillisBehindLatest.
+            self._consumer_arn(query)
+            going = {s: stored.get(s) for s in readable}
+        else:
+            going = {s: r for s in readable if self._target_ms is None
+                     and (r := stored.get(s)) is not None and r.records > 0}
+            probes = prober.probed({s: shards[s] for s in readable if s not in going},
+                                   self._target_ms)
         driver.lag = {**{s: p.millis_behind_latest for s, p in probes.items()},
-                      **{s: r.millis_behind_latest for s, r in going.items()}}
+                      **{s: r.millis_behind_latest if r else None for s, r in going.items()}}
         driver.stalls.retain(driver.lag)
         for shard_id, lag in driver.lag.items():  # lag, and where the shard's next read starts
             driver.stalls.observe(shard_id, lag, position_of(shards[shard_id]))
         driver.weight = {**{s: p.millis_behind_latest or 0 for s, p in probes.items()},
-                         **{s: r.records for s, r in going.items()}}
+                         **{s: r.records if r else 0 for s, r in going.items()}}
         busy = [s for s in readable if s in going or probes[s].has_data]
         # A shard found quiet sits this reading out: no task reads it, so it costs no range
         # item, no lookup and no task; the background prober watches it. The mark is in the
@@ -270,8 +323,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         weight = dict(driver.weight)
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
                               lambda r: weight.get(r.shard_id, 0))
-        return [ShardPartition(self.config, group, self.options.arrow_batches)
-                for group in groups]
+        config = self._read_config(end["query"])
+        return [ShardPartition(config, group, self.options.arrow_batches) for group in groups]
 
     def _pacing(self, shards_read: int) -> dict[str, Any]:
         """A reading's byte cap (fetchBufferSize, split over the shards it reads) and the
@@ -324,9 +377,24 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             driver.pool.submit(delete)
 
     def stop(self) -> None:
-        if self._driver is not None:
-            self._driver.stop()
-            self._driver = None
+        """The query stopped (PySpark calls this as the source's process ends): the fan-out
+        consumer is deregistered where the options ask for it (see ``deregisters_consumer``)."""
+        driver, self._driver = self._driver, None
+        if driver is None:
+            return
+        log.info("aws-kinesis source of stream %s stopping (fan-out consumer %s)",
+                 self.config.stream_name, driver.consumer)
+        try:
+            if driver.consumer is not None and self.options.deregisters_consumer:
+                name, arn = driver.consumer
+                if deregister_stream_consumer(driver.kinesis, arn):
+                    log.info("aws-kinesis: deregistered fan-out consumer %s of stream %s as "
+                             "the query stopped", name, self.config.stream_name)
+        except KinesisDStreamError as exc:
+            log.warning("aws-kinesis: could not deregister fan-out consumer %s: %s",
+                        driver.consumer, exc)
+        finally:
+            driver.stop()
 
     def _recorded_ranges(self, key: str, batch: int,
                          shard_ids: Sequence[str]) -> dict[str, BatchRange | None]:
