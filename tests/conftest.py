@@ -317,6 +317,20 @@ def sc() -> Iterator[Any]:
 SPARK_MASTER = "local-cluster[2,1,1024]"
 
 
+@pytest.fixture(scope="module")
+def spark(sc: Any) -> Iterator[Any]:
+    """A SparkSession on the session's SparkContext, with our data sources registered (by
+    name, as a user's ``register`` call does) and two shuffle partitions (tests are small)."""
+    from pyspark.sql import SparkSession
+
+    from kinesis_dstream.sql.datasource import register
+
+    session = SparkSession(sc)
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    register(session)  # pyspark 4.0 refuses a name its lookup found
+    yield session
+
+
 # ---- test tiers (setup.cfg registers the markers; `make test-fast` runs the unit tier) ----
 TIERS = ("unit", "emulator", "spark")
 # Fixtures that start (or lazily reach) an emulator, and the session's SparkContext. A
@@ -325,7 +339,7 @@ EMULATOR_FIXTURES = frozenset({
     "kinesis_local", "kinesalite", "dynamodb", "dynalite", "local_env", "kinesis_client",
     "dynamodb_client", "make_stream", "put_records", "put_aggregated", "make_config",
     "make_fault_proxy", "make_fanout_front"})
-SPARK_FIXTURES = frozenset({"sc"})
+SPARK_FIXTURES = frozenset({"sc", "spark"})
 
 
 def tier_errors(items: list[pytest.Item]) -> list[str]:

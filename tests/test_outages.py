@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
@@ -35,16 +35,6 @@ def env(aws_env, kinesis_local, dynamodb):
     return dict(kinesis=kinesis_local, dynamodb=dynamodb)
 
 
-@pytest.fixture(scope="module")
-def spark(sc: Any) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from kinesis_dstream.sql.datasource import register
-
-    session = SparkSession(sc)
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    register(session)
-    yield session
 
 
 class Traffic:

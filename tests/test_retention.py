@@ -376,15 +376,6 @@ def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
 
 
 # -- the SQL source ----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def spark(sc: Any) -> Any:
-    from pyspark.sql import SparkSession
-
-    from kinesis_dstream.sql.datasource import register
-
-    session = SparkSession(sc)
-    register(session)
-    return session
 
 
 @pytest.mark.spark

@@ -202,16 +202,6 @@ def refusing_dynamodb() -> Iterator[str]:
 
 
 # -- the must-show: a DStream job moved to Structured Streaming, real Spark ---------------------
-@pytest.fixture(scope="module")
-def spark(sc: Any) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from kinesis_dstream.sql.datasource import register
-
-    session = SparkSession(sc)
-    session.conf.set("spark.sql.shuffle.partitions", "2")
-    register(session)
-    yield session
 
 
 def dstream_reads_part(sc: Any, env: dict[str, str], app: str, stream: str,

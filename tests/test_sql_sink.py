@@ -10,7 +10,6 @@ import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from spark_helpers import wait_until
@@ -24,11 +23,6 @@ pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def spark(sc: Any) -> Any:
-    from pyspark.sql import SparkSession
-
-    return SparkSession.builder.getOrCreate()
 
 
 def sink_options(stream: str, endpoint: str, **extra: str) -> dict[str, str]:

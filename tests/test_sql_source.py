@@ -106,15 +106,6 @@ def stop(query: Any) -> None:
 # -- fixtures ----------------------------------------------------------------------------------
 if __name__ != "__main__":
 
-    @pytest.fixture(scope="module")
-    def spark(sc: Any) -> Iterator[Any]:
-        from pyspark.sql import SparkSession
-
-        session = SparkSession(sc)
-        session.conf.set("spark.sql.shuffle.partitions", "2")
-        register(session)  # pyspark 4.0 refuses a name its lookup found
-        yield session
-
     @pytest.fixture
     def env(aws_env: dict[str, str], kinesis_local: str, dynamodb: str,
             unique_app_name: str) -> dict[str, str]:
