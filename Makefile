@@ -39,8 +39,14 @@ $(NPM_STAMP): package.json $(wildcard package-lock.json)
 	test -f node_modules/kinesis-local/main.js
 	touch $@
 
+# pytest-xdist workers for `make test` and the matrix, whole files each (--dist loadfile: a
+# module's fixtures and SparkSession stay in one process). The suite mostly waits (on JVMs,
+# emulators, lease periods): two workers on a 2-core machine. TEST_WORKERS=0 runs in-process.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS) || rc=$$?; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
@@ -127,7 +133,7 @@ setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-ds
 
 # $(1): venv, $(2): test files
 define run_pytest
-	@rc=0; $(1)/bin/python -m pytest -q -m "spark or matrix" $(PYTEST_ARGS) $(2) || rc=$$?; \
+	@rc=0; $(1)/bin/python -m pytest -q -m "spark or matrix" $(XDIST) $(PYTEST_ARGS) $(2) || rc=$$?; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; \
 	exit $$rc
