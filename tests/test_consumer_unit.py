@@ -412,7 +412,7 @@ def test_checkpoint_that_finds_the_lease_lost_is_a_shutdown_exception():
 
     store = Store()
     store.lost = True
-    with Harness(shard, store, configure=configure) as h:
+    with Harness(shard, store, configure=configure):
         wait_until(lambda: errors)
     assert errors == ["ShutdownException"]
 

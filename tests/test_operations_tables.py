@@ -10,7 +10,7 @@ import pytest
 
 import emulators
 from fault_proxy import FaultProxy
-from test_multilang_daemon import Daemon, daemons, write_properties  # noqa: F401 - a fixture
+from test_multilang_daemon import Daemon, write_properties
 
 from kinesis_dstream import cli
 from kinesis_dstream.aws.range_table import range_table_name

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import emulators
-from test_multilang_daemon import RECORDER, Daemon, daemons, read_log, wait_for_records  # noqa: F401
+from test_multilang_daemon import RECORDER, Daemon, read_log, wait_for_records
 
 from kinesis_dstream.errors import ConsumerRegistrationError
 from kinesis_dstream.records import ExtendedSequenceNumber
