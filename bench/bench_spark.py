@@ -89,7 +89,8 @@ def bench_start(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             wall0, mono0 = time.time(), time.monotonic()
             ssc.start()
             start_call = time.monotonic() - mono0
-            ok = sc_common.wait_for(lambda: counter.first_data_at is not None, args.timeout)
+            ok = sc_common.wait_for(lambda counter=counter: counter.first_data_at is not None,
+                                    args.timeout)
             run: dict[str, Any] = {"start_call_s": round(start_call, 3)}
             if ok:
                 run["first_data_batch_s"] = round(counter.first_data_at - wall0, 3)
@@ -476,8 +477,8 @@ def bench_plan64(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             ssc.start()
             if not sc_common.wait_for(lambda: len([m for m in KinesisUtils.metrics(stream).values()
                                                    if m["owner"]]) == shards, 120):
-                raise RuntimeError(f"only {len([m for m in KinesisUtils.metrics(stream).values() if m['owner']])}"
-                                   f" of {shards} shards leased in 120 s")
+                leased = len([m for m in KinesisUtils.metrics(stream).values() if m["owner"]])
+                raise RuntimeError(f"only {leased} of {shards} shards leased in 120 s")
             result["all_shards_leased_after_s"] = round(time.monotonic() - started, 2)
             # Measure from here: every shard leased, steady producing.
             first_batch = len(timer.batch_s)

@@ -140,8 +140,9 @@ class FaultProxy:
     """Forwards everything to ``upstream`` except ``share`` (0..1) of GetRecords calls.
 
     Counters: ``injected`` (throttled GetRecords), ``get_records_forwarded``, ``forwarded``
-    (all calls); in limits mode, ``limits.refused`` and ``limits.served_bytes``. ``max_injections`` caps the throttles; ``max_lifetime_s`` stops the proxy by
-    itself so a forgotten one cannot outlive its test run by long.
+    (all calls); in limits mode, ``limits.refused`` and ``limits.served_bytes``.
+    ``max_injections`` caps the throttles; ``max_lifetime_s`` stops the proxy by itself so a
+    forgotten one cannot outlive its test run by long.
     """
 
     def __init__(self, upstream: str, *, share: float = 0.5, seed: int | None = None,

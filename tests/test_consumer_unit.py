@@ -19,7 +19,8 @@ from kinesis_dstream.errors import (
     RetriesExhaustedError,
     ThrottlingError,
 )
-from kinesis_dstream.records import ExtendedSequenceNumber as ESN, GetRecordsResult, Record
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.records import GetRecordsResult, Record
 from kinesis_dstream.worker.consumer import ConsumerState, ShardConsumer, ShutdownReason
 
 pytestmark = pytest.mark.unit

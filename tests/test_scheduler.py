@@ -19,10 +19,9 @@ import emulators
 
 from kinesis_dstream.errors import StreamNotFoundError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.lease_taker import TakingPace
+from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
-
 
 # -- helpers ---------------------------------------------------------------------------------
 

@@ -293,7 +293,7 @@ def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(
     try:
         for wave in range(6):  # a wave a second: each shard has records in several batches
             put_records(stream, [(f"pk{i}", f"w{wave}-{i}") for i in range(40)])
-            wait_until(lambda: len(rows) >= 40 * (wave + 1), 60, f"wave {wave}")
+            wait_until(lambda wanted=40 * (wave + 1): len(rows) >= wanted, 60, f"wave {wave}")
         wait_until(lambda: 0 < len(stored()) and max(stored().values()) <= 2, 30,
                    "the checkpointed ranges to be deleted")
         assert len(stored()) == 4  # the newest range of each shard stays while it is read

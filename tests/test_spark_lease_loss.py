@@ -11,8 +11,16 @@ import warnings
 import pytest
 
 from emulators import client
-from spark_helpers import (count_words, create, lease, make_ssc, shard_records, unique_lines,
-                           wait_until, words_in)
+from spark_helpers import (
+    count_words,
+    create,
+    lease,
+    make_ssc,
+    shard_records,
+    unique_lines,
+    wait_until,
+    words_in,
+)
 
 from kinesis_dstream import KinesisUtils
 

@@ -10,8 +10,7 @@ import warnings
 import pytest
 
 from emulators import client, list_shard_ids
-from spark_helpers import (count_words, lease, make_ssc, shard_records, unique_lines, wait_until,
-                           words_in)
+from spark_helpers import count_words, lease, make_ssc, shard_records, unique_lines, wait_until, words_in
 
 from kinesis_dstream import KinesisUtils
 from kinesis_dstream.spark.registry import planners

@@ -13,8 +13,16 @@ from collections import Counter
 import pytest
 
 from emulators import client, list_shard_ids, wait_stream_active
-from spark_helpers import (create, duplicated_ids, leases, make_ssc, shard_records, unique_lines,
-                           wait_until, words_in)
+from spark_helpers import (
+    create,
+    duplicated_ids,
+    leases,
+    make_ssc,
+    shard_records,
+    unique_lines,
+    wait_until,
+    words_in,
+)
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 

@@ -21,8 +21,6 @@ from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
 
-
-
 pytestmark = pytest.mark.emulator
 
 
