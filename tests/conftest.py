@@ -285,6 +285,12 @@ def make_fanout_front(request: pytest.FixtureRequest) -> Iterator[Callable[..., 
 
 
 @pytest.fixture
+def env(aws_env: dict[str, str], kinesis_local: str, dynamodb: str) -> dict[str, str]:
+    """The emulators' endpoints as the Spark helpers take them, AWS variables set."""
+    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
+
+
+@pytest.fixture
 def daemons() -> Iterator[list[Any]]:
     """The daemons a test started (anything with ``kill()``): killed at teardown."""
     started: list[Any] = []

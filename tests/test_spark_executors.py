@@ -24,11 +24,6 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 NO_CACHE = StorageLevel(False, False, False, False, 1)
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 @pytest.mark.spark
 def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_stream, put_records,
                                                                unique_app_name, monkeypatch):

@@ -31,11 +31,6 @@ pytestmark = pytest.mark.spark
 OUTSIDER = "outside-writer"
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
         sc, env, make_stream, unique_app_name):
     stream = make_stream(2)

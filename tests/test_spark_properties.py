@@ -20,11 +20,6 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def config_of(stream: str):
     found = [p.config for p in planners()
              if p.config.stream_name == stream and not p.coordinator.stopped]

@@ -29,11 +29,6 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def test_split_while_counting_ends_parent_only_after_its_records(sc, env, make_stream,
                                                                  put_records, unique_app_name):
     stream = make_stream(2)

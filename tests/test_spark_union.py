@@ -27,11 +27,6 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def test_four_input_streams_with_one_application_split_the_shards_and_resume(
         sc, env, make_stream, put_records, unique_app_name):
     """The Scala sample's scaling pattern: four createStream calls, one application name,

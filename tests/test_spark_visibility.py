@@ -18,11 +18,6 @@ pytestmark = pytest.mark.spark
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 class Batches(StreamingListener):
     def __init__(self) -> None:
         super().__init__()
