@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
+from waiting import wait_for
+
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import (
     CheckpointError,
@@ -34,11 +36,7 @@ def seq(n: int) -> str:
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what or condition}")
-        time.sleep(0.002)
+    wait_for(condition, timeout, what or str(condition), interval=0.002)
 
 
 class Shard:
