@@ -84,8 +84,9 @@ $(DOCS_STAMP): setup.cfg pyproject.toml
 docs: $(DOCS_STAMP)
 	$(PY) -m mkdocs build --strict
 
-# ruff and mypy over the library (settings in pyproject.toml). The `lint` extra goes into .venv on
-# first use, over the test extra: mypy follows the imports of pyspark, moto and kclpy too.
+# ruff over the library, tests/ and bench/, mypy over the library (settings in pyproject.toml).
+# The `lint` extra goes into .venv on first use, over the test extra: mypy follows the imports
+# of pyspark, moto and kclpy too.
 LINT_STAMP := $(VENV)/.kinesis-dstream-lint
 
 $(LINT_STAMP): $(PY_STAMP)
@@ -93,7 +94,7 @@ $(LINT_STAMP): $(PY_STAMP)
 	touch $@
 
 lint: $(LINT_STAMP)
-	@rc=0; $(PY) -m ruff check kinesis_dstream || rc=$$?; \
+	@rc=0; $(PY) -m ruff check kinesis_dstream tests bench || rc=$$?; \
 	$(PY) -m mypy || rc=$$?; exit $$rc
 
 # Emulators in the foreground; prints `export ...` lines for another shell.

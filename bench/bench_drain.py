@@ -200,6 +200,45 @@ def load_backlog(kinesis_endpoint: str, stream: str, total: int) -> dict[str, in
     return expected
 
 
+def against_boto3(kinesis_endpoint: str, emulator_pid: int, stream: str,
+                  expected: dict[str, int], rounds: int,
+                  variants: dict[str, Callable[[], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``rounds`` rounds of the boto3 loop (``drain_boto3``) and each variant's drain, in an
+    order that rotates each round (none always runs first, on a cold emulator, or last);
+    each result gets the emulator's CPU seconds during it (``kinesalite_cpu_s``)."""
+    names = ["boto3_loop", *variants]
+    out: list[dict[str, Any]] = []
+    for number in range(rounds):
+        shift = number % len(names)
+        this_round: dict[str, Any] = {}
+        for name in names[shift:] + names[:shift]:
+            emu_cpu0 = common.process_cpu_seconds(emulator_pid)
+            if name == "boto3_loop":
+                drain = drain_boto3(kinesis_endpoint, stream, expected)
+                if drain.count < drain.total:
+                    raise RuntimeError(f"boto3 drained {drain.count} of {drain.total}")
+                result = drain.as_dict()
+                result.pop("emulator_cpu_s", None)
+            else:
+                result = variants[name]()
+            result["kinesalite_cpu_s"] = round(
+                common.process_cpu_seconds(emulator_pid) - emu_cpu0, 2)
+            this_round[name] = result
+            common.progress(f"drain round {number + 1} {name}: {result}")
+        out.append(this_round)
+    return out
+
+
+def medians(rounds: list[dict[str, Any]], names: list[str],
+            keys: tuple[str, ...]) -> dict[str, dict[str, float | None]]:
+    """Each variant's median of each key the rounds have (None where no round has a value)."""
+    def med(name: str, key: str) -> float | None:
+        values = [r[name][key] for r in rounds if r[name].get(key) is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    return {n: {k: med(n, k) for k in keys if any(k in r[n] for r in rounds)} for n in names}
+
+
 def profile_in_process(kwargs: dict[str, Any], expected: dict[str, int], top: int = 30) -> str:
     """One in-process drain under cProfile, every thread profiled (one profiler each), merged."""
     profilers: list[cProfile.Profile] = []

@@ -26,8 +26,8 @@ from pyspark import StorageLevel  # noqa: E402
 from kinesis_dstream.aws.lease_table import Lease  # noqa: E402
 from kinesis_dstream.aws.range_table import BatchRange  # noqa: E402
 from kinesis_dstream.config import ConsumerConfig  # noqa: E402
-from kinesis_dstream.retrieval import ReadReport  # noqa: E402
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN  # noqa: E402
+from kinesis_dstream.retrieval import ReadReport  # noqa: E402
 from kinesis_dstream.spark.coordinator import ShardCoordinator  # noqa: E402
 from kinesis_dstream.spark.planner import BatchPlanner, StreamSpec  # noqa: E402
 

@@ -272,8 +272,9 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
     import shutil
     import tempfile
 
-    import bench_sql_source
     from pyspark.sql import SparkSession
+
+    import bench_sql_source
 
     from kinesis_dstream.sql.datasource import KinesisDataSource
 

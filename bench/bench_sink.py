@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     with common.running_emulators("kinesalite") as emu:
         endpoint = emu["kinesalite"].endpoint
         if any(v.startswith("sink") for v in variants):
-            import spark_common
             from pyspark.sql import SparkSession
+
+            import spark_common
 
             spark_common.spark_context()
             spark = SparkSession.builder.getOrCreate()

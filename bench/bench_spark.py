@@ -28,6 +28,7 @@ measurement; DynamoDB is the moto server, reached through a counting proxy in it
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import statistics
@@ -89,7 +90,8 @@ def bench_start(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             wall0, mono0 = time.time(), time.monotonic()
             ssc.start()
             start_call = time.monotonic() - mono0
-            ok = sc_common.wait_for(lambda: counter.first_data_at is not None, args.timeout)
+            ok = sc_common.wait_for(lambda counter=counter: counter.first_data_at is not None,
+                                    args.timeout)
             run: dict[str, Any] = {"start_call_s": round(start_call, 3)}
             if ok:
                 run["first_data_batch_s"] = round(counter.first_data_at - wall0, 3)
@@ -192,7 +194,6 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
         "spark_1_worker": {},  # the name kept for comparisons with earlier runs
     }
     names = ["boto3_loop"] + list(variants)
-    rounds: list[dict[str, Any]] = []
     with common.running_emulators("kinesalite", "moto") as emu, \
             counting_proxy.CountingProxy(emu["moto"].endpoint) as proxy:
         kinesis = emu["kinesalite"].endpoint
@@ -200,35 +201,15 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
         h.create_stream(kinesis, stream, 4)
         expected = put_backlog(kinesis, stream, args.records)
         total = sum(expected.values())
-        for number in range(args.rounds):
-            shift = number % len(names)
-            order = names[shift:] + names[:shift]
-            this_round: dict[str, Any] = {}
-            for name in order:
-                emu_cpu0 = common.process_cpu_seconds(emu["kinesalite"].pid)
-                if name == "boto3_loop":
-                    drain = bench_drain.drain_boto3(kinesis, stream, expected)
-                    if drain.count < drain.total:
-                        raise RuntimeError(f"boto3 drained {drain.count} of {drain.total}")
-                    result = drain.as_dict()
-                    result.pop("emulator_cpu_s", None)
-                else:
-                    result = drain_spark(sc, kinesis, proxy, stream, total, args.timeout,
-                                         **variants[name])
-                result["kinesalite_cpu_s"] = round(
-                    common.process_cpu_seconds(emu["kinesalite"].pid) - emu_cpu0, 2)
-                this_round[name] = result
-                common.progress(f"drain round {number + 1} {name}: {result}")
-            rounds.append(this_round)
+        rounds = bench_drain.against_boto3(
+            kinesis, emu["kinesalite"].pid, stream, expected, args.rounds,
+            {name: functools.partial(drain_spark, sc, kinesis, proxy, stream, total,
+                                     args.timeout, **settings)
+             for name, settings in variants.items()})
         h.delete_stream(kinesis, stream)
 
-    def med(name: str, key: str) -> float | None:
-        values = [r[name][key] for r in rounds if r[name].get(key) is not None]
-        return round(statistics.median(values), 3) if values else None
-
-    medians = {n: {k: med(n, k) for k in ("rec_s", "rec_s_after_first_batch", "first_data_batch_s",
-                                          "wall_s") if any(k in r[n] for r in rounds)}
-               for n in names}
+    medians = bench_drain.medians(rounds, names, ("rec_s", "rec_s_after_first_batch",
+                                                  "first_data_batch_s", "wall_s"))
     ratios = {}
     for name in variants:
         per_round = [r[name]["rec_s"] / r["boto3_loop"]["rec_s"] for r in rounds]
@@ -476,8 +457,8 @@ def bench_plan64(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             ssc.start()
             if not sc_common.wait_for(lambda: len([m for m in KinesisUtils.metrics(stream).values()
                                                    if m["owner"]]) == shards, 120):
-                raise RuntimeError(f"only {len([m for m in KinesisUtils.metrics(stream).values() if m['owner']])}"
-                                   f" of {shards} shards leased in 120 s")
+                leased = len([m for m in KinesisUtils.metrics(stream).values() if m["owner"]])
+                raise RuntimeError(f"only {leased} of {shards} shards leased in 120 s")
             result["all_shards_leased_after_s"] = round(time.monotonic() - started, 2)
             # Measure from here: every shard leased, steady producing.
             first_batch = len(timer.batch_s)

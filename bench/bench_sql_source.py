@@ -18,6 +18,7 @@ server) and checkpoint for every query.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import shutil
 import statistics
@@ -132,7 +133,6 @@ def bench_drain(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     h = common.helpers()
     names = ["boto3_loop", "sql_arrow", "sql_tuples"]
-    rounds: list[dict[str, Any]] = []
     with common.running_emulators("kinesalite", "moto") as emu:
         kinesis, dynamodb = emu["kinesalite"].endpoint, emu["moto"].endpoint
         common.progress(f"warm-up queries: {warm_up_query(spark, kinesis, dynamodb):.1f} s")
@@ -140,35 +140,15 @@ def bench_drain(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         h.create_stream(kinesis, stream, 4)
         expected = bench_drain.load_backlog(kinesis, stream, args.records)
         total = sum(expected.values())
-        for number in range(args.rounds):
-            shift = number % len(names)
-            order = names[shift:] + names[:shift]
-            this_round: dict[str, Any] = {}
-            for name in order:
-                emu_cpu0 = common.process_cpu_seconds(emu["kinesalite"].pid)
-                if name == "boto3_loop":
-                    drain = bench_drain.drain_boto3(kinesis, stream, expected)
-                    if drain.count < drain.total:
-                        raise RuntimeError(f"boto3 drained {drain.count} of {drain.total}")
-                    result = drain.as_dict()
-                    result.pop("emulator_cpu_s", None)
-                else:
-                    result = drain_sql(spark, kinesis, dynamodb, stream, total, args.timeout,
-                                       arrow=name == "sql_arrow")
-                result["kinesalite_cpu_s"] = round(
-                    common.process_cpu_seconds(emu["kinesalite"].pid) - emu_cpu0, 2)
-                this_round[name] = result
-                common.progress(f"drain round {number + 1} {name}: {result}")
-            rounds.append(this_round)
+        rounds = bench_drain.against_boto3(
+            kinesis, emu["kinesalite"].pid, stream, expected, args.rounds,
+            {name: functools.partial(drain_sql, spark, kinesis, dynamodb, stream, total,
+                                     args.timeout, arrow=name == "sql_arrow")
+             for name in names[1:]})
         h.delete_stream(kinesis, stream)
 
-    def med(name: str, key: str) -> float | None:
-        values = [r[name][key] for r in rounds if r[name].get(key) is not None]
-        return round(statistics.median(values), 3) if values else None
-
-    medians = {n: {k: med(n, k) for k in ("rec_s", "rec_s_after_first_batch", "first_data_batch_s",
-                                          "wall_s", "batches") if any(k in r[n] for r in rounds)}
-               for n in names}
+    medians = bench_drain.medians(rounds, names, ("rec_s", "rec_s_after_first_batch",
+                                                  "first_data_batch_s", "wall_s", "batches"))
     ratios = {}
     for name in names[1:]:
         per_round = [r[name]["rec_s"] / r["boto3_loop"]["rec_s"] for r in rounds]

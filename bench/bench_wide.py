@@ -247,6 +247,7 @@ class BatchListener:
 def run_dstream(sc: Any, emu: dict[str, Any], kproxy: Any, dproxy: Any, stream: str, shards: int,
                 busy_keys: list[str], args: argparse.Namespace) -> dict[str, Any]:
     import bench_spark
+
     from kinesis_dstream import KinesisUtils
 
     h = common.helpers()
@@ -258,7 +259,6 @@ def run_dstream(sc: Any, emu: dict[str, Any], kproxy: Any, dproxy: Any, stream: 
     sc_common.create_stream(ssc, app, stream, kproxy.endpoint, dproxy.endpoint).foreachRDD(
         counter.function())
     timer = bench_spark.PlanTimer().__enter__()
-    producer: Producer | None = None
     result: dict[str, Any] = {}
     try:
         started = time.monotonic()

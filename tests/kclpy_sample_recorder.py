@@ -14,6 +14,7 @@ import os
 import time
 
 from amazon_kclpy import kcl
+
 from samples import sample_kclpy_app
 
 processor = sample_kclpy_app.RecordProcessor()

@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 from emulators import client
+from waiting import wait_for
 
 from kinesis_dstream import InitialPositionInStream, KinesisUtils, MetricsLevel
 
@@ -41,11 +41,7 @@ def executor_jvm_of(pid: int) -> int:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
+    wait_for(predicate, timeout, what, interval=0.2)
 
 
 def word_lines(n: int) -> list[str]:

@@ -9,8 +9,7 @@ import pytest
 from aws_kinesis_agg import MAGIC
 from aws_kinesis_agg.aggregator import RecordAggregator
 
-from kinesis_dstream.aws.kpl import deaggregate, epoch_ms
-from kinesis_dstream.aws.kpl import messages_pb2
+from kinesis_dstream.aws.kpl import deaggregate, epoch_ms, messages_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -18,7 +17,8 @@ ARRIVAL = dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.timezone.utc)
 ARRIVAL_MS = 1714979289123
 
 
-def kinesis_record(data: bytes, sequence_number: str = "49650000000000000000000000000000000000000000000000000001",
+def kinesis_record(data: bytes,
+                   sequence_number: str = "49650000000000000000000000000000000000000000000000000001",
                    partition_key: str = "outer-key") -> dict:
     return {"Data": data, "PartitionKey": partition_key, "SequenceNumber": sequence_number,
             "ApproximateArrivalTimestamp": ARRIVAL}

@@ -14,7 +14,8 @@ from kinesis_dstream.errors import (
     TransientServiceError,
     UnreachableAfterRetriesError,
 )
-from kinesis_dstream.records import ExtendedSequenceNumber as ESN, Record
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.records import Record
 from kinesis_dstream.worker.checkpoint import ShardCheckpointer
 
 pytestmark = pytest.mark.unit

@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
+from waiting import wait_for
+
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import (
     CheckpointError,
@@ -19,7 +21,8 @@ from kinesis_dstream.errors import (
     RetriesExhaustedError,
     ThrottlingError,
 )
-from kinesis_dstream.records import ExtendedSequenceNumber as ESN, GetRecordsResult, Record
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.records import GetRecordsResult, Record
 from kinesis_dstream.worker.consumer import ConsumerState, ShardConsumer, ShutdownReason
 
 pytestmark = pytest.mark.unit
@@ -33,11 +36,7 @@ def seq(n: int) -> str:
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what or condition}")
-        time.sleep(0.002)
+    wait_for(condition, timeout, what or str(condition), interval=0.002)
 
 
 class Shard:
@@ -412,7 +411,7 @@ def test_checkpoint_that_finds_the_lease_lost_is_a_shutdown_exception():
 
     store = Store()
     store.lost = True
-    with Harness(shard, store, configure=configure) as h:
+    with Harness(shard, store, configure=configure):
         wait_until(lambda: errors)
     assert errors == ["ShutdownException"]
 

@@ -16,8 +16,8 @@ import pytest
 from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.aws.range_table import BatchRange
 from kinesis_dstream.config import ConsumerConfig
-from kinesis_dstream.retrieval import ReadReport
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.retrieval import ReadReport
 from kinesis_dstream.spark.coordinator import ShardCoordinator
 
 pytestmark = pytest.mark.unit
@@ -445,8 +445,8 @@ def test_a_shard_sits_out_while_where_its_previous_batch_ended_is_unknown() -> N
     from kinesis_dstream.aws.lease_table import Lease
     from kinesis_dstream.aws.range_table import BatchRange
     from kinesis_dstream.config import ConsumerConfig
-    from kinesis_dstream.spark.coordinator import ShardCoordinator
     from kinesis_dstream.retrieval import ReadReport
+    from kinesis_dstream.spark.coordinator import ShardCoordinator
 
     config = ConsumerConfig(application_name="app", stream_name="s", region_name="us-east-1",
                             aws_access_key_id="AKIDEXAMPLE", aws_secret_key="secret")
@@ -473,8 +473,8 @@ def test_an_idle_streams_empty_batch_ranges_are_deleted_25_at_a_time_across_shar
     from kinesis_dstream.aws.lease_table import Lease
     from kinesis_dstream.aws.range_table import BatchRange
     from kinesis_dstream.config import ConsumerConfig
-    from kinesis_dstream.spark.coordinator import ShardCoordinator
     from kinesis_dstream.retrieval import ReadReport
+    from kinesis_dstream.spark.coordinator import ShardCoordinator
 
     class Ranges:
         def __init__(self) -> None:

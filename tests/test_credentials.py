@@ -8,7 +8,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import uuid
 
 import boto3
@@ -16,6 +15,7 @@ import pytest
 
 from processes import reap
 from recording_processor import read_events, start_worker
+from waiting import wait_for
 
 from kinesis_dstream.aws.clients import assumed_role_credentials
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
@@ -30,13 +30,6 @@ def role_settings(sts_endpoint: str, **overrides) -> dict:
     return dict(sts_assume_role_arn=ROLE, sts_session_name="kd-test",
                 sts_external_id="ext-" + uuid.uuid4().hex, sts_endpoint=sts_endpoint,
                 sts_duration_s=900, **overrides)
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @pytest.mark.emulator
@@ -110,10 +103,10 @@ def test_assumed_role_credentials_are_refreshed_during_a_run(
         at_start = assumed()
         assert at_start >= 2                       # the Kinesis and the DynamoDB client
         put_records(stream, [f"first-{i}" for i in range(5)])
-        wait_until(lambda: read() == 5, 30, "the first records")
-        wait_until(lambda: assumed() > at_start + 1, 30, "a refresh of the role's credentials")
+        wait_for(lambda: read() == 5, 30, "the first records")
+        wait_for(lambda: assumed() > at_start + 1, 30, "a refresh of the role's credentials")
         put_records(stream, [f"second-{i}" for i in range(5)])
-        wait_until(lambda: read() == 10, 30, "records read with refreshed credentials")
+        wait_for(lambda: read() == 10, 30, "records read with refreshed credentials")
     finally:
         scheduler.shutdown()
 
@@ -137,7 +130,7 @@ def test_secrets_appear_in_no_log_line_output_or_worker_stderr(
     scheduler = Scheduler(config, lambda shard_id: Counting())
     scheduler.start()
     try:
-        wait_until(lambda: sum(s.records for s in scheduler.metrics().values()) == 5, 30,
+        wait_for(lambda: sum(s.records for s in scheduler.metrics().values()) == 5, 30,
                    "records")
         credentials = scheduler.kinesis._client._request_signer._credentials
         tokens += [credentials.get_frozen_credentials().secret_key,
@@ -155,7 +148,7 @@ def test_secrets_appear_in_no_log_line_output_or_worker_stderr(
     log_path = tmp_path / "events.jsonl"
     worker = start_worker(config.replace(worker_id="secret-worker"), log_path, tmp_path, "w")
     try:
-        wait_until(lambda: len([e for e in read_events(str(log_path)) if e["event"] == "record"])
+        wait_for(lambda: len([e for e in read_events(str(log_path)) if e["event"] == "record"])
                    >= 5 or worker.poll() is not None, 60, "the worker process to read")
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from emulators import client as boto_client, wait_stream_active
+from emulators import client as boto_client
+from emulators import wait_stream_active
+
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import (

@@ -337,7 +337,8 @@ def test_ours_and_java_share_shards_and_take_over_from_checkpoints_after_kill_9(
         # mid-checkpoint, as they do in production.
         with Producer(kinesis_local, stream, "during-split") as producer:
             split = wait_for(
-                lambda: sorted(owners(dynamodb, table_name).values()) == sorted([our_id, our_id, java_id, java_id]),
+                lambda: sorted(owners(dynamodb, table_name).values()) == sorted(
+                    [our_id, our_id, java_id, java_id]),
                 120, "a 2/2 split between our worker and the Java daemon", logs)
         expected.update(producer.sent)
         expected.update(put_batch(kinesis_local, stream, "shared", 400))
@@ -456,7 +457,8 @@ def test_sigterm_of_our_worker_releases_its_leases_and_java_takes_all_of_them_at
         assert "leaseOwner" not in item, f"{shard} still owned after a graceful stop: {item}"
         assert ExtendedSequenceNumber(item["checkpoint"]["S"],
                                       int(item["checkpointSubSequenceNumber"]["N"])) == our_checkpoints[shard]
-    assert sorted(e["shard"] for e in our_log if e["event"] == "shutdown_requested") == sorted(our_checkpoints)
+    assert sorted(e["shard"] for e in our_log
+                  if e["event"] == "shutdown_requested") == sorted(our_checkpoints)
 
     # Taken at once: the Java daemon's first successful take was all four leases.
     assert takes, f"no 'successfully took' line from {java_id}\n{java.log_tail()}"

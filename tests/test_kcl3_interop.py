@@ -66,7 +66,8 @@ def assert_resumed_at(checkpoints: dict[str, ExtendedSequenceNumber], events: li
     assert len(checkpoints) == 4, checkpoints
     for shard, checkpoint in checkpoints.items():
         inits = [esn(e) for e in events if e["event"] == "initialize" and e["shard"] == shard]
-        assert inits and min(inits) >= checkpoint, f"{who} {shard}: started at {inits}, checkpoint {checkpoint}"
+        assert inits and min(inits) >= checkpoint, \
+            f"{who} {shard}: started at {inits}, checkpoint {checkpoint}"
         again = [e for e in records_of(events) if e["shard"] == shard and esn(e) <= checkpoint]
         assert not again, f"{who} {shard}: re-delivered at or before {checkpoint}: {again[:3]}"
         assert any(e["shard"] == shard for e in records_of(events)), f"{who} read nothing on {shard}"
@@ -141,7 +142,8 @@ def test_migration_ours_to_kcl3_and_kcl3_to_ours_keeps_every_checkpoint(
             reap(worker)
 
     # What KCL 3 added: a GSI on the lease table, two tables, throughputKBps on leases.
-    assert [i["IndexName"] for i in kcl3_table.get("GlobalSecondaryIndexes", [])] == ["LeaseOwnerToLeaseKeyIndex"]
+    assert [i["IndexName"] for i in kcl3_table.get("GlobalSecondaryIndexes", [])] == \
+        ["LeaseOwnerToLeaseKeyIndex"]
     assert {f"{app}-CoordinatorState", f"{app}-WorkerMetricStats"} <= tables
     print(f"KCL 3 lease attributes: {sorted({name for item in kcl3_items for name in item})}")
 

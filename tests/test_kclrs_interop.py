@@ -20,13 +20,12 @@ from typing import Any
 import pytest
 
 import emulators
+from test_scheduler import item_checkpoint, lease_items, wait_for
 
 from kinesis_dstream.aws.stream_identifier import parse_lease_key
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
-
-from test_scheduler import item_checkpoint, lease_items, wait_for
 
 CHILD = Path(__file__).with_name("kclrs_child.py")
 

@@ -13,13 +13,13 @@ import pytest
 from botocore.stub import Stubber
 
 from kinesis_dstream.aws.kinesis import KinesisClient, Shard
-from kinesis_dstream.errors import UnreachableAfterRetriesError
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import (
     EndpointUnreachableError,
     ExpiredIteratorError,
     RetriesExhaustedError,
     StreamNotFoundError,
+    UnreachableAfterRetriesError,
 )
 
 STREAM = "orders-stream"
@@ -187,8 +187,10 @@ def test_get_records_answers_are_botocores_own(kinesis_local, make_stream, put_r
     arrival timestamps, a closed shard's ChildShards, and no null members."""
     import botocore.parsers
 
+    from emulators import client as boto_client
+    from emulators import wait_stream_active
+
     from kinesis_dstream.aws import clients
-    from emulators import client as boto_client, wait_stream_active
     from kinesis_dstream.local import DUMMY_REGION
 
     stream = make_stream(1)

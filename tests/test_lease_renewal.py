@@ -15,8 +15,8 @@ from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.aws.range_table import BatchRange
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import EndpointUnreachableError, UnreachableAfterRetriesError
-from kinesis_dstream.retrieval import ReadReport
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.retrieval import ReadReport
 from kinesis_dstream.spark.coordinator import ShardCoordinator
 from kinesis_dstream.worker.leases import LeaseCoordinator
 

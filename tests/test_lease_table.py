@@ -478,7 +478,7 @@ def test_held_leases_are_not_taken_again_even_if_they_look_expired(aws, app, fou
     counters = {lease.lease_key: lease.lease_counter for lease in four_leases.list_leases()}
     clock.now += 30.0  # renewer stalled, but we still hold them
     assert a.take_leases() == []
-    assert {l.lease_key: l.lease_counter for l in four_leases.list_leases()} == counters
+    assert {lease.lease_key: lease.lease_counter for lease in four_leases.list_leases()} == counters
     a.renew_leases()
     assert len(a.owned_shard_ids()) == 4
 

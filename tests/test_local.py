@@ -271,8 +271,8 @@ def test_cli_prints_exports_and_stops_cleanly(sig):
     cli, exports = _start_cli()
     try:
         assert set(exports) == {"AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB",
-                                "AWS_ENDPOINT_URL_CLOUDWATCH", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ACCESS_KEY_ID",
-                                "AWS_SECRET_ACCESS_KEY"}
+                                "AWS_ENDPOINT_URL_CLOUDWATCH", "AWS_DEFAULT_REGION", "AWS_REGION",
+                                "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
         assert exports["AWS_DEFAULT_REGION"] == exports["AWS_REGION"] == "us-east-1"
         children = _children(cli.pid)
         assert len(children) == 2
@@ -359,7 +359,7 @@ def test_fault_proxy_stops(kinesis_local):
     endpoint = proxy.endpoint
     assert _no_retry_client(endpoint).list_streams()["StreamNames"] is not None
     proxy.stop()
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever botocore raises for a closed port
         _no_retry_client(endpoint).list_streams()
 
 

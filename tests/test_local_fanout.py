@@ -13,10 +13,11 @@ from typing import Any
 
 import boto3
 import botocore.config
-import emulators
 import pytest
 from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import ClientError, EventStreamError
+
+import emulators
 
 from kinesis_dstream.fanout_front import ReadPacer, Refused, SubscribeRules, frames
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import emulators
+
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.worker import metrics as m
 from kinesis_dstream.worker.metrics import MetricsPublisher

@@ -73,14 +73,6 @@ class Daemon:
         return self.stderr_path.read_text(errors="replace")
 
 
-@pytest.fixture
-def daemons():
-    started: list[Daemon] = []
-    yield started
-    for daemon in started:
-        daemon.kill()
-
-
 def read_log(path: Path) -> list[dict]:
     if not path.exists():
         return []

@@ -22,8 +22,8 @@ from typing import Callable
 import pytest
 
 import emulators
-from java_kcl import CHILD
 from emulators import Producer, put_batch
+from java_kcl import CHILD
 from multilang_shared_helpers import DaemonProcess, write_properties
 from recording_processor import read_events
 

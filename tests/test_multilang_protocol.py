@@ -28,6 +28,7 @@ from kinesis_dstream.multilang.protocol import (
     MultiLangProtocol,
     StderrDrain,
 )
+from kinesis_dstream.records import Record
 from kinesis_dstream.worker.processor import (
     InitializeInput,
     LeaseLostInput,
@@ -35,7 +36,6 @@ from kinesis_dstream.worker.processor import (
     ShardEndedInput,
     ShutdownRequestedInput,
 )
-from kinesis_dstream.records import Record
 
 
 class FakeCheckpointer:

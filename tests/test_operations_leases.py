@@ -21,6 +21,7 @@ import pytest
 
 import emulators
 from recording_processor import read_events, start_worker
+from waiting import wait_for
 
 from kinesis_dstream import cli
 from kinesis_dstream.config import ConsumerConfig
@@ -33,15 +34,6 @@ pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
 def items(dynamodb: str, table: str) -> dict[str, dict]:
     found = emulators.client("dynamodb", dynamodb).scan(TableName=table, ConsistentRead=True)
     return {item["leaseKey"]["S"]: item for item in found["Items"]}
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str, float]:

@@ -10,20 +10,12 @@ import pytest
 
 import emulators
 from fault_proxy import FaultProxy
-from test_multilang_daemon import Daemon, daemons, write_properties  # noqa: F401 - a fixture
+from test_multilang_daemon import Daemon, write_properties
+from test_operations_leases import run_cli
 
-from kinesis_dstream import cli
 from kinesis_dstream.aws.range_table import range_table_name
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(180)]
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str, float]:
-    started = time.monotonic()
-    code = cli.main(list(argv))
-    elapsed = time.monotonic() - started
-    out, err = capsys.readouterr()
-    return code, out, err, elapsed
 
 
 def create(capsys, app: str, dynamodb: str, *extra: str) -> tuple[int, Any, str, float]:

@@ -30,11 +30,6 @@ OUTAGE_S = 20
 PATIENT_FAILOVER_MS = 60_000
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 
 
 class Traffic:

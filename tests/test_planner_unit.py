@@ -20,8 +20,8 @@ def test_batches_are_cached_with_one_replica_and_nothing_else_changed() -> None:
 
 
 def test_reads_are_short_while_leases_are_still_being_taken() -> None:
-    from kinesis_dstream.spark.planner import read_time_budget_s
     from kinesis_dstream.retrieval import MAX_FETCH_TIME_PER_SHARD_S
+    from kinesis_dstream.spark.planner import read_time_budget_s
 
     assert read_time_budget_s(1000, taking_leases=True) == 0.8
     assert read_time_budget_s(1000, taking_leases=False) == MAX_FETCH_TIME_PER_SHARD_S

@@ -8,10 +8,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
 from emulators import client, list_shard_ids, read_all
 from fault_proxy import FaultProxy
 
 from kinesis_dstream.aws.clients import error_for_code
+from kinesis_dstream.aws.kpl import deaggregate
 from kinesis_dstream.aws.producer import (
     MAX_RECORD_BYTES,
     PUT_RECORDS_RETRY,
@@ -20,9 +22,8 @@ from kinesis_dstream.aws.producer import (
 from kinesis_dstream.aws.shard_map import hash_key_of
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError, PutRecordsFailedError, ThrottlingError
-from kinesis_dstream.retry import RetryPolicy, classify
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
-from kinesis_dstream.aws.kpl import deaggregate
+from kinesis_dstream.retry import RetryPolicy, classify
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -169,7 +169,8 @@ def test_at_timestamp_and_fanout_and_credentials(tmp_path, app_py, caplog):
     path = write(tmp_path, "executableName = app.py\nstreamName = s\napplicationName = a\n"
                            "initialPositionInStreamExtended = 1636609142\n"
                            "retrievalMode = FANOUT\n"
-                           "AWSCredentialsProvider = ProfileCredentialsProvider|EnvironmentVariableCredentialsProvider\n")
+                           "AWSCredentialsProvider = "
+                           "ProfileCredentialsProvider|EnvironmentVariableCredentialsProvider\n")
     with caplog.at_level(logging.WARNING):
         settings = load_properties(path)
     assert settings.config.initial_position == "AT_TIMESTAMP"

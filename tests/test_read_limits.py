@@ -8,12 +8,13 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+
 from emulators import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
 from fault_proxy import MiB, ShardLimits
 
 from kinesis_dstream.aws.range_table import BatchRangeTable
-from kinesis_dstream.retrieval import ShardRange, read_shard_range
 from kinesis_dstream.records import ExtendedSequenceNumber
+from kinesis_dstream.retrieval import ShardRange, read_shard_range
 
 SHARD = "shardId-000000000000"
 
@@ -169,10 +170,11 @@ def test_a_dstream_drains_a_backlog_at_the_limits_exactly(
     from pyspark import StorageLevel
 
     from emulators import client
-    from kinesis_dstream import MetricsLevel
-    from kinesis_dstream.worker import metrics as m
     from spark_helpers import collected, create, make_ssc, wait_until
     from test_metrics import listed
+
+    from kinesis_dstream import MetricsLevel
+    from kinesis_dstream.worker import metrics as m
 
     stream = make_stream(4)
     sent = [f"{i:05d}".ljust(1000, "x") for i in range(2000)]

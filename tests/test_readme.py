@@ -20,7 +20,6 @@ import pytest
 import kinesis_dstream
 from kinesis_dstream.local import NPM_EMULATORS
 
-
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 DOCS = {p.name: p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}

@@ -7,9 +7,11 @@ import pytest
 
 from kinesis_dstream.records import (
     SHARD_END,
-    ExtendedSequenceNumber as ESN,
     Record,
     is_valid_sequence_number,
+)
+from kinesis_dstream.records import (
+    ExtendedSequenceNumber as ESN,
 )
 
 pytestmark = pytest.mark.unit

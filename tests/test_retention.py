@@ -21,15 +21,16 @@ from typing import Any
 import pytest
 
 from emulators import put_records as put_at
+from spark_helpers import create, make_ssc, wait_until
+
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.lease_table import Lease, LeaseTable
 from kinesis_dstream.errors import DataLossError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.retrieval import data_loss as fetcher_module
 from kinesis_dstream.retrieval import KinesisDataFetcher
+from kinesis_dstream.retrieval import data_loss as fetcher_module
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
-from spark_helpers import create, make_ssc, wait_until
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
@@ -231,7 +232,7 @@ def test_worker_expired_iterators_and_a_trimmed_checkpoint_lose_and_double_nothi
         for round_ in range(3):  # a record, then the worker's iterator expires
             put_at(proxy.endpoint, stream, [(f"k{round_}", f"n{round_}")])
             expire_held(proxy)
-            wait_until(lambda: len(delivered) >= 7 + round_, 60, f"record n{round_}")
+            wait_until(lambda wanted=7 + round_: len(delivered) >= wanted, 60, f"record n{round_}")
         reads_go_on(proxy, 4)  # what would come twice comes by now
     finally:
         scheduler.shutdown(timeout_s=10)
@@ -311,7 +312,8 @@ def test_dstream_expired_iterators_lose_and_double_nothing(sc, proxied, make_str
             expected += [r.data.decode() for r in put_records(
                 stream, [(f"k{i}", f"b{round_}-{i}") for i in range(10)])]
             expire_held(proxy)
-            wait_until(lambda: len(rows) >= len(expected), 90, f"round {round_}'s records")
+            wanted = len(expected)
+            wait_until(lambda wanted=wanted: len(rows) >= wanted, 90, f"round {round_}'s records")
         batches_go_on(batches)  # batches that would bring a record twice
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)

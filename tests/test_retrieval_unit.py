@@ -10,9 +10,10 @@ import pytest
 from kinesis_dstream.aws.clients import error_for_code
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError, ThrottlingError, TransientServiceError
-from kinesis_dstream.records import ExtendedSequenceNumber as ESN, GetRecordsResult, Record
-from kinesis_dstream.retrieval import KinesisDataFetcher, Pacer, pacer as pacer_module
-from kinesis_dstream.retrieval import read_loop
+from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.records import GetRecordsResult, Record
+from kinesis_dstream.retrieval import KinesisDataFetcher, Pacer, read_loop
+from kinesis_dstream.retrieval import pacer as pacer_module
 from kinesis_dstream.retry import Backoff, Deadline, FaultLog
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]

@@ -37,7 +37,6 @@ from kinesis_dstream.retry import (
     wait_out,
 )
 
-
 pytestmark = pytest.mark.unit
 
 

@@ -16,13 +16,13 @@ from typing import Any, Callable
 import pytest
 
 import emulators
+from waiting import wait_for
 
 from kinesis_dstream.errors import StreamNotFoundError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.lease_taker import TakingPace
+from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
-
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -83,16 +83,6 @@ class Recorder(RecordProcessor):
     def shutdown_requested(self, i) -> None:
         i.checkpointer.checkpoint()
         self.events.add("shutdown_requested", self.shard_id)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
-             interval: float = 0.05) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def lease_items(dynamodb: str, table: str) -> dict[str, dict]:

@@ -10,7 +10,6 @@ import pytest
 
 from kinesis_dstream.config import (
     SPARK_BACKPRESSURE_ENABLED,
-    SPARK_CONF,
     SPARK_FAIL_ON_DATA_LOSS,
     SPARK_RETRY_WAIT_TIME,
     ConsumerConfig,
@@ -21,6 +20,7 @@ from kinesis_dstream.multilang.properties import load_properties
 from kinesis_dstream.multilang.property_keys import PROPERTIES
 from kinesis_dstream.settings import BOOLEAN, FrontEnd, Option, Whole, parse_duration_ms
 from kinesis_dstream.spark.rate import RateSettings
+from kinesis_dstream.spark_conf import SPARK_CONF
 from kinesis_dstream.sql.option_table import SQL_SINK, SQL_SOURCE
 from kinesis_dstream.sql.options import parse_options, parse_source_options
 

@@ -9,7 +9,6 @@ from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.worker.shard_sync import initial_checkpoint, new_leases, parents_done
 
-
 pytestmark = pytest.mark.unit
 
 

@@ -5,9 +5,8 @@ import inspect
 import sys
 from datetime import datetime
 
-import pytest
-
 import pyspark.streaming.kinesis as pyspark_kinesis
+import pytest
 
 import kinesis_dstream
 from kinesis_dstream import ConfigurationError

@@ -19,11 +19,6 @@ pytestmark = pytest.mark.spark
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def test_a_missing_stream_fails_await_termination_within_30_s_naming_it(sc, env, unique_app_name):
     ssc = make_ssc(sc)
     kstream = create(ssc, unique_app_name, "no-such-stream-7f3a", env)

@@ -24,11 +24,6 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 NO_CACHE = StorageLevel(False, False, False, False, 1)
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 @pytest.mark.spark
 def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_stream, put_records,
                                                                unique_app_name, monkeypatch):
@@ -293,7 +288,7 @@ def test_batch_ranges_are_deleted_once_checkpointed_and_all_at_a_graceful_stop(
     try:
         for wave in range(6):  # a wave a second: each shard has records in several batches
             put_records(stream, [(f"pk{i}", f"w{wave}-{i}") for i in range(40)])
-            wait_until(lambda: len(rows) >= 40 * (wave + 1), 60, f"wave {wave}")
+            wait_until(lambda wanted=40 * (wave + 1): len(rows) >= wanted, 60, f"wave {wave}")
         wait_until(lambda: 0 < len(stored()) and max(stored().values()) <= 2, 30,
                    "the checkpointed ranges to be deleted")
         assert len(stored()) == 4  # the newest range of each shard stays while it is read

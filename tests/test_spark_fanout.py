@@ -32,11 +32,6 @@ LIFETIME_S = 8.0  # beyond the 5 s rule
 FANOUT = {"retrieval_mode": "FANOUT"}
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def putting(put_records, stream: str, endpoint: str, waves: int, per_wave: int,
             every_s: float = 1.0) -> tuple[threading.Thread, list[str]]:
     """A producer: ``waves`` puts of ``per_wave`` records, one every ``every_s``."""

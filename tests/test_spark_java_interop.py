@@ -29,7 +29,6 @@ from test_java_interop import FAILOVER_MS, esn, java_daemon, records_of, wait_fo
 
 from kinesis_dstream.records import ExtendedSequenceNumber
 
-
 pytestmark = pytest.mark.spark
 
 

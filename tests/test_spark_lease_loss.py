@@ -11,8 +11,16 @@ import warnings
 import pytest
 
 from emulators import client
-from spark_helpers import (count_words, create, lease, make_ssc, shard_records, unique_lines,
-                           wait_until, words_in)
+from spark_helpers import (
+    count_words,
+    create,
+    lease,
+    make_ssc,
+    shard_records,
+    unique_lines,
+    wait_until,
+    words_in,
+)
 
 from kinesis_dstream import KinesisUtils
 
@@ -21,11 +29,6 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 pytestmark = pytest.mark.spark
 
 OUTSIDER = "outside-writer"
-
-
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
 
 
 def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(

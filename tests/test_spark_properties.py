@@ -10,8 +10,7 @@ import warnings
 import pytest
 
 from emulators import client, list_shard_ids
-from spark_helpers import (count_words, lease, make_ssc, shard_records, unique_lines, wait_until,
-                           words_in)
+from spark_helpers import count_words, lease, make_ssc, shard_records, unique_lines, wait_until, words_in
 
 from kinesis_dstream import KinesisUtils
 from kinesis_dstream.spark.registry import planners
@@ -19,11 +18,6 @@ from kinesis_dstream.spark.registry import planners
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
 
 
 def config_of(stream: str):

@@ -38,12 +38,6 @@ def test_backpressure_follows_processing_rate() -> None:
     assert rc.batch_limit() < 2000
 
 
-
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 @pytest.mark.spark
 def test_receiver_max_rate_caps_every_batch(sc, env, make_stream, put_records, unique_app_name,
                                             caplog):

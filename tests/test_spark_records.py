@@ -20,11 +20,6 @@ pytestmark = pytest.mark.spark
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def test_aggregates_corrupt_records_and_throttling(sc, env, make_stream, put_records,
                                                    put_aggregated, make_fault_proxy,
                                                    unique_app_name):

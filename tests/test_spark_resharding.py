@@ -13,17 +13,20 @@ from collections import Counter
 import pytest
 
 from emulators import client, list_shard_ids, wait_stream_active
-from spark_helpers import (create, duplicated_ids, leases, make_ssc, shard_records, unique_lines,
-                           wait_until, words_in)
+from spark_helpers import (
+    create,
+    duplicated_ids,
+    leases,
+    make_ssc,
+    shard_records,
+    unique_lines,
+    wait_until,
+    words_in,
+)
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
 
 
 def test_split_while_counting_ends_parent_only_after_its_records(sc, env, make_stream,

@@ -20,11 +20,6 @@ pytestmark = pytest.mark.spark
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 def collect_into(stream, sink: list, lock: threading.Lock) -> None:
     def save(rdd):
         rows = rdd.collect()

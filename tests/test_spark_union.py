@@ -11,17 +11,20 @@ import warnings
 import pytest
 
 from emulators import list_shard_ids
-from spark_helpers import (count_words, create, duplicated_ids, leases, make_ssc, unique_lines,
-                           wait_until, words_in)
+from spark_helpers import (
+    count_words,
+    create,
+    duplicated_ids,
+    leases,
+    make_ssc,
+    unique_lines,
+    wait_until,
+    words_in,
+)
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
 
 
 def test_four_input_streams_with_one_application_split_the_shards_and_resume(
@@ -40,7 +43,8 @@ def test_four_input_streams_with_one_application_split_the_shards_and_resume(
         counts = count_words(ssc.union(*streams))
         ssc.start()
         try:
-            wait_until(lambda: sum(counts.values()) >= sum(words_in(half).values()), 60,
+            wanted = sum(words_in(half).values())
+            wait_until(lambda counts=counts, wanted=wanted: sum(counts.values()) >= wanted, 60,
                        f"run {run}: every record")
             per_stream = [set(s.metrics()) for s in streams]
             assert all(len(shards) == 1 for shards in per_stream), per_stream

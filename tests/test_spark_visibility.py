@@ -18,11 +18,6 @@ pytestmark = pytest.mark.spark
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
-@pytest.fixture
-def env(aws_env, kinesis_local, dynamodb):
-    return dict(kinesis=kinesis_local, dynamodb=dynamodb)
-
-
 class Batches(StreamingListener):
     def __init__(self) -> None:
         super().__init__()
@@ -65,11 +60,11 @@ def test_rest_api_and_listeners_count_the_records_processed(sc, env, make_stream
 @pytest.mark.parametrize("level", ["DETAILED", "NONE"])
 def test_cloudwatch_gets_the_kcl_metrics_from_a_dstream(sc, env, make_stream, put_records,
                                                         unique_app_name, level):
-    from kinesis_dstream import MetricsLevel
-    from kinesis_dstream.worker import metrics as m
-
     from emulators import client
     from test_metrics import listed
+
+    from kinesis_dstream import MetricsLevel
+    from kinesis_dstream.worker import metrics as m
 
     stream = make_stream(2)
     put_records(stream, [(f"pk{i}", f"r{i}") for i in range(100)])

@@ -14,9 +14,8 @@ import pytest
 from spark_helpers import create, make_ssc, wait_until
 
 from kinesis_dstream.aws.range_table import range_table_name
-from kinesis_dstream.retrieval import ShardRange
-from kinesis_dstream.retrieval import group_shards
 from kinesis_dstream.records import ExtendedSequenceNumber
+from kinesis_dstream.retrieval import ShardRange, group_shards
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 

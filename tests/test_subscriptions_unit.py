@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from test_fanout_unit import ARN, CONFIG, FakeKinesis, FakeStream, event, record
+
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.retrieval.fanout import FanOutRecordsPublisher
 from kinesis_dstream.retrieval.subscriptions import HeldSource, SubscriptionRegistry
-from test_fanout_unit import ARN, CONFIG, FakeKinesis, FakeStream, event, record
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 

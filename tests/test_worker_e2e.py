@@ -15,13 +15,12 @@ import pytest
 
 import emulators
 from recording_processor import read_events, start_worker
+from waiting import wait_for
 
 from kinesis_dstream.errors import CredentialsError, EndpointUnreachableError, StreamNotFoundError
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
-
-
 
 pytestmark = pytest.mark.emulator
 
@@ -44,15 +43,6 @@ def owners(dynamodb: str, table: str) -> dict[str, str | None]:
     except Exception:  # noqa: BLE001 - table not there yet
         return {}
     return {key: item.get("leaseOwner", {}).get("S") for key, item in items.items()}
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "condition") -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def records_of(events: list[dict]) -> list[dict]:

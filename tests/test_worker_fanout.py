@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import emulators
-from test_multilang_daemon import RECORDER, Daemon, daemons, read_log, wait_for_records  # noqa: F401
+from test_multilang_daemon import RECORDER, Daemon, read_log, wait_for_records
+from waiting import wait_for
 
 from kinesis_dstream.errors import ConsumerRegistrationError
 from kinesis_dstream.records import ExtendedSequenceNumber
@@ -52,13 +53,6 @@ class Recorder(RecordProcessor):
 
 def recorder(out: list, lock: threading.Lock, worker: str):
     return lambda shard_id: Recorder(out, lock, shard_id, worker)
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.1)
 
 
 def put_mixed(endpoint: str, stream: str, prefix: str, total: int) -> set[str]:

@@ -16,14 +16,13 @@ from typing import Any
 import pytest
 
 import emulators
+from test_scheduler import lease_items, wait_for
 
 from kinesis_dstream import cli
 from kinesis_dstream.aws.stream_identifier import parse_lease_key
 from kinesis_dstream.worker.processor import RecordProcessor
 from kinesis_dstream.worker.scheduler import Scheduler
 from kinesis_dstream.worker.streams import MultiStreamTracker, StreamConfig
-
-from test_scheduler import lease_items, wait_for
 
 GRACE_MS = 3000
 

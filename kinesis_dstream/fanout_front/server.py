@@ -22,13 +22,13 @@ from .upstream import (
     TARGET_PREFIX,
     Upstream,
     UpstreamError,
+    end_to_end,
+    send_body,
     tunnel,
 )
 
 log = logging.getLogger(__name__)
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade",
-               "te", "trailer", "content-length"}
 _START_TYPES = ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER", "TRIM_HORIZON", "LATEST",
                 "AT_TIMESTAMP")
 
@@ -112,19 +112,19 @@ class FanOutFront:
     # -- calls -------------------------------------------------------------------------------
     def forward(self, operation: str, handler: "_FrontHandler", body: bytes) -> None:
         """Pass a call to the emulator and its answer back unchanged."""
-        headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = end_to_end(handler.headers.items())
         try:
             status, reply_headers, data = self.exchange(operation, handler.command, handler.path,
                                                         body, headers)
         except OSError as exc:
-            handler.send_body(502, [("Content-Type", "text/plain")],
-                              f"upstream unreachable: {exc}".encode())
+            send_body(handler, 502, [("Content-Type", "text/plain")],
+                      f"upstream unreachable: {exc}".encode())
             return
         if operation == "DeregisterStreamConsumer" and status == 200:
             self._consumer_deregistered(json.loads(body or b"{}"), handler)
         if operation in ("PutRecord", "PutRecords") and status == 200:
             self._records_put(json.loads(body or b"{}"), json.loads(data or b"{}"))
-        handler.send_body(status, reply_headers, data)
+        send_body(handler, status, reply_headers, data)
 
     def exchange(self, operation: str, method: str, path: str, body: bytes,
                  headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -305,20 +305,11 @@ class _FrontHandler(BaseHTTPRequestHandler):
     do_POST = _handle
     do_GET = _handle
 
-    def send_body(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        self.send_response(status)
-        for name, value in headers:
-            if name.lower() not in _HOP_BY_HOP:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def send_error_body(self, code: str, message: str, status: int = 400) -> None:
         """An error as Kinesis answers it: HTTP 400 (500 for its own failure), a ``__type``."""
-        self.send_body(status, [("Content-Type", JSON_CONTENT_TYPE),
-                             ("x-amzn-RequestId", str(uuid.uuid4()))],
-                       json.dumps({"__type": code, "message": message}).encode())
+        send_body(self, status, [("Content-Type", JSON_CONTENT_TYPE),
+                                 ("x-amzn-RequestId", str(uuid.uuid4()))],
+                  json.dumps({"__type": code, "message": message}).encode())
 
     def start_event_stream(self) -> None:
         self.send_response(200)

@@ -1,4 +1,5 @@
-"""Calls from the front to the emulator behind it: Kinesis JSON over loopback HTTP/1.1."""
+"""Calls from the front to the emulator behind it: Kinesis JSON over loopback HTTP/1.1, and
+what a relay passes on between a client and the emulator."""
 from __future__ import annotations
 
 import http.client
@@ -6,10 +7,33 @@ import json
 import socket
 import threading
 import urllib.parse
-from typing import Any
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Iterable
 
 TARGET_PREFIX = "Kinesis_20131202."
 JSON_CONTENT_TYPE = "application/x-amz-json-1.1"
+# Headers of one connection, not of the message, and the length, which a relay sets for the
+# body it sends itself: never passed on.
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding",
+                        "upgrade", "te", "trailer", "content-length"})
+
+
+def end_to_end(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The headers of a request that a relay passes on."""
+    return {name: value for name, value in headers if name.lower() not in HOP_BY_HOP}
+
+
+def send_body(handler: BaseHTTPRequestHandler, status: int, headers: Iterable[tuple[str, str]],
+              body: bytes) -> None:
+    """Answer ``handler``'s request with ``body`` and the end-to-end ``headers`` (kept-alive
+    HTTP/1.1: the length is always sent)."""
+    handler.send_response(status)
+    for name, value in headers:
+        if name.lower() not in HOP_BY_HOP:
+            handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 class UpstreamError(Exception):

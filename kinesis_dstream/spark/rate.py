@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..config import SPARK_CONF
+from ..spark_conf import SPARK_CONF
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class RateSettings:
 
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str]) -> "RateSettings":
-        """The rate keys as ``config.SPARK_CONF`` declares and reads them (unknown keys are
+        """The rate keys as ``spark_conf.SPARK_CONF`` declares and reads them (unknown keys are
         warned about once, by ``ConsumerConfig.with_spark_conf``)."""
         values = SPARK_CONF.read(conf, source="Spark conf", warn=False).of("rate")
         max_rate = values.pop("max_rate", None)
