@@ -18,7 +18,8 @@ Records are put through the front, which pushes them at once, as Kinesis pushes 
   (tests/fault_proxy.py: 5 GetRecords/s and 2 MiB/s per shard, shared by every poller). The
   worker reads it by polling through the same limits, then by fan-out (not subject to them):
   refusals counted for each, the others' and the worker's apart, and the worker's latency.
-* ``drain``: a backlog of 1,000-byte records on 2 shards drained by the worker by fan-out
+* ``drain``: a backlog of 1,000-byte records (``--drain-mb``, 30) on ``--drain-shards`` (1)
+  drained by the worker by fan-out
   (the front paces each consumer's shard at 2 MiB/s), beside polling through the limits proxy;
   MiB/s per shard from the first record to the last, as a fraction of 2 MiB/s (goal >= 0.9).
 * ``idle``: a worker process (``python -m kinesis_dstream worker``) holding every shard of an
@@ -603,7 +604,7 @@ def part_drain(args: argparse.Namespace) -> dict[str, Any]:
     from kinesis_dstream.worker.scheduler import Scheduler
 
     h = common.helpers()
-    shards = 2
+    shards = args.drain_shards
     records = int(args.drain_mb * 1_000_000 / 1000)
     result: dict[str, Any] = {
         "benchmark": "bench_fanout drain at 2 MiB/s per shard",
@@ -809,7 +810,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=200, help="latency / throttle: records/s")
     parser.add_argument("--duration", type=float, default=30.0,
                         help="latency / throttle: seconds of producing per variant")
-    parser.add_argument("--drain-mb", type=float, default=60.0, help="drain: backlog, MB")
+    parser.add_argument("--drain-mb", type=float, default=30.0, help="drain: backlog, MB")
+    parser.add_argument("--drain-shards", type=int, default=1)
     parser.add_argument("--drain-timeout", type=float, default=300.0)
     parser.add_argument("--idle-shards", type=int, nargs="+", default=[1, 50])
     parser.add_argument("--idle-s", type=float, default=60.0)
