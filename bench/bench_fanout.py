@@ -19,9 +19,9 @@ Records are put through the front, which pushes them at once, as Kinesis pushes 
   worker reads it by polling through the same limits, then by fan-out (not subject to them):
   refusals counted for each, the others' and the worker's apart, and the worker's latency.
 * ``drain``: a backlog of 1,000-byte records (``--drain-mb``, 30) on ``--drain-shards`` (1)
-  drained by the worker by fan-out
-  (the front paces each consumer's shard at 2 MiB/s), beside polling through the limits proxy;
-  MiB/s per shard from the first record to the last, as a fraction of 2 MiB/s (goal >= 0.9).
+  drained by the worker by fan-out (the front paces each consumer's shard at 2 MiB/s), beside
+  polling through the limits proxy; MiB/s per shard from the first record to the last, as a
+  fraction of 2 MiB/s (goal >= 0.9).
 * ``idle``: a worker process (``python -m kinesis_dstream worker``) holding every shard of an
   idle stream of 1 and of ``--idle-shards`` (50) shards, once subscribed (or polling) for
   ``--idle-s`` (60) s: its CPU seconds and resident memory, per shard and per minute, and
