@@ -748,6 +748,7 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
     h = common.helpers()
     wide_args = argparse.Namespace(busy=args.wide_busy, rate=1000, duration=args.wide_s,
                                    settle=10.0, shards_per_task=None, timeout=240.0,
+                                   producer_grace_s=300.0,
                                    current_shards=args.wide_shards)
     result: dict[str, Any] = {
         "benchmark": f"bench_fanout wide: {args.wide_shards} shards, {args.wide_busy} busy at "
