@@ -316,6 +316,7 @@ class LimitsProxy:
     def __enter__(self) -> "LimitsProxy":
         self._proc.start()
         self.endpoint = self._conn.recv()
+        self.pid = self._proc.pid
         return self
 
     def stats(self) -> dict[str, Any]:
@@ -636,11 +637,20 @@ def part_drain(args: argparse.Namespace) -> dict[str, Any]:
                 dynamodb, **extra)
             stamped = Stamped()
             before, calls0 = limits.stats(), front.calls()
+            cpu0 = {"worker_s": common.self_cpu_seconds(),
+                    "front_s": common.process_cpu_seconds(front.pid),
+                    "limits_proxy_s": common.process_cpu_seconds(limits.pid),
+                    "kinesalite_s": common.process_cpu_seconds(emu["kinesalite"].pid)}
             scheduler = Scheduler(config, stamped.factory())
             started = time.time()
             scheduler.start()
             try:
                 done = wait_for(lambda: len(stamped.seen) >= records, args.drain_timeout, 0.1)
+                cpu = {"worker_s": common.self_cpu_seconds(),
+                       "front_s": common.process_cpu_seconds(front.pid),
+                       "limits_proxy_s": common.process_cpu_seconds(limits.pid),
+                       "kinesalite_s": common.process_cpu_seconds(emu["kinesalite"].pid)}
+                wall = time.time() - started
             finally:
                 scheduler.shutdown(timeout_s=10)
                 common.delete_table(dynamodb, app)
@@ -655,7 +665,9 @@ def part_drain(args: argparse.Namespace) -> dict[str, Any]:
                 "polling_refused": minus(limits.stats()["ours"], before["ours"]),
                 "subscribe_to_shard_refused": minus(front.calls()["refusals"],
                                                     calls0["refusals"]),
-                "front_calls": by_operation(calls0, front.calls())}
+                "front_calls": by_operation(calls0, front.calls()),
+                "cpu_s_while_draining": {k: round(v - cpu0[k], 2) for k, v in cpu.items()},
+                "wall_s": round(wall, 2)}
     result["goal_of_limit"] = GOALS["drain_of_limit"]
     result["meets_goal"] = result["fanout"]["of_2_mib_s"] >= GOALS["drain_of_limit"]
     return result
