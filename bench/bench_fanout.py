@@ -773,9 +773,10 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
                              "puts straight into kinesalite",
                   "fanout": "spark.streaming.kinesis.consumerType = SubscribeToShard; the "
                             "front in front of kinesalite (consumers kept in the front), "
-                            "counting every call; the producer puts through the front",
+                            "counting every call; the producer puts straight into "
+                            "kinesalite (the front polls a busy shard every 0.1 s)",
                   "settle_s": wide_args.settle, "measured_s": wide_args.duration}}
-    for mode in ("polling", "fanout"):
+    for mode in args.wide_modes:
         common.progress(f"wide: {mode}")
         settings = {"spark.streaming.kinesis.consumerType": "SubscribeToShard"} \
             if mode == "fanout" else {}
@@ -797,25 +798,29 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     with FrontProcess(emu["kinesalite"].endpoint,
                                       consumers_in_front=True) as front:
-                        # the producer puts through the front; its CPU is the "emulator"'s
-                        via_front = dict(emu, kinesalite=types.SimpleNamespace(
-                            endpoint=front.endpoint, pid=front.pid),
-                            kinesalite_itself=emu["kinesalite"])
-                        run = bench_wide.run_dstream(sc, via_front, front, dproxy, stream,
+                        # the producer puts straight into kinesalite, as for polling (at
+                        # load 40 the front could not take 1,000 puts/s beside 200
+                        # subscriptions); the front finds the records within its 0.1 s poll
+                        with_front = dict(emu, front=types.SimpleNamespace(pid=front.pid))
+                        run = bench_wide.run_dstream(sc, with_front, front, dproxy, stream,
                                                      args.wide_shards, busy_keys, wide_args)
                         run["front"] = {k: v for k, v in front.calls().items()
                                         if k in ("refusals", "upstream_calls", "open")}
         finally:
             sc.stop()
         run["machine"] = common.machine(load)
-        result[mode] = {k: run[k] for k in run if k not in ("cpu_s",)} | {"cpu_s": run["cpu_s"]}
-    fan = result["fanout"]
+        result[mode] = run
+        common.emit({"benchmark": f"{result['benchmark']}, {mode} (printed as it ends)",
+                     mode: run})
     result["goals"] = {"batch_processing_median_s": GOALS["wide_batch_median_s"],
                        "lag_s": GOALS["wide_lag_s"]}
-    result["meets_goal"] = {
-        "batch_processing_median": (fan["batch_processing_s"].get("median") or 99)
-        <= GOALS["wide_batch_median_s"],
-        "lag": fan["lag_at_end_s"] is not None and fan["lag_at_end_s"] <= GOALS["wide_lag_s"]}
+    fan = result.get("fanout")
+    if fan:
+        result["meets_goal"] = {
+            "batch_processing_median": (fan["batch_processing_s"].get("median") or 99)
+            <= GOALS["wide_batch_median_s"],
+            "lag": fan["lag_at_end_s"] is not None
+            and fan["lag_at_end_s"] <= GOALS["wide_lag_s"]}
     return result
 
 
@@ -833,6 +838,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide-shards", type=int, default=200)
     parser.add_argument("--wide-busy", type=int, default=8)
     parser.add_argument("--wide-s", type=float, default=40.0)
+    parser.add_argument("--wide-modes", nargs="+", choices=("polling", "fanout"),
+                        default=["polling", "fanout"])
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     unknown = [p for p in args.parts if p not in PARTS]
     if unknown:
