@@ -645,7 +645,8 @@ def part_drain(args: argparse.Namespace) -> dict[str, Any]:
             started = time.time()
             scheduler.start()
             try:
-                done = wait_for(lambda: len(stamped.seen) >= records, args.drain_timeout, 0.1)
+                done = wait_for(lambda: len(stamped.seen) >= records,  # noqa: B023 - this iteration's
+                                args.drain_timeout, 0.1)
                 cpu = {"worker_s": common.self_cpu_seconds(),
                        "front_s": common.process_cpu_seconds(front.pid),
                        "limits_proxy_s": common.process_cpu_seconds(limits.pid),
@@ -715,12 +716,12 @@ def part_idle(args: argparse.Namespace) -> dict[str, Any]:
                                            env, f"{mode}-{shards}")
                 operation = "SubscribeToShard" if mode == "fanout" else "GetRecords"
                 try:
-                    def reading() -> bool:
+                    def reading(operation: str = operation, shards: int = shards) -> bool:
                         counted = front.counts()
                         return len({s for (op, s), n in counted.items()
                                     if op == operation and n}) >= shards
 
-                    if not wait_for(lambda: reading() or proc.poll() is not None, 120, 0.5) \
+                    if not wait_for(lambda p=proc: reading() or p.poll() is not None, 120, 0.5) \
                             or proc.poll() is not None:
                         raise RuntimeError(f"worker not reading {shards} shards ({mode}); "
                                            f"see {workdir}")
