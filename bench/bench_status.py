@@ -11,7 +11,7 @@ comes from a real GetRecords. Measured:
 
 * ``in_process``: ``cli.main(["leases", "status", ..., "--json"])`` (boto3 already imported);
 * ``command``: ``python -m kinesis_dstream leases status ...`` as an operator types it,
-  interpreter start and imports included.
+  interpreter start and imports included; also its CPU time (user + system).
 
 Prints one JSON document: seconds as median / min / max per variant.
 """
@@ -22,6 +22,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -82,11 +83,16 @@ def run_in_process(argv: list[str]) -> tuple[float, dict[str, Any]]:
     return elapsed, json.loads(out.getvalue())
 
 
-def run_command(argv: list[str], env: dict[str, str]) -> float:
+def run_command(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds, and the CPU seconds (user + system) the command itself used: on a
+    shared machine the wall time follows the load, the CPU time much less."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "kinesis_dstream", *argv], env=env, check=True,
                    stdout=subprocess.DEVNULL)
-    return time.monotonic() - started
+    elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
@@ -106,19 +112,24 @@ def main() -> int:
                 "--kinesis-endpoint", kinesis, "--dynamodb-endpoint", dynamodb]
         in_process: list[float] = []
         command: list[float] = []
+        command_cpu: list[float] = []
         report: dict[str, Any] = {}
         run_in_process(argv)  # warm-up: clients' endpoint data loaded once, as in a session
         for run in range(args.runs):
             elapsed, report = run_in_process(argv)
             in_process.append(elapsed)
-            command.append(run_command(argv, common.aws_env()))
-            common.progress(f"run {run}: in process {elapsed:.2f} s, command {command[-1]:.2f} s")
+            wall, cpu = run_command(argv, common.aws_env())
+            command.append(wall)
+            command_cpu.append(cpu)
+            common.progress(f"run {run}: in process {elapsed:.2f} s, command {wall:.2f} s "
+                            f"({cpu:.2f} s CPU)")
         lags = [row["lag_ms"] for row in report["shards"]]
     common.emit({
         "benchmark": "leases status, lag included",
         "shards": args.shards, "kinesis_emulator": args.kinesis, "leases_listed": len(report["shards"]),
         "lag_figures": sum(lag is not None for lag in lags),
         "in_process_s": common.summary(in_process), "command_s": common.summary(command),
+        "command_cpu_s": common.summary(command_cpu),
         "target_s": TARGET_S, "machine": common.machine(load),
     })
     return 0

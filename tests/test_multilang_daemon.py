@@ -329,6 +329,11 @@ def test_shipped_sample_properties_run_the_bare_sample_on_the_harness_environmen
     assert daemon.stop() == 0, daemon.log()[-3000:]
     log_text = daemon.log()
     assert all(f"Sequence Number: {p.sequence_number}," in log_text for p in puts), log_text[-3000:]
+    # SUMMARY: the application's lag under the KCL's name, with no shard dimension.
+    from test_metrics import listed
+
+    lag = listed(cloudwatch, unique_app_name)["MillisBehindLatest"]
+    assert {"Operation": "ApplicationTracker"} in lag and all("ShardId" not in d for d in lag)
     items = lease_items(dynamodb, unique_app_name)
     for shard_id, sequence_number in last_put_per_shard(puts).items():
         assert items[shard_id]["checkpoint"]["S"] == sequence_number

@@ -191,11 +191,18 @@ def test_status_expiry_and_no_lag(stopped, aws_env, capsys):
 
 
 def test_dry_run_and_bad_input_write_nothing(stopped, aws_env, capsys):
+    """reset and release --dry-run, then bad input to reset, status and release: every item
+    as it was."""
     before = items(stopped.dynamodb, stopped.app)
     shard = sorted(stopped.checkpoints)[0]
     code, out, _, _ = run_cli(capsys, "leases", "reset", *stopped.flags(), "--all",
                               "--to", "TRIM_HORIZON", "--dry-run")
     assert code == 0 and "would write 2 of 2" in out and "dry run: nothing written" in out
+    code, out, _, _ = run_cli(capsys, "leases", "release", *stopped.flags(), "--worker",
+                              "worker-a", "--dry-run", "--json")
+    planned = json.loads(out)
+    assert code == 0 and planned["dry_run"] and len(planned["leases"]) == 2
+    assert not any(lease["written"] for lease in planned["leases"])
     flags = stopped.flags()
     bad = [
         (["--app", "no-such-app-ops"] + flags[2:] + ["--all", "--to", "LATEST"],

@@ -121,18 +121,23 @@ def test_bad_input_is_a_clear_error_fast_and_nothing_is_written(
     assert not {app, range_table_name(app)} & tables(dynamodb)
 
 
+@pytest.mark.parametrize("billing", [
+    ("--billing-mode", "PROVISIONED", "--read-capacity", "2", "--write-capacity", "2"),
+    ("--billing-mode", "PAY_PER_REQUEST"),
+], ids=["provisioned", "on-demand"])
 def test_the_library_starts_on_created_tables_without_creating_any(
-        aws_env, kinesis_local, dynamodb, make_stream, make_config, unique_app_name, capsys):
+        aws_env, kinesis_local, dynamodb, make_stream, make_config, unique_app_name, capsys,
+        billing):
     """The worker, the DStream driver's coordinator and the SQL source's driver, each through
-    a counting proxy: DescribeTable, and no CreateTable or UpdateTimeToLive."""
+    a counting proxy: DescribeTable, and no CreateTable or UpdateTimeToLive; the tables keep
+    the billing create-table gave them."""
     from kinesis_dstream.spark.coordinator import ShardCoordinator
     from kinesis_dstream.sql.reader import DriverState
     from kinesis_dstream.worker.processor import RecordProcessor
     from kinesis_dstream.worker.scheduler import Scheduler
 
     app = unique_app_name
-    code, _, err, _ = create(capsys, app, dynamodb, "--billing-mode", "PROVISIONED",
-                             "--read-capacity", "2", "--write-capacity", "2")
+    code, _, err, _ = create(capsys, app, dynamodb, *billing)
     assert code == 0, err
     stream = make_stream(1)
 
@@ -164,7 +169,12 @@ def test_the_library_starts_on_created_tables_without_creating_any(
     assert calls.get(("DescribeTable", range_table_name(app)), 0) >= 2
     assert not [c for c in calls if c[0] in ("CreateTable", "UpdateTimeToLive",
                                              "UpdateContinuousBackups", "UpdateTable")], calls
-    assert described(dynamodb, app)["ProvisionedThroughput"]["ReadCapacityUnits"] == 2
+    for name in (app, range_table_name(app)):
+        table = described(dynamodb, name)
+        mode = table.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED")
+        assert mode == billing[1], (name, table)
+        if mode == "PROVISIONED":
+            assert table["ProvisionedThroughput"]["ReadCapacityUnits"] == 2
 
 
 def test_a_properties_files_billing_mode_reaches_the_table_the_daemon_creates(

@@ -89,3 +89,8 @@ def test_cloudwatch_gets_the_kcl_metrics_from_a_dstream(sc, env, make_stream, pu
         assert {d["ShardId"] for d in metrics[name] if "ShardId" in d} == shards, name
     assert metrics[m.CURRENT_LEASES] == [{"Operation": "RenewAllLeases"}]
     assert {"Operation": "TakeLeases"} in metrics[m.TOTAL_LEASES]
+    # The application's lag: the KCL's name and operation, no shard, so one alarm outlives
+    # a reshard.
+    assert {"Operation": m.APPLICATION_TRACKER} in metrics[m.MILLIS_BEHIND_LATEST]
+    assert all("ShardId" not in d for d in metrics[m.MILLIS_BEHIND_LATEST]
+               if d.get("Operation") == m.APPLICATION_TRACKER)

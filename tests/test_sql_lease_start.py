@@ -11,13 +11,15 @@ checkpointLocation, never the table again.
 """
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
 import warnings
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -253,6 +255,43 @@ def dstream_reads_part(sc: Any, env: dict[str, str], app: str, stream: str,
     return list(rows)
 
 
+def checkpoint_show_names_where_the_query_stopped(checkpoint: str, sink: Batches,
+                                                 started: dict[str, tuple[str, int]]) -> None:
+    """``checkpoint show`` on a stopped query, whichever way the stop fell (a query that read
+    everything in its first batch is often stopped before Spark commits it): the last batch
+    Spark committed, or none; every later one planned and not committed; and for the last
+    committed batch, else the first planned one, each shard's reading starting right after
+    the last record (KPL sub-record included) the batches before it delivered, or where the
+    query started (``started``: the lease table's checkpoint) when they delivered none."""
+    from kinesis_dstream import cli
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.main(["checkpoint", "show", checkpoint, "--json"]) == 0
+    shown = json.loads(out.getvalue())
+
+    def numbered(kind: str) -> list[int]:
+        return sorted(int(p.name) for p in (Path(checkpoint) / kind).iterdir() if p.name.isdigit())
+
+    commits, planned = numbered("commits"), numbered("offsets")
+    last = commits[-1] if commits else None
+    assert shown["last_committed_batch"] == last
+    assert shown["planned_not_committed"] == [n for n in planned if last is None or n > last]
+    checked = last if last is not None else planned[0]
+    (batch,) = [b for b in shown["batches"] if b["batch"] == checked]
+    assert batch["committed"] == (last is not None)
+    (source,) = batch["sources"]
+    assert source["kinesis_dstream"] and set(source["shards"]) == set(started)
+    for shard_id, entry in source["shards"].items():
+        delivered = [ESN(r[1], r[2]) for n, rows in sink.by_batch.items() if n < checked
+                     for r in rows if r[0] == shard_id]
+        expected = max(delivered) if delivered else ESN(*started[shard_id])
+        raw = entry["raw"]
+        assert ESN(raw["after"], raw["sub"]) == expected, (
+            shard_id, entry, checked, sorted(sink.by_batch), started[shard_id])
+        assert entry["position"].startswith(f"after {raw['after']}/{raw['sub']}")
+
+
 @pytest.mark.spark
 def test_a_sql_query_continues_a_dstream_job_from_its_lease_table_exactly_once(
         sc, spark, aws_env, kinesis_local, dynamodb, make_stream, put_records, put_aggregated,
@@ -305,6 +344,7 @@ def test_a_sql_query_continues_a_dstream_job_from_its_lease_table_exactly_once(
     for shard_id, seq, sub in inside:  # a half-read aggregate goes on at its next user record
         first = min((ESN(r[1], r[2]) for r in sink.rows() if r[0] == shard_id))
         assert first == ESN(seq, sub + 1), (first, seq, sub)
+    checkpoint_show_names_where_the_query_stopped(checkpoint, sink, table)
 
     # A restart follows its own checkpointLocation, never the table again (gone here).
     client("dynamodb", dynamodb).delete_table(TableName=unique_app_name)

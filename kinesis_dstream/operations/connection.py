@@ -10,12 +10,12 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import botocore.exceptions
 
-from ..aws.clients import call
+from ..aws.clients import call, make_client
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
@@ -54,13 +54,21 @@ class Connection:
     app: str
     table: LeaseTable
     config: ConsumerConfig
+    _kinesis_api: Any = field(default=None, repr=False)
 
     @property
     def table_name(self) -> str:
         return self.table.table_name
 
+    def kinesis_api(self) -> Any:
+        """The one Kinesis client, made on first use: every stream of the table shares it
+        (making one parses botocore's models, a noticeable share of a command's time)."""
+        if self._kinesis_api is None:
+            self._kinesis_api = make_client(self.config, "kinesis")
+        return self._kinesis_api
+
     def kinesis(self, stream: str) -> KinesisClient:
-        return KinesisClient(self.config.replace(stream_name=stream))
+        return KinesisClient(self.config.replace(stream_name=stream), client=self.kinesis_api())
 
     def check_table(self) -> None:
         """The table exists, or BadInput naming it (the application has no lease table)."""

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..aws.kinesis import KinesisClient, Shard
-from ..aws.kpl import deaggregate, epoch_ms
 from ..aws.lease_table import Lease, LeaseTable
 from ..errors import LeaseLostError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber
@@ -176,6 +175,10 @@ def _newest_before(kinesis: KinesisClient, shard_id: str,
     and a worker opening the shard would be skipped). Looks back in widening windows, so a
     quiet shard costs a few calls and a busy one reads little before ``timestamp``.
     """
+    # Here, not at the top: the KPL module loads protobuf, which only this look-up needs,
+    # and every other sub-command (``leases status`` first) would pay for loading it.
+    from ..aws.kpl import deaggregate, epoch_ms
+
     window_s = 1.0
     while window_s <= LOOK_BACK_LIMIT_S:
         iterator: str | None = kinesis.get_shard_iterator(shard_id, AT_TIMESTAMP,

@@ -10,6 +10,8 @@ Lag: one GetShardIterator and one GetRecords (``Limit`` 1) at each checkpoint, w
 ``MillisBehindLatest`` says how far the checkpoint is behind the shard's tip. That is one
 call of each per shard, well within the 5 a second per shard that Kinesis allows, though
 it does share them with the application's readers; ``--no-lag`` makes no Kinesis call.
+The shards are measured many at a time (the limits are per shard), and the Kinesis client
+is made while DynamoDB answers, so a table of hundreds of shards takes seconds, not minutes.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import argparse
 import datetime as _dt
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +37,9 @@ from .connection import (
 )
 from .positions import split_lease_key
 
-LAG_THREADS = 16
+# Calls in flight at once: one per shard, so no shard's limits are approached; within the
+# client's connection pool (50).
+LAG_THREADS = 32
 
 
 @dataclass
@@ -47,6 +51,7 @@ class ShardStatus:
     stalled: bool = False             # lags, and its checkpoint did not move while watched
     lag_ms: int | None = None
     lag_note: str | None = None       # why there is no lag figure
+    earlier: Lease | None = None      # with --expiry: the lease as the first read saw it
 
     def to_json(self) -> dict[str, Any]:
         lease = self.lease
@@ -116,6 +121,21 @@ def add_parser(commands: Any) -> None:
 
 def status(args: argparse.Namespace) -> int:
     connection = connect(args)
+    with ThreadPoolExecutor(max_workers=LAG_THREADS) as pool:
+        kinesis_ready = None if args.no_lag else pool.submit(connection.kinesis_api)
+        report = read_report(args, connection)
+        if kinesis_ready is not None:
+            kinesis_ready.result()
+            measure_lag(connection, report.shards, pool)
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print_report(report)
+    return EXIT_FINDING if report.summary()["expired"] else EXIT_OK
+
+
+def read_report(args: argparse.Namespace, connection: Connection) -> Report:
+    """The table's leases (read twice with ``--expiry``), one row per shard, no lag yet."""
     connection.check_table()
     first = connection.table.list_leases()
     interval_ms = args.failover_ms if args.expiry else None
@@ -133,23 +153,15 @@ def status(args: argparse.Namespace) -> int:
         earlier = before.get(lease.lease_key)
         if interval_ms is not None and lease.lease_owner and earlier is not None:
             row.live = earlier.lease_counter != lease.lease_counter
+        row.earlier = earlier if interval_ms is not None else None
         report.shards.append(row)
-    if not args.no_lag:
-        measure_lag(connection, report.shards)
-    if interval_ms is not None:
-        for row in report.shards:
-            earlier = before.get(row.lease.lease_key)
-            row.stalled = bool(earlier is not None and row.lag_ms
-                               and earlier.checkpoint == row.lease.checkpoint)
-    if args.json:
-        emit_json(report.to_json())
-    else:
-        print_report(report)
-    return EXIT_FINDING if report.summary()["expired"] else EXIT_OK
+    return report
 
 
-def measure_lag(connection: Connection, rows: list[ShardStatus]) -> None:
-    """Each row's lag at its checkpoint, a few shards at a time; a failure is a note."""
+def measure_lag(connection: Connection, rows: list[ShardStatus], pool: Executor) -> None:
+    """Each row's lag at its checkpoint, many shards at a time; a failure is a note. With
+    ``--expiry``, a row that lags and whose checkpoint did not move between the reads is
+    stalled."""
     clients: dict[str, Any] = {}
     for row in rows:
         if row.stream is None:
@@ -161,12 +173,12 @@ def measure_lag(connection: Connection, rows: list[ShardStatus]) -> None:
         elif row.stream not in clients:
             clients[row.stream] = connection.kinesis(row.stream)
     todo = [row for row in rows if row.lag_note is None]
-    if not todo:
-        return
-    with ThreadPoolExecutor(max_workers=min(LAG_THREADS, len(todo))) as pool:
-        for row, (lag, note) in zip(todo, pool.map(
-                lambda r: _lag_of(clients[r.stream], r), todo), strict=True):
-            row.lag_ms, row.lag_note = lag, note
+    for row, (lag, note) in zip(todo, pool.map(
+            lambda r: _lag_of(clients[r.stream], r), todo), strict=True):
+        row.lag_ms, row.lag_note = lag, note
+    for row in rows:
+        row.stalled = bool(row.earlier is not None and row.lag_ms
+                           and row.earlier.checkpoint == row.lease.checkpoint)
 
 
 def _lag_of(kinesis: Any, row: ShardStatus) -> tuple[int | None, str | None]:
