@@ -12,6 +12,7 @@ apart, in one ``DriverState`` that pickling leaves behind.
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 import threading
 import time
@@ -19,7 +20,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import cached_property
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
@@ -109,6 +110,8 @@ class DriverState:
         self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
         # The fan-out consumer registered for the query (name, ARN), once per process.
         self.consumer: tuple[str, str] | None = None
+        # Proves a task to the executor process holding its shard's subscription.
+        self.peer_key = secrets.token_bytes(32)
 
     @cached_property
     def kinesis(self) -> KinesisClient:
@@ -310,6 +313,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         batch, cap = int(end["batch"]), int(end["limit"])
         read_now = {s: e for s, e in end["shards"].items() if is_read(e)}
         pacing = self._pacing(len(read_now))
+        held_at = self._subscribers(key, batch - 1)
         ranges = []
         for shard_id, entry in read_now.items():
             position, timestamp = position_of(entry)
@@ -318,13 +322,28 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             ranges.append(ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
                                      self.options.max_fetch_time_per_shard_s, position,
                                      timestamp, iterator=driver.prober.iterator(shard_id, entry),
-                                     record_empty=True, **pacing))
+                                     record_empty=True, **pacing, **held_at(shard_id)))
         driver.read_in[batch] = [r.shard_id for r in ranges]
         weight = dict(driver.weight)
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
                               lambda r: weight.get(r.shard_id, 0))
         config = self._read_config(end["query"])
         return [ShardPartition(config, group, self.options.arrow_batches) for group in groups]
+
+    def _subscribers(self, key: str, batch: int) -> Callable[[str], dict[str, Any]]:
+        """Under fan-out, where each shard's subscription is held after reading ``batch``
+        (its recorded range says), for the next task to ask wherever it runs."""
+        driver = self.driver
+        if not self.options.fan_out:
+            return lambda shard_id: {}
+        recorded = driver.recorded[2] if driver.recorded is not None and \
+            driver.recorded[:2] == (key, batch) else {}
+
+        def held_at(shard_id: str) -> dict[str, Any]:
+            previous = recorded.get(shard_id)
+            return {"peer_key": driver.peer_key,
+                    "subscriber": previous.subscriber if previous is not None else None}
+        return held_at
 
     def _pacing(self, shards_read: int) -> dict[str, Any]:
         """A reading's byte cap (fetchBufferSize, split over the shards it reads) and the
