@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import signal
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +34,7 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
 
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
-from ..aws.stream_consumer import deregister_stream_consumer, register_stream_consumer
+from ..aws.stream_consumer import register_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
@@ -73,22 +71,6 @@ _RESTART_NEEDS_4_2 = (
     "its query stands (pyspark >= 4.2 does), so a query cannot resume from its "
     "checkpointLocation here. Upgrade to pyspark >= 4.2, or start the query with a new "
     "checkpointLocation (it then reads from kinesis.startingPosition)")
-
-
-def _stop_on_sigterm() -> None:
-    """A stopped query's source process is ended by SIGTERM (PySpark's worker factory
-    destroys it), which skips the ``finally`` that calls ``stop()``: SIGTERM is made a
-    ``SystemExit`` there, so ``stop()`` runs and can deregister the fan-out consumer. Only in
-    the process's main thread (where PySpark calls the reader), and never over a handler
-    someone else installed."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return
-
-    def exit_gracefully(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, exit_gracefully)
 
 
 class DriverState:
@@ -151,8 +133,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         """The driver-only state, created on first use in the driver process."""
         if self._driver is None:
             self._driver = DriverState(self.config)
-            if self.options.fan_out and self.options.deregisters_consumer:
-                _stop_on_sigterm()
         return self._driver
 
     def _shards(self, force: bool = False) -> list[Shard] | None:
@@ -396,23 +376,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             driver.pool.submit(delete)
 
     def stop(self) -> None:
-        """The query stopped (PySpark calls this as the source's process ends): the fan-out
-        consumer is deregistered where the options ask for it (see ``deregisters_consumer``)."""
+        """The query stopped (PySpark calls this as the source's process ends, if it gets
+        the chance): the driver's threads end. The fan-out consumer is deregistered by the
+        driver's query listener instead (``consumer_listener``), which is told."""
         driver, self._driver = self._driver, None
-        if driver is None:
-            return
-        log.info("aws-kinesis source of stream %s stopping (fan-out consumer %s)",
-                 self.config.stream_name, driver.consumer)
-        try:
-            if driver.consumer is not None and self.options.deregisters_consumer:
-                name, arn = driver.consumer
-                if deregister_stream_consumer(driver.kinesis, arn):
-                    log.info("aws-kinesis: deregistered fan-out consumer %s of stream %s as "
-                             "the query stopped", name, self.config.stream_name)
-        except KinesisDStreamError as exc:
-            log.warning("aws-kinesis: could not deregister fan-out consumer %s: %s",
-                        driver.consumer, exc)
-        finally:
+        if driver is not None:
             driver.stop()
 
     def _recorded_ranges(self, key: str, batch: int,
