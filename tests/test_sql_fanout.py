@@ -23,6 +23,7 @@ pytestmark = pytest.mark.spark
 LIFETIME_S = 6.0  # beyond the 5 s rule: a renewal is never refused by it
 TRIGGER = {"processingTime": "1 second"}
 PRODUCER_EVERY_S = 0.5  # 10 records each time: 20 a second
+BATCHES = 15  # batches over which subscriptions are counted
 
 
 def consumers(endpoint: str, stream: str) -> dict[str, str]:
@@ -45,7 +46,7 @@ def start(spark: Any, fmt: str, opts: dict[str, str], checkpoint: str, sink: Bat
             .trigger(**TRIGGER).start())
 
 
-@pytest.mark.timeout(240)  # the session's Spark may start inside it (90 s loaded)
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
         make_fanout_front, tmp_path: Path):
@@ -57,32 +58,39 @@ def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
                    **{"kinesis.consumerType": "SubscribeToShard",
                       "kinesis.consumerName": f"{unique_app_name}-c"})
     sink = Batches()
-    started = time.monotonic()
     query = start(spark, "aws-kinesis", opts, str(tmp_path / "cp"), sink)
-    # registered when the query starts, ACTIVE before any task subscribes
+    shards = emulators.list_shard_ids(kinesis_local, stream)
+    producer = KeyedProducer(front.endpoint, stream, prefix="during", every_s=PRODUCER_EVERY_S)
     try:
+        # registered when the query starts, ACTIVE before any task subscribes
         wait_until(lambda: consumers(kinesis_local, stream).get(f"{unique_app_name}-c")
                    == "ACTIVE", 30, "the consumer registered")
+        wait_until(lambda: set(sink.data()) >= {r.data for r in before}, 120,
+                   "the records put before the query")  # its Python workers have started
+        producer.start()
+        # Counted from here: BATCHES 1 s batches, each a chance for a shard's task to land
+        # on the other executor.
+        counted_from, batch0 = time.monotonic(), len(sink.by_batch)
+        subscribed0 = {s: front.count("SubscribeToShard", s) for s in shards}
+        wait_until(lambda: len(sink.by_batch) >= batch0 + BATCHES, 120, f"{BATCHES} batches")
     except BaseException:
+        producer.halt.set()
         stop(query)
         raise
-    producer = KeyedProducer(front.endpoint, stream, prefix="during", every_s=PRODUCER_EVERY_S)
-    producer.start()
-    # three lifetimes' worth of records, read on; every record once (before ones included)
-    read_on_exactly_once(query, producer, sink, int(3 * LIFETIME_S / PRODUCER_EVERY_S) * 10,
-                         sent_within_s=60, also=[r.data for r in before])
-    elapsed = time.monotonic() - started
-    shards = emulators.list_shard_ids(kinesis_local, stream)
-    subscribed = {s: front.count("SubscribeToShard", s) for s in shards}
-    print(f"SubscribeToShard per shard in {elapsed:.1f} s with {LIFETIME_S:.0f} s lifetimes: "
-          f"{subscribed}")
+    # every record once (those put before included)
+    read_on_exactly_once(query, producer, sink, len(producer.sent) + 10,
+                         also=[r.data for r in before])
+    counted_s = time.monotonic() - counted_from
+    subscribed = {s: front.count("SubscribeToShard", s) - subscribed0[s] for s in shards}
+    print(f"SubscribeToShard per shard over {len(sink.by_batch) - batch0} batches in "
+          f"{counted_s:.1f} s with {LIFETIME_S:.0f} s lifetimes: {subscribed}")
     for shard_id in shards:
         assert front.count("GetRecords", shard_id) == 0, shard_id
-        assert subscribed[shard_id] >= 1, shard_id
+        assert front.count("SubscribeToShard", shard_id) >= 1, shard_id
     # subscriptions outlive tasks wherever Spark places them: about one per lifetime, not
     # one each time a shard's task lands on another executor
-    bound = elapsed / LIFETIME_S + 3
-    assert all(n <= bound for n in subscribed.values()), (subscribed, f"{elapsed:.1f} s")
+    bound = counted_s / LIFETIME_S + 2
+    assert all(n <= bound for n in subscribed.values()), (subscribed, f"{counted_s:.1f} s")
     # a graceful stop() deregisters the consumer, as the awslabs connector does
     wait_deregistered(lambda: consumers(kinesis_local, stream).get(f"{unique_app_name}-c")
                       in (None, "DELETING"), "the consumer deregistered")
