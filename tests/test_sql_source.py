@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pytest
 from spark_helpers import wait_until
@@ -160,29 +160,35 @@ def offsets_logged(checkpoint: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_on_exactly_once(query: Any, producer: "KeyedProducer", sink: Batches,
-                         sent_at_stop: int) -> None:
-    """A restarted query while the producer goes on: every record put, each exactly once, and
-    no batch that ran again brought other rows. Stops the producer and the query."""
+def read_on_exactly_once(query: Any, producer: "KeyedProducer", sink: Batches, until_sent: int,
+                         *, sent_within_s: float = 30.0, read_within_s: float = 120.0,
+                         also: Iterable[bytes] = ()) -> None:
+    """A query reading while the producer goes on until it has sent ``until_sent`` records:
+    every record put (and ``also``), each exactly once, and no batch that ran again brought
+    other rows. Stops the producer and the query."""
     try:
-        wait_until(lambda: len(producer.sent) >= sent_at_stop + 150, 30, "more records")
+        wait_until(lambda: len(producer.sent) >= until_sent, sent_within_s, "more records")
         sent = producer.finish()
-        wait_until(lambda: set(sink.data()) >= set(sent) or not query.isActive, 120,
-                   "every record put")
+        wait_until(lambda: set(sink.data()) >= set(sent) or not query.isActive, read_within_s,
+                   f"every record put ({len(sent)}; {len(sink.data())} read in "
+                   f"{len(sink.by_batch)} batches so far)")
     finally:
         producer.halt.set()
         stop(query)
-    got = sink.data()
-    assert got == Counter(sent), (len(got), len(sent), [d for d, n in got.items() if n > 1][:5])
+    got, want = sink.data(), Counter(sent) + Counter(also)
+    assert got == want, (len(got), len(want), [d for d, n in got.items() if n > 1][:5])
     assert not sink.reruns_differing
 
 
 class KeyedProducer(threading.Thread):
-    """Puts 10 records every 0.2 s under 6 fixed partition keys, data unique; ``sent`` in order."""
+    """Puts 10 records every ``every_s`` under 6 fixed partition keys, data unique (``prefix``
+    and a count); ``sent`` in order."""
 
-    def __init__(self, endpoint: str, stream: str) -> None:
+    def __init__(self, endpoint: str, stream: str, *, prefix: str = "rec",
+                 every_s: float = 0.2) -> None:
         super().__init__(name="keyed-producer", daemon=True)
         self.endpoint, self.stream = endpoint, stream
+        self.prefix, self.every_s = prefix, every_s
         self.sent: list[bytes] = []
         self.halt = threading.Event()
         self.error: BaseException | None = None
@@ -190,8 +196,8 @@ class KeyedProducer(threading.Thread):
     def run(self) -> None:
         n = 0
         try:
-            while not self.halt.wait(0.2):
-                batch = [(f"key{(n + i) % 6}", f"rec-{n + i:06d}") for i in range(10)]
+            while not self.halt.wait(self.every_s):
+                batch = [(f"key{(n + i) % 6}", f"{self.prefix}-{n + i:06d}") for i in range(10)]
                 put_at(self.endpoint, self.stream, batch)
                 self.sent.extend(d.encode() for _, d in batch)
                 n += 10
@@ -307,7 +313,7 @@ def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
     if not PYSPARK_4_2 and _failed_naming_4_2(query):
         producer.halt.set()  # pyspark < 4.2 cannot tell the source where the query stands
         return
-    read_on_exactly_once(query, producer, sink, sent_at_stop)
+    read_on_exactly_once(query, producer, sink, sent_at_stop + 150)
     # One query id across both runs: the restarted query found its ranges.
     assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1
 
@@ -354,7 +360,7 @@ def test_a_query_stopped_between_its_first_plan_and_commit_restarts_exactly_once
     sent_at_stop = len(producer.sent)
     wait_until(lambda: len(producer.sent) >= sent_at_stop + 60, 30, "records put while stopped")
     query = start_query(spark, opts, checkpoint, sink)
-    read_on_exactly_once(query, producer, sink, sent_at_stop)
+    read_on_exactly_once(query, producer, sink, sent_at_stop + 150)
     assert 0 in sink.by_batch  # the held batch itself ran again
     # The checkpoint kept its query: the first reading's id and, for LATEST, its pinned time.
     assert len({o["query"] for o in offsets_logged(checkpoint)}) == 1

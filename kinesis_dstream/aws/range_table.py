@@ -70,6 +70,9 @@ class BatchRange:
     # How far behind the shard's tip the read ended (its last GetRecords' MillisBehindLatest):
     # the SQL source's driver reports it for a shard it reads again without probing.
     millis_behind_latest: int | None = field(default=None, compare=False)
+    # Under fan-out, the executor process (``host:port``) that holds the shard's subscription
+    # after this read: the next batch's task asks it (``retrieval.subscription_peers``).
+    subscriber: str | None = field(default=None, compare=False)
 
     @property
     def next_start(self) -> ExtendedSequenceNumber:
@@ -99,6 +102,8 @@ def _item(r: BatchRange) -> dict[str, Any]:
         item["iteratorTime"] = {"N": repr(float(r.iterator_time))}
     if r.millis_behind_latest is not None:
         item["millisBehindLatest"] = {"N": str(int(r.millis_behind_latest))}
+    if r.subscriber is not None:
+        item["subscriber"] = {"S": r.subscriber}
     return item
 
 
@@ -116,7 +121,8 @@ def _range(item: dict[str, Any]) -> BatchRange:
         next_iterator=item.get("nextIterator", {}).get("S"),
         iterator_time=float(item.get("iteratorTime", {}).get("N", 0.0)),
         millis_behind_latest=(int(item["millisBehindLatest"]["N"])
-                              if "millisBehindLatest" in item else None))
+                              if "millisBehindLatest" in item else None),
+        subscriber=item.get("subscriber", {}).get("S"))
 
 
 def enable_ttl(client: DynamoDBAPI, table_name: str) -> None:

@@ -84,6 +84,14 @@ def consumer_status(kinesis: KinesisClient, consumer_arn: str) -> str | None:
     return None if described is None else described.get("ConsumerStatus")
 
 
+def consumer_arn_named(kinesis: KinesisClient, consumer_name: str) -> str | None:
+    """The ARN of ``kinesis``' stream's consumer ``consumer_name``; None if there is none."""
+    stream_arn = kinesis.describe_stream_summary()["StreamARN"]
+    described = _describe(kinesis, f"fan-out consumer {consumer_name!r}",
+                          StreamARN=stream_arn, ConsumerName=consumer_name)
+    return None if described is None else described["ConsumerARN"]
+
+
 def deregister_stream_consumer(kinesis: KinesisClient, consumer_arn: str) -> bool:
     """Deregister a consumer; False if it was gone already. Never called by a worker."""
     try:

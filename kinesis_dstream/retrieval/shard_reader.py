@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ..aws.range_table import BatchRange, range_table_name
 from ..config import ConsumerConfig
@@ -35,6 +35,7 @@ from .executor_process import ReaderClients, clients_for, fault_log
 from .fetch_pace import FetchPace
 from .model import ReadReport, ShardRange, start_after
 from .read_loop import EXACT_READ_PATIENCE_S, Reading, read
+from .subscription_peers import read_at, serve
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,11 +99,20 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
     """Decide a new range: read, then record it (unless it is empty) before handing it out."""
     if start.sequence_number != AT_TIMESTAMP:
         timestamp = None
-    reading = read(clients.kinesis, config, planned.shard_id, start, timestamp,
-                   iterator=iterator, max_records=planned.max_records,
-                   time_budget_s=planned.time_budget_s, max_bytes=planned.max_bytes,
-                   pace=FetchPace(planned.max_bytes_per_s, planned.min_fetch_period_s),
-                   sleep=sleep)
+    bounds: dict[str, Any] = {"max_records": planned.max_records, "time_budget_s": planned.time_budget_s,
+              "max_bytes": planned.max_bytes,
+              "pace": FetchPace(planned.max_bytes_per_s, planned.min_fetch_period_s)}
+    reading, subscriber = None, None
+    if planned.peer_key is not None and config.retrieval_mode == "FANOUT":
+        subscriber = serve(planned.peer_key)
+        if planned.subscriber not in (None, subscriber):  # another process holds it: ask it
+            reading = read_at(planned.subscriber, planned.peer_key, config, planned.shard_id,
+                              start, timestamp, **bounds)
+            if reading is not None:
+                subscriber = planned.subscriber
+    if reading is None:
+        reading = read(clients.kinesis, config, planned.shard_id, start, timestamp,
+                       iterator=iterator, sleep=sleep, **bounds)
     if reading.lost is not None and config.fail_on_data_loss:
         report_data_loss(config, reading.lost)  # raises: no record leaves the task
     if reading.records and _lease_moved(clients, planned):
@@ -113,7 +123,7 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
         planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
         records[-1].extended_sequence_number if records else None, len(records),
         reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time,
-        reading.millis_behind_latest)
+        reading.millis_behind_latest, subscriber)
     if not records and not reading.shard_end and not planned.record_empty:
         if reading.lost is not None:
             report_data_loss(config, reading.lost)

@@ -35,6 +35,7 @@ from ..preflight import (
     check_local_imports,
     use_driver_python_on_local_master,
 )
+from .consumer_listener import ConsumerDeregistration
 from .options import parse_options, parse_source_options
 from .partition_reader import SCHEMA
 from .reader import KinesisStreamReader
@@ -105,6 +106,9 @@ def register(spark: Any) -> None:
     neither, this one), recorded as ``spark.sql.execution.pyspark.python`` unless that is
     set. One probe task checks that those workers import the package, boto3, protobuf and
     pyarrow, and raises ``ExecutorEnvironmentError`` naming the interpreter if not.
+
+    It also adds the query listener that deregisters a fan-out consumer when its query
+    stops (``consumer_listener``; a source has no stop hook of its own that PySpark keeps).
     """
     sc = spark.sparkContext
     use_driver_python_on_local_master(sc)
@@ -119,6 +123,18 @@ def register(spark: Any) -> None:
             _register_unless_found(spark, source)
     finally:
         sc.pythonExec = previous
+    _listen_for_stops(spark)
+
+
+def _listen_for_stops(spark: Any) -> None:
+    """One ``ConsumerDeregistration`` per session, however often ``register`` is called."""
+    if getattr(spark, _LISTENING, False):
+        return
+    spark.streams.addListener(ConsumerDeregistration(spark))
+    setattr(spark, _LISTENING, True)
+
+
+_LISTENING = "_kinesis_dstream_consumer_listener"
 
 
 def _register_unless_found(spark: Any, source: type[DataSource]) -> None:

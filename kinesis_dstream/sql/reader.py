@@ -12,14 +12,13 @@ apart, in one ``DriverState`` that pickling leaves behind.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
+import secrets
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import cached_property
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
@@ -35,7 +34,7 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
 
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
-from ..aws.stream_consumer import deregister_stream_consumer, register_stream_consumer
+from ..aws.stream_consumer import register_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
@@ -74,22 +73,6 @@ _RESTART_NEEDS_4_2 = (
     "checkpointLocation (it then reads from kinesis.startingPosition)")
 
 
-def _stop_on_sigterm() -> None:
-    """A stopped query's source process is ended by SIGTERM (PySpark's worker factory
-    destroys it), which skips the ``finally`` that calls ``stop()``: SIGTERM is made a
-    ``SystemExit`` there, so ``stop()`` runs and can deregister the fan-out consumer. Only in
-    the process's main thread (where PySpark calls the reader), and never over a handler
-    someone else installed."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return
-
-    def exit_gracefully(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, exit_gracefully)
-
-
 class DriverState:
     """What the reader holds in the driver process only: clients (created on first use),
     threads, the prober, and what the planned readings left to the next ones."""
@@ -109,6 +92,8 @@ class DriverState:
         self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
         # The fan-out consumer registered for the query (name, ARN), once per process.
         self.consumer: tuple[str, str] | None = None
+        # Proves a task to the executor process holding its shard's subscription.
+        self.peer_key = secrets.token_bytes(32)
 
     @cached_property
     def kinesis(self) -> KinesisClient:
@@ -148,8 +133,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         """The driver-only state, created on first use in the driver process."""
         if self._driver is None:
             self._driver = DriverState(self.config)
-            if self.options.fan_out and self.options.deregisters_consumer:
-                _stop_on_sigterm()
         return self._driver
 
     def _shards(self, force: bool = False) -> list[Shard] | None:
@@ -310,6 +293,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         batch, cap = int(end["batch"]), int(end["limit"])
         read_now = {s: e for s, e in end["shards"].items() if is_read(e)}
         pacing = self._pacing(len(read_now))
+        held_at = self._subscribers(key, batch - 1)
         ranges = []
         for shard_id, entry in read_now.items():
             position, timestamp = position_of(entry)
@@ -318,13 +302,28 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             ranges.append(ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
                                      self.options.max_fetch_time_per_shard_s, position,
                                      timestamp, iterator=driver.prober.iterator(shard_id, entry),
-                                     record_empty=True, **pacing))
+                                     record_empty=True, **pacing, **held_at(shard_id)))
         driver.read_in[batch] = [r.shard_id for r in ranges]
         weight = dict(driver.weight)
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
                               lambda r: weight.get(r.shard_id, 0))
         config = self._read_config(end["query"])
         return [ShardPartition(config, group, self.options.arrow_batches) for group in groups]
+
+    def _subscribers(self, key: str, batch: int) -> Callable[[str], dict[str, Any]]:
+        """Under fan-out, where each shard's subscription is held after reading ``batch``
+        (its recorded range says), for the next task to ask wherever it runs."""
+        driver = self.driver
+        if not self.options.fan_out:
+            return lambda shard_id: {}
+        recorded = driver.recorded[2] if driver.recorded is not None and \
+            driver.recorded[:2] == (key, batch) else {}
+
+        def held_at(shard_id: str) -> dict[str, Any]:
+            previous = recorded.get(shard_id)
+            return {"peer_key": driver.peer_key,
+                    "subscriber": previous.subscriber if previous is not None else None}
+        return held_at
 
     def _pacing(self, shards_read: int) -> dict[str, Any]:
         """A reading's byte cap (fetchBufferSize, split over the shards it reads) and the
@@ -377,23 +376,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             driver.pool.submit(delete)
 
     def stop(self) -> None:
-        """The query stopped (PySpark calls this as the source's process ends): the fan-out
-        consumer is deregistered where the options ask for it (see ``deregisters_consumer``)."""
+        """The query stopped (PySpark calls this as the source's process ends, if it gets
+        the chance): the driver's threads end. The fan-out consumer is deregistered by the
+        driver's query listener instead (``consumer_listener``), which is told."""
         driver, self._driver = self._driver, None
-        if driver is None:
-            return
-        log.info("aws-kinesis source of stream %s stopping (fan-out consumer %s)",
-                 self.config.stream_name, driver.consumer)
-        try:
-            if driver.consumer is not None and self.options.deregisters_consumer:
-                name, arn = driver.consumer
-                if deregister_stream_consumer(driver.kinesis, arn):
-                    log.info("aws-kinesis: deregistered fan-out consumer %s of stream %s as "
-                             "the query stopped", name, self.config.stream_name)
-        except KinesisDStreamError as exc:
-            log.warning("aws-kinesis: could not deregister fan-out consumer %s: %s",
-                        driver.consumer, exc)
-        finally:
+        if driver is not None:
             driver.stop()
 
     def _recorded_ranges(self, key: str, batch: int,

@@ -1,0 +1,137 @@
+"""Runs in the driver's Python: deregisters a query's fan-out consumer when it stops.
+
+A Python source has no hook that runs when its query stops: PySpark ends the source's
+process with SIGTERM, and the ``finally`` that would call the reader's ``stop()`` is skipped
+or cut short. Spark does tell its query listeners, in the driver, and says whether the query
+stopped or failed: ``ConsumerDeregistration`` is such a listener, added by ``register()``.
+
+When a query starts, the listener finds our sources in its analyzed plan (their format and
+options, as the user gave them) and keeps those that are to deregister (see
+``SourceOptions.deregisters_consumer``). A consumer named after the query id (the Databricks
+default) is known from the offsets the query's progress reports. When the query stops
+without an error (``stop()``, or ``Trigger.AvailableNow`` done), the consumers are
+deregistered; a query that failed keeps its consumer, as the awslabs connector's does.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from ..aws.kinesis import KinesisClient
+from ..aws.stream_consumer import consumer_arn_named, deregister_stream_consumer
+from ..errors import KinesisDStreamError
+from .options import SourceOptions, parse_source_options
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("aws-kinesis", "kinesis")
+
+
+@dataclass
+class _Source:
+    options: SourceOptions
+    query_key: str | None = None  # the id our offsets carry, for a consumer named after it
+
+    @property
+    def consumer_name(self) -> str | None:
+        if self.options.consumer_name is None and self.query_key is None:
+            return None
+        return self.options.consumer_name_for(self.query_key or "")
+
+
+def our_sources(jquery: Any) -> list[SourceOptions]:
+    """The options of the query's ``aws-kinesis`` / ``kinesis`` sources that read by fan-out
+    and deregister on stop, from the JVM query's analyzed plan (its ``StreamingRelationV2``
+    leaves keep the format name and the options as given)."""
+    found = []
+    leaves = jquery.streamingQuery().analyzedPlan().collectLeaves().iterator()
+    while leaves.hasNext():
+        leaf = leaves.next()
+        if not leaf.getClass().getName().endswith("StreamingRelationV2") or \
+                str(leaf.sourceName()) not in FORMATS:
+            continue
+        given = {str(k): str(v) for k, v in leaf.extraOptions().asCaseSensitiveMap().items()}
+        options = parse_source_options(given)
+        if options.fan_out and options.deregisters_consumer:
+            found.append(options)
+    return found
+
+
+def query_keys(progress: Any) -> list[str]:
+    """The query ids our offsets carry, in the order of the progress' sources."""
+    keys = []
+    for source in progress.sources:
+        try:
+            offset = json.loads(source.endOffset or "null")
+        except (TypeError, ValueError):
+            continue
+        if isinstance(offset, dict) and "query" in offset and "shards" in offset:
+            keys.append(str(offset["query"]))
+    return keys
+
+
+class ConsumerDeregistration(StreamingQueryListener):
+    """Deregisters the fan-out consumers of our sources when their query stops gracefully."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+        self._queries: dict[str, list[_Source]] = {}
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - PySpark's name
+        try:
+            jquery = self._spark._jsparkSession.streams().get(str(event.id))
+            sources = our_sources(jquery) if jquery is not None else []
+        except Exception:  # noqa: BLE001 - a listener must not fail the query's events
+            log.warning("could not read the sources of query %s; its fan-out consumer will "
+                        "not be deregistered on stop()", event.id, exc_info=True)
+            return
+        if sources:
+            self._queries[str(event.id)] = [_Source(o) for o in sources]
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - PySpark's name
+        sources = self._queries.get(str(event.progress.id))
+        if not sources:
+            return
+        keys = query_keys(event.progress)
+        unnamed = [s for s in sources if s.options.consumer_name is None]
+        for source, key in zip(unnamed, keys, strict=False):  # a query not started yet: no key
+            source.query_key = key
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - PySpark's name
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - PySpark's name
+        sources = self._queries.pop(str(event.id), [])
+        if event.exception is not None:
+            if sources:
+                log.info("query %s failed: its fan-out consumers are kept", event.id)
+            return
+        for source in sources:
+            deregister(source.options, source.consumer_name)
+
+
+def deregister(options: SourceOptions, name: str | None) -> bool:
+    """Deregister the consumer ``name`` of the source's stream (logged); False if it was not
+    found or could not be deregistered."""
+    stream = options.config.stream_name
+    if name is None:
+        log.warning("aws-kinesis: the query on stream %s stopped before its first batch "
+                    "completed; its fan-out consumer (named after the query id) is kept",
+                    stream)
+        return False
+    try:
+        kinesis = KinesisClient(options.config)
+        arn = consumer_arn_named(kinesis, name)
+        if arn is None or not deregister_stream_consumer(kinesis, arn):
+            return False
+    except KinesisDStreamError as exc:
+        log.warning("aws-kinesis: could not deregister fan-out consumer %s of stream %s: %s",
+                    name, stream, exc)
+        return False
+    log.info("aws-kinesis: deregistered fan-out consumer %s of stream %s as the query stopped",
+             name, stream)
+    return True

@@ -1,0 +1,62 @@
+"""sql.consumer_listener: which stops deregister which consumers (no Spark: events faked).
+
+The listener itself, on a real query stopped in Spark, is in test_sql_fanout."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace as Event
+from typing import Any
+
+import pytest
+
+from kinesis_dstream.sql import consumer_listener
+from kinesis_dstream.sql.options import parse_source_options
+
+pytestmark = pytest.mark.unit
+
+BASE = {"streamName": "s", "region": "us-east-1", "consumerMode": "efo",
+        "requireConsumerDeregistration": "true"}
+
+
+def progress(query_id: str, *ends: Any) -> Event:
+    return Event(progress=Event(id=query_id, sources=[
+        Event(endOffset=json.dumps(e) if e is not None else None) for e in ends]))
+
+
+@pytest.fixture
+def deregistered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
+    calls: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(consumer_listener, "deregister",
+                        lambda options, name: calls.append((options.config.stream_name, name)))
+    return calls
+
+
+def listening(*options: dict[str, str]) -> consumer_listener.ConsumerDeregistration:
+    listener = consumer_listener.ConsumerDeregistration(spark=None)
+    listener._queries["q1"] = [consumer_listener._Source(parse_source_options(o))
+                               for o in options]
+    return listener
+
+
+def test_a_graceful_stop_deregisters_the_consumer_named_after_the_offsets_query(deregistered):
+    listener = listening(BASE)
+    listener.onQueryProgress(progress("q1", {"v": 1, "query": "abc", "batch": 3, "shards": {}}))
+    listener.onQueryTerminated(Event(id="q1", exception=None))
+    assert deregistered == [("s", "kinesis-dstream-sql-abc")]
+
+
+def test_a_named_consumer_needs_no_progress(deregistered):
+    listening({**BASE, "consumerName": "mine"}).onQueryTerminated(Event(id="q1", exception=None))
+    assert deregistered == [("s", "mine")]
+
+
+def test_a_failed_query_keeps_its_consumer(deregistered):
+    listener = listening({**BASE, "consumerName": "mine"})
+    listener.onQueryTerminated(Event(id="q1", exception="boom"))
+    assert deregistered == []
+
+
+def test_other_sources_offsets_are_not_taken_for_ours():
+    assert consumer_listener.query_keys(progress(
+        "q1", {"0": 12}, None, {"v": 1, "query": "abc", "batch": 1, "shards": {}}
+    ).progress) == ["abc"]

@@ -1,0 +1,73 @@
+"""retrieval.subscription_peers: a task asks the process holding its shard's subscription.
+
+Pure sockets in this process: the read a peer makes is replaced by a stub that says what it
+was asked (the real read is exercised through Spark in test_sql_fanout)."""
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from kinesis_dstream.aws.range_table import BatchRange, _item, _range
+from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.records import ExtendedSequenceNumber, Record
+from kinesis_dstream.retrieval import subscription_peers
+from kinesis_dstream.retrieval.read_loop import Reading
+
+pytestmark = pytest.mark.unit
+
+START = ExtendedSequenceNumber("49590338271490256608559692538361571095921575989136588898")
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """The reads peers in this process were asked for; each answers one record."""
+    calls: list[tuple] = []
+
+    def fake_read(kinesis: Any, config: ConsumerConfig, shard_id: str,
+                  start: ExtendedSequenceNumber, timestamp: float | None, **bounds: Any
+                  ) -> Reading:
+        calls.append((shard_id, start, bounds))
+        record = Record(b"pushed", "pk", "2", 0, 1_700_000_000_000, shard_id)
+        return Reading(records=[record], millis_behind_latest=0, calls=1)
+
+    monkeypatch.setattr(subscription_peers, "read", fake_read)
+    monkeypatch.setattr(subscription_peers, "clients_for", lambda config: type(
+        "Clients", (), {"kinesis": None})())
+    return calls
+
+
+def config() -> ConsumerConfig:
+    return ConsumerConfig(stream_name="s", application_name="app", region_name="us-east-1")
+
+
+def test_a_task_gets_its_range_read_by_the_process_that_serves_it(asked):
+    key = b"k" * 32
+    address = subscription_peers.serve(key)
+    assert subscription_peers.serve(key) == address  # one server per key and process
+    reading = subscription_peers.read_at(address, key, config(), "shardId-0", START, None,
+                                         max_records=100, time_budget_s=1.0)
+    assert reading is not None and [r.binary_data for r in reading.records] == [b"pushed"]
+    assert asked == [("shardId-0", START, {"max_records": 100, "time_budget_s": 1.0})]
+
+
+def test_a_task_without_the_query_key_is_not_served(asked):
+    address = subscription_peers.serve(b"a" * 32)
+    assert subscription_peers.read_at(address, b"b" * 32, config(), "shardId-0", START,
+                                      None, time_budget_s=1.0) is None
+    assert asked == []
+
+
+def test_a_holder_gone_answers_none_at_once(asked):
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert subscription_peers.read_at(f"127.0.0.1:{port}", b"k" * 32, config(), "shardId-0",
+                                      START, None, time_budget_s=1.0) is None
+
+
+def test_a_range_keeps_the_process_holding_its_subscription():
+    r = BatchRange("s/q", "shardId-0", 3, START, subscriber="10.0.0.7:40123")
+    assert _range(_item(r)).subscriber == "10.0.0.7:40123"
+    assert _range(_item(BatchRange("s/q", "shardId-0", 3, START))).subscriber is None
