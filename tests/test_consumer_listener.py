@@ -27,7 +27,7 @@ def progress(query_id: str, *ends: Any) -> Event:
 def deregistered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
     calls: list[tuple[str, str | None]] = []
     monkeypatch.setattr(consumer_listener, "deregister",
-                        lambda options, name: calls.append((options.config.stream_name, name)))
+                        lambda config, name: calls.append((config.stream_name, name)))
     return calls
 
 
@@ -43,6 +43,14 @@ def test_a_graceful_stop_deregisters_the_consumer_named_after_the_offsets_query(
     listener.onQueryProgress(progress("q1", {"v": 1, "query": "abc", "batch": 3, "shards": {}}))
     listener.onQueryTerminated(Event(id="q1", exception=None))
     assert deregistered == [("s", "kinesis-dstream-sql-abc")]
+
+
+def test_a_query_over_several_streams_deregisters_its_consumer_on_each(deregistered):
+    listener = listening({**BASE, "streamName": "s,t"})
+    listener.onQueryProgress(progress("q1", {"v": 2, "query": "abc", "batch": 3,
+                                             "streams": {"s": {}, "t": {}}}))
+    listener.onQueryTerminated(Event(id="q1", exception=None))
+    assert deregistered == [("s", "kinesis-dstream-sql-abc"), ("t", "kinesis-dstream-sql-abc")]
 
 
 def test_a_named_consumer_needs_no_progress(deregistered):

@@ -132,7 +132,7 @@ def test_the_library_starts_on_created_tables_without_creating_any(
     a counting proxy: DescribeTable, and no CreateTable or UpdateTimeToLive; the tables keep
     the billing create-table gave them."""
     from kinesis_dstream.spark.coordinator import ShardCoordinator
-    from kinesis_dstream.sql.reader import DriverState
+    from kinesis_dstream.sql.driver_state import DriverState
     from kinesis_dstream.worker.processor import RecordProcessor
     from kinesis_dstream.worker.scheduler import Scheduler
 

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import emulators
 import pytest
+
+import emulators
 from spark_helpers import wait_until
 from test_sql_source import PYSPARK_4_2, Batches, KeyedProducer, options, read_on_exactly_once, stop
-
 
 pytestmark = pytest.mark.spark
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
 from emulators import client
 from spark_helpers import create, leases, make_ssc, shard_records, wait_until
 from test_operations_leases import status_shows_every_lease

@@ -11,13 +11,13 @@ import threading
 from typing import Any, Iterator
 
 import pytest
+
 from spark_helpers import wait_until
 
 from kinesis_dstream.sql import prober
 from kinesis_dstream.sql.offsets import is_read
 from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.reader import KinesisStreamReader
-
 
 pytestmark = pytest.mark.emulator
 

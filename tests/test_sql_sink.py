@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from spark_helpers import wait_until
 from test_producer import assert_on_own_shards, read_back, shard_ranges
 

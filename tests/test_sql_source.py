@@ -23,13 +23,19 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import pytest
+
 from spark_helpers import wait_until
 
 if __name__ != "__main__":  # the subprocess driver needs none of the emulator helpers
-    from emulators import client, put_records as put_at
+    from emulators import client
+    from emulators import put_records as put_at
+
+import pyspark  # noqa: E402
 
 from kinesis_dstream.errors import ConfigurationError, DataLossError
 from kinesis_dstream.records import ExtendedSequenceNumber
+from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
+from kinesis_dstream.sql.datasource import register
 from kinesis_dstream.sql.offsets import (
     advance,
     is_read,
@@ -39,19 +45,15 @@ from kinesis_dstream.sql.offsets import (
     position_of,
     stream_key,
 )
+from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.partition_reader import arrow_schema, to_arrow
 from kinesis_dstream.sql.reader import KinesisStreamReader
-
-import pyspark  # noqa: E402
 
 # Admission control, Trigger.AvailableNow and the offset a restarted query stands at reach
 # a Python source from pyspark 4.2 on (the Spark matrix runs this file on 4.0 too).
 PYSPARK_4_2 = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 2)
 needs_4_2 = pytest.mark.skipif(not PYSPARK_4_2, reason="pyspark < 4.2 has no admission "
                                "control or Trigger.AvailableNow for Python sources")
-from kinesis_dstream.sql.options import parse_source_options
-from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
-from kinesis_dstream.sql.datasource import register
 
 TRIGGER = "1 second"
 
@@ -632,7 +634,8 @@ def test_invalid_value_names_the_option(key, value):
 @pytest.mark.unit
 def test_options_map_onto_the_reader_config():
     parsed = parse_source_options({
-        **BASE, "kinesis.region": "eu-west-1", "kinesis.startingPosition": "AT_TIMESTAMP 2024-05-01T10:00:00Z",
+        **BASE, "kinesis.region": "eu-west-1",
+        "kinesis.startingPosition": "AT_TIMESTAMP 2024-05-01T10:00:00Z",
         "kinesis.getRecords.numberOfRecordsPerFetch": "500", "kinesis.clientNumRetries": "2",
         "kinesis.clientRetryIntervalsMs": "250", "kinesis.dynamodb.tableName": "tbl",
         "kinesis.maxFetchRecordsPerShard": "7", "kinesis.failOnDataLoss": "TRUE"})

@@ -4,7 +4,8 @@ Spark writes ``offsets/N`` when it plans batch N (a version line, a metadata lin
 line per source: its offset as JSON, or ``-``) and ``commits/N`` once batch N is done. Our
 source's offset (format in ``kinesis_dstream.sql.offsets``; read as text here, as that
 package needs pyspark) gives, per shard, where batch N's reading starts; where it ended is
-in the batch-range table. So a batch planned but not committed names exactly where the
+in the batch-range table (a query of several streams names its shards ``stream/shardId``).
+So a batch planned but not committed names exactly where the
 query resumes, and a committed one where its last reading started.
 """
 from __future__ import annotations
@@ -78,11 +79,18 @@ def read_offsets(path: Path) -> dict[str, Any]:
             offset = json.loads(line) if line.strip() not in ("", "-") else None
         except json.JSONDecodeError:
             offset = None
+        shards = None
         if isinstance(offset, dict) and offset.get("v") == 1 and "shards" in offset:
+            shards = offset["shards"]
+        elif isinstance(offset, dict) and offset.get("v") == 2 and "streams" in offset:
+            shards = {f"{stream}/{shard}": position  # a query of several streams
+                      for stream, positions in offset["streams"].items()
+                      for shard, position in positions.items()}
+        if shards is not None and isinstance(offset, dict):
             entry.update(kinesis_dstream=True, query=offset.get("query"),
                          reading=offset.get("batch"), limit=offset.get("limit"),
                          shards={shard: {"position": describe_position(position), "raw": position}
-                                 for shard, position in sorted(offset["shards"].items())})
+                                 for shard, position in sorted(shards.items())})
         else:
             entry["offset"] = line
         sources.append(entry)

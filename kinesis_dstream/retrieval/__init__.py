@@ -19,10 +19,11 @@ from .fetch_pace import FetchPace
 from .model import ITERATOR_TTL_S, MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, start_after
 from .pacer import Pacer
 from .polling import KinesisDataFetcher
-from .shard_groups import group_shards, read_shards
+from .shard_groups import group_shards, read_each, read_shards
 from .shard_reader import read_shard_range, waiting_out_dynamodb
 from .source import RecordSource, open_source
 
 __all__ = ["ITERATOR_TTL_S", "MAX_FETCH_TIME_PER_SHARD_S", "ReadReport", "ShardRange",
-           "start_after", "FetchPace", "Pacer", "KinesisDataFetcher", "group_shards", "read_shards",
+           "start_after", "FetchPace", "Pacer", "KinesisDataFetcher", "group_shards", "read_each",
+           "read_shards",
            "read_shard_range", "waiting_out_dynamodb", "RecordSource", "open_source"]

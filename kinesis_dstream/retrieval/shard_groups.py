@@ -58,10 +58,17 @@ def read_shards(config: ConsumerConfig, ranges: Sequence[ShardRange], *, fresh: 
     A read that fails fails the task (Spark retries it); the others finish and record their
     ranges, which the retry then reads exactly.
     """
-    if len(ranges) == 1:
-        yield read_shard_range(config, ranges[0], fresh=fresh)
+    return read_each([(config, r) for r in ranges], fresh=fresh)
+
+
+def read_each(reads: Sequence[tuple[ConsumerConfig, ShardRange]], *, fresh: bool = True,
+              ) -> Iterator[tuple[list[Record], ReadReport]]:
+    """``read_shards`` of ranges that each name their stream's config (a task of a query
+    that reads several streams)."""
+    if len(reads) == 1:
+        yield read_shard_range(reads[0][0], reads[0][1], fresh=fresh)
         return
     pool = _threads()
-    futures = [pool.submit(read_shard_range, config, r, fresh=fresh) for r in ranges]
+    futures = [pool.submit(read_shard_range, config, r, fresh=fresh) for config, r in reads]
     for future in futures:
         yield future.result()

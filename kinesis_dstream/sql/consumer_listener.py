@@ -23,6 +23,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from ..aws.kinesis import KinesisClient
 from ..aws.stream_consumer import consumer_arn_named, deregister_stream_consumer
+from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from .options import SourceOptions, parse_source_options
 
@@ -69,7 +70,8 @@ def query_keys(progress: Any) -> list[str]:
             offset = json.loads(source.endOffset or "null")
         except (TypeError, ValueError):
             continue
-        if isinstance(offset, dict) and "query" in offset and "shards" in offset:
+        if isinstance(offset, dict) and "query" in offset and \
+                ("shards" in offset or "streams" in offset):  # one stream, or several
             keys.append(str(offset["query"]))
     return keys
 
@@ -111,20 +113,21 @@ class ConsumerDeregistration(StreamingQueryListener):
                 log.info("query %s failed: its fan-out consumers are kept", event.id)
             return
         for source in sources:
-            deregister(source.options, source.consumer_name)
+            for config in source.options.stream_configs.values():  # registered on each
+                deregister(config, source.consumer_name)
 
 
-def deregister(options: SourceOptions, name: str | None) -> bool:
-    """Deregister the consumer ``name`` of the source's stream (logged); False if it was not
+def deregister(config: ConsumerConfig, name: str | None) -> bool:
+    """Deregister the consumer ``name`` of the config's stream (logged); False if it was not
     found or could not be deregistered."""
-    stream = options.config.stream_name
+    stream = config.stream_name
     if name is None:
         log.warning("aws-kinesis: the query on stream %s stopped before its first batch "
                     "completed; its fan-out consumer (named after the query id) is kept",
                     stream)
         return False
     try:
-        kinesis = KinesisClient(options.config)
+        kinesis = KinesisClient(config)
         arn = consumer_arn_named(kinesis, name)
         if arn is None or not deregister_stream_consumer(kinesis, arn):
             return False

@@ -1,9 +1,10 @@
 """The ``aws-kinesis`` data source: one class that Spark finds by name.
 
 Streaming reads (``reader.py`` plans on the driver, ``partition_reader.py`` reads on
-executors), batch and streaming writes (``sink.py``). ``schema()`` is the source's (the
-awslabs connector's, plus ``subSequenceNumber`` and ``shardId`` so KPL user records and their
-shards can be told apart).
+executors), batch and streaming writes (``sink.py``). ``schema()`` is the source's:
+``aws-kinesis`` has the awslabs connector's columns, ``kinesis`` Databricks' (``stream``,
+``shardId``), both with ``subSequenceNumber`` so KPL user records can be told apart (see
+``partition_reader``).
 A batch read (``spark.read``) is not offered: it fails in one place, ``_no_batch_read``.
 
 Registration needs no call: the top-level modules ``pyspark_kinesis_dstream`` (``aws-kinesis``)
@@ -37,7 +38,7 @@ from ..preflight import (
 )
 from .consumer_listener import ConsumerDeregistration
 from .options import parse_options, parse_source_options
-from .partition_reader import SCHEMA
+from .partition_reader import spark_schema
 from .reader import KinesisStreamReader
 from .sink import KinesisBatchWriter, KinesisStreamWriter
 
@@ -63,6 +64,9 @@ def _check_this_python() -> None:
 class KinesisDataSource(DataSource):
     """``format("aws-kinesis")``: options as the awslabs spark-sql-kinesis-connector names them."""
 
+    # The columns of its rows (see partition_reader.LAYOUTS).
+    layout = "awslabs"
+
     @classmethod
     def name(cls) -> str:
         return "aws-kinesis"
@@ -70,7 +74,7 @@ class KinesisDataSource(DataSource):
     def schema(self) -> StructType:
         # Spark asks for the schema of a read only: a bad source option fails load(), named.
         parse_source_options(self.options)
-        return SCHEMA
+        return spark_schema(self.layout)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         _check_this_python()
@@ -85,12 +89,15 @@ class KinesisDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         _check_this_python()
-        return KinesisStreamReader(parse_source_options(self.options))
+        return KinesisStreamReader(parse_source_options(self.options), layout=self.layout)
 
 
 class KinesisShortNameDataSource(KinesisDataSource):
     """``kinesis``: the name qubole's and Databricks' connectors use; the same options, which
-    include those connectors' names (``initialPosition``, ``region``, ...: see ``options``)."""
+    include those connectors' names (``initialPosition``, ``region``, ...: see ``options``),
+    and Databricks' row schema (``stream``, ``shardId``)."""
+
+    layout = "databricks"
 
     @classmethod
     def name(cls) -> str:

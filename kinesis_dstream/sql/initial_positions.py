@@ -106,18 +106,20 @@ def initial_positions(listing: Sequence[Shard], start: StartingPosition, pinned:
     return positions
 
 
-def lease_shard_id(lease_key: str, stream_name: str) -> str | None:
+def lease_shard_id(lease_key: str, stream_name: str, several: bool = False) -> str | None:
     """The shard of a lease key of ``stream_name``: the key itself in a single-stream table,
     the last part of the KCL's multi-stream ``account:stream:creationEpoch:shardId``, None
-    for another stream's."""
+    for another stream's. A query of ``several`` streams takes multi-stream keys only: a
+    single-stream key does not say which stream it is of."""
     parts = lease_key.split(":")
     if len(parts) == 4:
         return parts[3] if parts[1] == stream_name else None
-    return lease_key
+    return None if several else lease_key
 
 
 def read_checkpoints(config: ConsumerConfig, table: str, application: str,
-                     listing: Sequence[Shard]) -> dict[str, ExtendedSequenceNumber]:
+                     listing: Sequence[Shard], several: bool = False,
+                     ) -> dict[str, ExtendedSequenceNumber]:
     """The checkpoints of ``config.stream_name``'s shards in lease ``table``, read only.
 
     Raises ConfigurationError naming the table and application when it does not exist or
@@ -135,7 +137,7 @@ def read_checkpoints(config: ConsumerConfig, table: str, application: str,
         raise type(exc)(f"reading {where} to start the query: {exc}") from exc
     checkpoints = {}
     for lease in leases:
-        shard_id = lease_shard_id(lease.lease_key, config.stream_name)
+        shard_id = lease_shard_id(lease.lease_key, config.stream_name, several)
         if shard_id is not None:
             checkpoints[shard_id] = lease.checkpoint
     listed = {s.shard_id for s in listing}

@@ -8,25 +8,30 @@ completed): a pure function of committed facts, logged by Spark before reading n
 query id, born in ``initialOffset()``, travels in every offset, so it lives in the query's
 checkpointLocation without the source knowing that location.
 
-An offset: ``{"v": 1, "query": id, "batch": n, "limit": cap, "shards": {shard: position}}``, keys
-in that order, shards sorted. A position: ``{"after": "<seq>", "sub": k}``, ``{"at":
-"TRIM_HORIZON"}``, ``{"at": "AT_TIMESTAMP", "ts": s}`` or ``{"ended": true}``; a shard marked
-``"wait": [parents]`` (parents not ended) or ``"quiet": true`` (see ``prober``) is not read.
+An offset of a query that reads one stream: ``{"v": 1, "query": id, "batch": n, "limit": cap,
+"shards": {shard: position}}``, keys in that order, shards sorted (the layout every version
+wrote). A query of several streams (``streamName`` a list) writes ``{"v": 2, ..., "streams":
+{stream: {shard: position}}}``: positions, ranges and range keys are per stream and shard.
+A position: ``{"after": "<seq>", "sub": k}``, ``{"at": "TRIM_HORIZON"}``, ``{"at":
+"AT_TIMESTAMP", "ts": s}`` or ``{"ended": true}``; a shard marked ``"wait": [parents]``
+(parents not ended) or ``"quiet": true`` (see ``prober``) is not read.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..aws.kinesis import Shard
 from ..aws.range_table import BatchRange
-from ..errors import DataLossError, KinesisDStreamError
+from ..errors import ConfigurationError, DataLossError, KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber
 from ..retrieval import start_after
 
 log = logging.getLogger(__name__)
 
 OFFSET_VERSION = 1
+STREAMS_OFFSET_VERSION = 2  # several streams: {"streams": {stream: {shard: position}}}
 
 
 def position_json(start: ExtendedSequenceNumber, timestamp: float | None) -> dict[str, Any]:
@@ -134,3 +139,67 @@ def make_offset(query_id: str, batch: int, limit: int,
                 shards: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"v": OFFSET_VERSION, "query": query_id, "batch": batch, "limit": limit,
             "shards": {k: shards[k] for k in sorted(shards)}}
+
+
+def make_streams_offset(query_id: str, batch: int, limit: int,
+                        streams: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    return {"v": STREAMS_OFFSET_VERSION, "query": query_id, "batch": batch, "limit": limit,
+            "streams": {name: {k: streams[name][k] for k in sorted(streams[name])}
+                        for name in sorted(streams)}}
+
+
+@dataclass(frozen=True)
+class StreamSet:
+    """The streams a query reads, and each shard's key in the reader's per-shard maps: the
+    shard id alone when the query reads one stream (so its offsets, reports and logs read as
+    they always did), else ``stream/shardId`` (a stream name holds no ``/``)."""
+
+    names: tuple[str, ...]
+
+    @property
+    def single(self) -> bool:
+        return len(self.names) == 1
+
+    def key(self, stream: str, shard_id: str) -> str:
+        return shard_id if self.single else f"{stream}/{shard_id}"
+
+    def split(self, key: str) -> tuple[str, str]:
+        if self.single:
+            return self.names[0], key
+        stream, _, shard_id = key.partition("/")
+        return stream, shard_id
+
+    def flatten(self, offset: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """An offset's shard positions by key. An offset of one stream (``v`` 1, as every
+        version before several streams wrote) is the query's stream's when it reads one; a
+        stream no longer in the list is no longer read."""
+        if "streams" not in offset:
+            if not self.single:
+                raise ConfigurationError(
+                    f"the checkpointLocation holds offsets of a query that read one stream, "
+                    f"which they do not name: it cannot go on reading the streams "
+                    f"{', '.join(self.names)}. Give it that one stream again, or start the "
+                    f"query of several streams with a new checkpointLocation")
+            return dict(offset["shards"])
+        flat: dict[str, dict[str, Any]] = {}
+        for stream, shards in offset["streams"].items():
+            if stream not in self.names:
+                log.warning("stream %s is no longer in the query's list: no longer read", stream)
+                continue
+            flat.update({self.key(stream, s): e for s, e in shards.items()})
+        return flat
+
+    def by_stream(self, flat: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per-key positions grouped by stream (every stream of the query, if empty)."""
+        grouped: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.names}
+        for key, entry in flat.items():
+            stream, shard_id = self.split(key)
+            grouped.setdefault(stream, {})[shard_id] = entry
+        return grouped
+
+    def offset(self, query_id: str, batch: int, limit: int,
+               flat: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The offset of per-key positions: one stream's layout (v1), or several's (v2)."""
+        if self.single:
+            return make_offset(query_id, batch, limit, flat)
+        return make_streams_offset(query_id, batch, limit, self.by_stream(flat))

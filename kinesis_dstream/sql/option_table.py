@@ -128,7 +128,9 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
            aliases=("endpointUrl", "endpoint"), field="kinesis_endpoint"),
     Option(REGION, _TEXT, "AWS region; by default the one in the endpoint's host name, else "
            "AWS_REGION.", aliases=("regionName", "region"), field="region_name"),
-    Option(STREAM_NAME, _TEXT, "The Kinesis stream (required).", aliases=("streamName",),
+    Option(STREAM_NAME, _TEXT, "The Kinesis stream (required). A read takes a "
+           "comma-separated list of streams too (as Databricks' streamName): one query reads "
+           "them all. A write goes to one stream.", aliases=("streamName",),
            field="stream_name"),
     Option(ACCESS_KEY_ID, _TEXT, "Static credentials: the key id, with kinesis.awsSecretKey; "
            "without both, boto3's default chain.", aliases=("awsAccessKeyId", "awsAccessKey"),

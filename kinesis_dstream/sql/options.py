@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from ..config import ConsumerConfig, check_credentials
@@ -82,7 +82,8 @@ class SourceOptions:
     """What the options of one ``readStream.format("aws-kinesis")`` mean: the shard reader's
     config and what only the SQL source uses."""
 
-    config: ConsumerConfig
+    config: ConsumerConfig  # of the first stream; ``stream_configs`` has each stream's
+    streams: tuple[str, ...] = ()
     starting_position: StartingPosition = field(
         default_factory=lambda: StartingPosition("LATEST"))
     fail_on_data_loss: bool = False
@@ -104,6 +105,16 @@ class SourceOptions:
     consumer_name: str | None = None  # None with efo: named after the query (consumer_name_for)
     require_consumer_deregistration: bool | None = None
     unknown: tuple[str, ...] = ()
+
+    @property
+    def stream_names(self) -> tuple[str, ...]:
+        return self.streams or (self.config.stream_name,)
+
+    @property
+    def stream_configs(self) -> dict[str, ConsumerConfig]:
+        """The shard reader's config of each stream the query reads, in the order given."""
+        return {name: self.config if name == self.config.stream_name
+                else replace(self.config, stream_name=name) for name in self.stream_names}
 
     @property
     def fan_out(self) -> bool:
@@ -187,6 +198,23 @@ def _check_connection(config_values: dict[str, Any]) -> None:
 
 
 _CREDENTIAL_NAMES = {option.field: option.name for option in CONNECTION_OPTIONS}
+_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+def stream_list(value: str) -> tuple[str, ...]:
+    """``kinesis.streamName`` / ``streamName``: one stream, or a comma-separated list of
+    them (Databricks'), each named once."""
+    names = tuple(name.strip() for name in str(value).split(","))
+    bad = [name for name in names if not _STREAM_NAME.fullmatch(name)]
+    if bad:
+        raise ConfigurationError(f"{STREAM_NAME}: {bad[0]!r} in {value!r} is not a Kinesis "
+                                 "stream name (1-128 of a-z A-Z 0-9 _ . -; several are "
+                                 "separated by commas)")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigurationError(f"{STREAM_NAME}: stream {twice[0]!r} is listed twice in "
+                                 f"{value!r}")
+    return names
 
 
 def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> KinesisOptions:
@@ -198,6 +226,9 @@ def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> Kinesi
     read = _read(options, "sink")
     config_values = read.of("config")
     _check_connection(config_values)
+    if "," in str(config_values["stream_name"]):
+        raise ConfigurationError(f"{STREAM_NAME}: a write goes to one stream, not to the list "
+                                 f"{config_values['stream_name']!r}")
     config_values.setdefault("application_name", SQL_APPLICATION_NAME)
     config_values.update(config_overrides)
     return KinesisOptions(config=ConsumerConfig(**config_values),
@@ -217,6 +248,8 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     if kinesis_region and "region_name" not in config_values:
         config_values["region_name"] = kinesis_region
     _check_connection(config_values)
+    streams = stream_list(config_values["stream_name"])
+    config_values["stream_name"] = streams[0]
     if "fail_on_data_loss" in source_values:  # the executors' readers decide on a trimmed start
         config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
     if "kinesis_endpoint" not in config_values and config_values.get("region_name"):
@@ -238,8 +271,8 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
                              os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or None)
     for name, value in _SOURCE_CONFIG_DEFAULTS.items():
         config_values.setdefault(name, value)
-    source = SourceOptions(config=ConsumerConfig(**config_values), unknown=read.unknown,
-                           **source_values)
+    source = SourceOptions(config=ConsumerConfig(**config_values), streams=streams,
+                           unknown=read.unknown, **source_values)
     if source.metadata_committer_type == "HDFS":
         log.info("aws-kinesis source: %s HDFS: batch ranges are kept in DynamoDB table %s all "
                  "the same (our only range store); the query's offsets stay in its "

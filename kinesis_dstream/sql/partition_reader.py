@@ -3,14 +3,15 @@
 A ``ShardPartition`` is all a task knows (picklable, small): ``read_partition`` reads its
 ranges with the executors' reader, which records each range before handing out a record, so
 a retried task returns the same rows (see ``offsets``). Rows go to Spark as Arrow record
-batches, or as tuples where ``kinesis.arrowBatches`` is false.
+batches, or as tuples where ``kinesis.arrowBatches`` is false, in the layout of the format
+read: the awslabs connector's columns for ``aws-kinesis``, Databricks' for ``kinesis``.
 """
 from __future__ import annotations
 
 import datetime
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
@@ -24,87 +25,108 @@ from pyspark.sql.types import (
 
 from ..config import ConsumerConfig
 from ..records import Record
-from ..retrieval import ShardRange, read_shards
+from ..retrieval import ShardRange, read_each
 
 log = logging.getLogger(__name__)
 
 # Rows per Arrow batch handed to Spark: bounded memory per batch, few batches per partition.
 ARROW_ROWS = 10_000
 
-SCHEMA = StructType([
-    StructField("data", BinaryType(), False),
-    StructField("streamName", StringType(), False),
-    StructField("partitionKey", StringType(), False),
-    StructField("sequenceNumber", StringType(), False),
-    StructField("subSequenceNumber", LongType(), False),
-    StructField("shardId", StringType(), False),
-    StructField("approximateArrivalTimestamp", TimestampType(), False),
-])
+# Each column a row may have: its Spark type and its value from a record and its stream.
+_COLUMNS: dict[str, tuple[Any, Callable[[Record, str], Any]]] = {
+    "data": (BinaryType(), lambda r, s: r.binary_data),
+    "streamName": (StringType(), lambda r, s: s),
+    "stream": (StringType(), lambda r, s: s),
+    "partitionKey": (StringType(), lambda r, s: r.partition_key),
+    "sequenceNumber": (StringType(), lambda r, s: r.sequence_number),
+    "subSequenceNumber": (LongType(), lambda r, s: r.sub_sequence_number),
+    "shardId": (StringType(), lambda r, s: r.shard_id),
+    "approximateArrivalTimestamp": (TimestampType(), lambda r, s: datetime.datetime.fromtimestamp(
+        r.approximate_arrival_timestamp / 1000.0, datetime.timezone.utc)),
+}
+# format("aws-kinesis"): the awslabs connector's columns, plus subSequenceNumber and shardId
+# (KPL user records and their shards told apart).
+AWSLABS_COLUMNS = ("data", "streamName", "partitionKey", "sequenceNumber", "subSequenceNumber",
+                   "shardId", "approximateArrivalTimestamp")
+# format("kinesis"): Databricks' columns in Databricks' order, plus subSequenceNumber last.
+DATABRICKS_COLUMNS = ("partitionKey", "data", "stream", "shardId", "sequenceNumber",
+                      "approximateArrivalTimestamp", "subSequenceNumber")
+LAYOUTS = {"awslabs": AWSLABS_COLUMNS, "databricks": DATABRICKS_COLUMNS}
+
+
+def spark_schema(layout: str = "awslabs") -> StructType:
+    return StructType([StructField(name, _COLUMNS[name][0], False) for name in LAYOUTS[layout]])
+
+
+SCHEMA = spark_schema("awslabs")
 
 
 @dataclass(frozen=True)
 class ShardPartition(InputPartition):
-    """A task's shards in one micro-batch; all a task knows (picklable, small)."""
+    """A task's shards in one micro-batch; all a task knows (picklable, small). ``configs``
+    is each range's stream's config where the query reads several streams (else
+    ``config``'s stream, for all)."""
 
     config: ConsumerConfig
     ranges: tuple[ShardRange, ...]
     arrow: bool = True
+    layout: str = "awslabs"
+    configs: tuple[ConsumerConfig, ...] = ()
 
     def __repr__(self) -> str:
         shards = ", ".join(f"{r.shard_id} after {r.start}" for r in self.ranges)
         return f"ShardPartition(reading {self.ranges[0].batch_ms}: {shards})"
 
+    def reads(self) -> list[tuple[ConsumerConfig, ShardRange]]:
+        return list(zip(self.configs or [self.config] * len(self.ranges), self.ranges,
+                        strict=True))
 
-def arrow_schema() -> Any:
-    """The Arrow schema Spark expects from read(): ``SCHEMA``'s, nullability included (pyspark
+
+def arrow_schema(layout: str = "awslabs") -> Any:
+    """The Arrow schema Spark expects from read(): the layout's, nullability included (pyspark
     >= 4.2 checks it). Spelled out, since PySpark's converter changed its keywords between
     4.0 and 4.2."""
     import pyarrow as pa
 
-    return pa.schema([
-        pa.field("data", pa.binary(), nullable=False),
-        pa.field("streamName", pa.string(), nullable=False),
-        pa.field("partitionKey", pa.string(), nullable=False),
-        pa.field("sequenceNumber", pa.string(), nullable=False),
-        pa.field("subSequenceNumber", pa.int64(), nullable=False),
-        pa.field("shardId", pa.string(), nullable=False),
-        pa.field("approximateArrivalTimestamp", pa.timestamp("us", tz="UTC"), nullable=False),
-    ])
+    types = {"data": pa.binary(), "subSequenceNumber": pa.int64(),
+             "approximateArrivalTimestamp": pa.timestamp("us", tz="UTC")}
+    return pa.schema([pa.field(name, types.get(name, pa.string()), nullable=False)
+                      for name in LAYOUTS[layout]])
 
 
 def to_arrow(records: Sequence[Record], stream_name: str, schema: Any) -> Any:
+    """The records as an Arrow batch of ``schema`` (a layout's ``arrow_schema``)."""
     import pyarrow as pa
 
-    n = len(records)
-    columns = [
-        pa.array([r.binary_data for r in records], pa.binary()),
-        pa.array([stream_name] * n, pa.string()),
-        pa.array([r.partition_key for r in records], pa.string()),
-        pa.array([r.sequence_number for r in records], pa.string()),
-        pa.array([r.sub_sequence_number for r in records], pa.int64()),
-        pa.array([r.shard_id for r in records], pa.string()),
-        pa.array([r.approximate_arrival_timestamp * 1000 for r in records],
-                 pa.timestamp("us", tz="UTC")),
-    ]
+    arrays = {
+        "data": lambda: pa.array([r.binary_data for r in records], pa.binary()),
+        "partitionKey": lambda: pa.array([r.partition_key for r in records], pa.string()),
+        "sequenceNumber": lambda: pa.array([r.sequence_number for r in records], pa.string()),
+        "subSequenceNumber": lambda: pa.array([r.sub_sequence_number for r in records],
+                                              pa.int64()),
+        "shardId": lambda: pa.array([r.shard_id for r in records], pa.string()),
+        "approximateArrivalTimestamp": lambda: pa.array(
+            [r.approximate_arrival_timestamp * 1000 for r in records],
+            pa.timestamp("us", tz="UTC")),
+    }
+    stream = lambda: pa.array([stream_name] * len(records), pa.string())  # noqa: E731
+    columns = [arrays[name]() if name in arrays else stream() for name in schema.names]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def read_partition(partition: ShardPartition) -> Iterator[Any]:
     """The records of one partition, the same ones every time (see ``offsets``)."""
-    stream = partition.config.stream_name
-    schema = arrow_schema() if partition.arrow else None
-    for records, report in read_shards(partition.config, partition.ranges):
-        r = report.batch_range
+    reads = partition.reads()
+    columns = [_COLUMNS[name][1] for name in LAYOUTS[partition.layout]]
+    schema = arrow_schema(partition.layout) if partition.arrow else None
+    for (config, _), (records, report) in zip(reads, read_each(reads), strict=True):
+        r, stream = report.batch_range, config.stream_name
         log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest %s",
                  r.shard_id, r.batch_ms, r.records, r.start, r.end or "-",
                  " (shard end)" if r.shard_end else "", report.millis_behind_latest)
         if schema is None:
-            utc = datetime.timezone.utc
             for x in records:
-                yield (x.binary_data, stream, x.partition_key, x.sequence_number,
-                       x.sub_sequence_number, x.shard_id,
-                       datetime.datetime.fromtimestamp(x.approximate_arrival_timestamp / 1000.0,
-                                                       utc))
+                yield tuple(column(x, stream) for column in columns)
             continue
         for i in range(0, len(records), ARROW_ROWS):
             yield to_arrow(records[i:i + ARROW_ROWS], stream, schema)

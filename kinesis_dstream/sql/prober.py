@@ -17,7 +17,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any, Callable, Sequence, TypeVar
 
 from ..aws.kinesis import KinesisClient
@@ -76,25 +75,37 @@ class ShardProber:
     """The driver's watches over each shard's position, and the thread probing quiet shards.
 
     ``target_ms`` is Trigger.AvailableNow's (None otherwise): records that arrived after it
-    are not work, and every trigger probes afresh, with no background thread.
+    are not work, and every trigger probes afresh, with no background thread. Shards are
+    known by the reader's keys; ``locate`` turns a key into its stream's config and the shard
+    id (by default: ``config``'s stream, the key the shard id), so one thread probes the
+    quiet shards of every stream a query reads.
     """
 
-    def __init__(self, config: ConsumerConfig, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, config: ConsumerConfig, pool: ThreadPoolExecutor,
+                 locate: Callable[[str], tuple[ConsumerConfig, str]] | None = None,
+                 label: str | None = None) -> None:
         self.config = config
+        self.label = label or config.stream_name
+        self._locate = locate or (lambda key: (config, key))
+        self._clients: dict[ConsumerConfig, KinesisClient] = {}
         self._pool = pool
         self._watch: dict[str, ShardWatch] = {}
         self._lock = threading.Lock()
         self._quiet: dict[str, dict[str, Any]] = {}  # shards sitting out: the thread's work
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
-        self._faults = FaultLog(log, f"probing stream {config.stream_name}")
+        self._faults = FaultLog(log, f"probing stream {self.label}")
 
-    @cached_property
-    def kinesis(self) -> KinesisClient:
-        """The probes' client: one try per call. A probe that fails says "read it" and the
-        reading's task waits the fault out; a probe that retried would spend the budget the
-        task needs, and hold the trigger up."""
-        return KinesisClient(replace(self.config, retry_max_attempts=1))
+    def kinesis(self, config: ConsumerConfig) -> KinesisClient:
+        """The probes' client of ``config``'s stream: one try per call. A probe that fails
+        says "read it" and the reading's task waits the fault out; a probe that retried would
+        spend the budget the task needs, and hold the trigger up."""
+        with self._lock:
+            client = self._clients.get(config)
+            if client is None:
+                client = self._clients[config] = KinesisClient(
+                    replace(config, retry_max_attempts=1))
+            return client
 
     def stop(self) -> None:
         self._halt.set()
@@ -146,7 +157,7 @@ class ShardProber:
                     self._watch[shard_id].probe = None
         if quiet and self._thread is None and target_ms is None:
             self._thread = threading.Thread(target=self._probe_quiet_shards, daemon=True,
-                                            name=f"kinesis-source-prober-{self.config.stream_name}")
+                                            name=f"kinesis-source-prober-{self.label}")
             self._thread.start()
 
     def iterator(self, shard_id: str, entry: dict[str, Any]) -> str | None:
@@ -173,7 +184,7 @@ class ShardProber:
             try:
                 each_shard(self._pool, functools.partial(self._probe_at, quiet), due)
             except Exception as exc:  # noqa: BLE001 - latestOffset probes again, and raises
-                log.debug("background probe of %s failed: %s", self.config.stream_name, exc)
+                log.debug("background probe of %s failed: %s", self.label, exc)
 
     def _probe(self, shard_id: str, entry: dict[str, Any], target_ms: int | None) -> Probe:
         """One GetRecords from the shard's position: a record (before ``target_ms``), the
@@ -185,9 +196,10 @@ class ShardProber:
         retried: it says "read it", and the reading's task waits the fault out.
         """
         position, timestamp = position_of(entry)
-        config = replace(self.config, max_records=2,
-                         initial_position_timestamp=timestamp or self.config.initial_position_timestamp)
-        fetcher = KinesisDataFetcher(self.kinesis, config, shard_id)
+        stream_config, shard = self._locate(shard_id)
+        config = replace(stream_config, max_records=2, initial_position_timestamp=timestamp
+                         or stream_config.initial_position_timestamp)
+        fetcher = KinesisDataFetcher(self.kinesis(stream_config), config, shard)
         iterator = self.iterator(shard_id, entry)
         try:
             if iterator is not None:

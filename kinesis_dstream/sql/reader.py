@@ -5,19 +5,18 @@ long-lived source process, builds each offset from the ranges the last reading r
 ``offsets``), plans the shards a reading reads (see ``prober``) and cleans up old ranges.
 ``LATEST`` is pinned when the query starts (``AT_TIMESTAMP`` of that moment), so a re-run of
 the first batch reads the same records; a new query may start from a KCL lease table's
-checkpoints instead (``initial_positions``). Spark pickles the reader to executors for
-``read()``, which needs only its partition: the driver's clients, threads and watches live
-apart, in one ``DriverState`` that pickling leaves behind.
+checkpoints instead (``initial_positions``). A query may read several streams
+(``streamName`` a list): each shard is then known as ``stream/shardId`` (``StreamSet``), and
+parents before children, probes and task grouping work over all of them at once. Spark
+pickles the reader to executors for ``read()``, which needs only its partition: the driver's
+clients, threads and watches live apart, in one ``DriverState`` that pickling leaves behind.
 """
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from functools import cached_property
 from typing import Any, Callable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -32,20 +31,20 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
     ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-from ..aws.kinesis import KinesisClient, Shard
-from ..aws.range_table import BatchRange, BatchRangeTable
-from ..aws.stream_consumer import register_stream_consumer
+from ..aws.kinesis import Shard
+from ..aws.range_table import BatchRange
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
-from ..worker.stall import StallWatch, largest_lag
+from ..worker.stall import largest_lag
+from .driver_state import DriverState
 from .initial_positions import child_start, initial_positions, read_checkpoints
 from .offsets import (
+    StreamSet,
     advance,
     is_first_reading_again,
     is_read,
     is_readable,
-    make_offset,
     next_shards,
     position_of,
     stream_key,
@@ -55,7 +54,7 @@ from .option_table import STARTING_POSITION
 from .options import SourceOptions
 from .other_connectors import MB
 from .partition_reader import ShardPartition, read_partition
-from .prober import Probe, ShardProber, each_shard
+from .prober import Probe, each_shard
 
 log = logging.getLogger(__name__)
 
@@ -73,43 +72,6 @@ _RESTART_NEEDS_4_2 = (
     "checkpointLocation (it then reads from kinesis.startingPosition)")
 
 
-class DriverState:
-    """What the reader holds in the driver process only: clients (created on first use),
-    threads, the prober, and what the planned readings left to the next ones."""
-
-    def __init__(self, config: ConsumerConfig) -> None:
-        self.config = config
-        # The per-shard calls, the probes and the range clean-up.
-        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
-        self.prober = ShardProber(config, self.pool)
-        self.listing: list[Shard] | None = None
-        self.listed_at = 0.0  # monotonic s
-        self.read_in: dict[int, list[str]] = {}  # reading -> the shards it read (to clean up)
-        self.lag: dict[str, int | None] = {}
-        self.stalls = StallWatch.of(config, f"aws-kinesis {config.stream_name}")
-        self.weight: dict[str, int] = {}  # what each shard of the planned reading read last
-        # The ranges of the last completed reading: (stream key, reading, shard -> range).
-        self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
-        # The fan-out consumer registered for the query (name, ARN), once per process.
-        self.consumer: tuple[str, str] | None = None
-        # Proves a task to the executor process holding its shard's subscription.
-        self.peer_key = secrets.token_bytes(32)
-
-    @cached_property
-    def kinesis(self) -> KinesisClient:
-        return KinesisClient(self.config)
-
-    @cached_property
-    def ranges(self) -> BatchRangeTable:
-        table = BatchRangeTable(self.config)
-        table.create_table_if_not_exists()
-        return table
-
-    def stop(self) -> None:
-        self.prober.stop()
-        self.pool.shutdown(wait=True)
-
-
 class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc,unused-ignore]
     """Plans micro-batches on the driver; holds no records.
 
@@ -117,9 +79,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     stands. Everything else is in ``driver``, which pickling drops.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, layout: str = "awslabs") -> None:
         self.options = options
         self.config = options.config
+        self.streams = StreamSet(options.stream_names)
+        self.layout = layout  # the rows' columns (partition_reader.LAYOUTS)
         self._target_ms: int | None = None  # Trigger.AvailableNow: read what arrived before
         self._last_end: dict[str, Any] | None = None  # pyspark < 4.2 calls latestOffset()
         self._initial: dict[str, Any] | None = None
@@ -132,38 +96,51 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def driver(self) -> DriverState:
         """The driver-only state, created on first use in the driver process."""
         if self._driver is None:
-            self._driver = DriverState(self.config)
+            self._driver = DriverState(self.config, self.options.stream_configs)
         return self._driver
 
-    def _shards(self, force: bool = False) -> list[Shard] | None:
-        """The stream's shards, listed at most every describeShardInterval (None: not due)."""
+    @property
+    def _what(self) -> str:
+        return ", ".join(self.streams.names)
+
+    def _shards(self, force: bool = False) -> dict[str, list[Shard]] | None:
+        """Each stream's shards, listed at most every describeShardInterval (None: not due)."""
         driver, now = self.driver, time.monotonic()
         if force or driver.listing is None or \
                 now - driver.listed_at >= self.options.describe_shard_interval_s:
-            driver.listing = driver.kinesis.list_shards()
+            driver.listing = driver.list_shards()
             driver.listed_at = now
             return driver.listing
         return None
 
-    def _consumer_arn(self, query: str) -> str:
-        """The query's fan-out consumer, registered (and ACTIVE) on the driver before any
-        task subscribes: at the query's start, or at its first trigger after a restart (the
-        consumer name may come from the query id the offsets keep)."""
-        driver = self.driver
+    def _consumer_arn(self, query: str) -> None:
+        """The query's fan-out consumer on each stream, registered (and ACTIVE) on the driver
+        before any task subscribes: at the query's start, or at its first trigger after a
+        restart (the consumer name may come from the query id the offsets keep)."""
         name = self.options.consumer_name_for(query)
-        if driver.consumer is None or driver.consumer[0] != name:
-            arn = register_stream_consumer(driver.kinesis, name)
-            log.info("aws-kinesis query %s reads stream %s by enhanced fan-out as consumer %s "
-                     "(%s)", query, self.config.stream_name, name, arn)
-            driver.consumer = (name, arn)
-        return driver.consumer[1]
+        for stream in self.streams.names:
+            self.driver.consumer_arn(stream, name, query)
 
-    def _read_config(self, query: str) -> ConsumerConfig:
-        """What the executors read with: by fan-out as the registered consumer, or polling."""
+    def _read_configs(self, query: str) -> dict[str, ConsumerConfig]:
+        """What the executors read each stream with: by fan-out as the registered consumer,
+        or polling."""
+        configs = self.options.stream_configs
         if not self.options.fan_out:
-            return self.config
-        return replace(self.config, consumer_name=self.options.consumer_name_for(query),
-                       consumer_arn=self._consumer_arn(query))
+            return configs
+        name = self.options.consumer_name_for(query)
+        return {stream: replace(config, consumer_name=name, consumer_arn=self.driver.consumer_arn(
+            stream, name, query)) for stream, config in configs.items()}
+
+    def _next_shards(self, shards: dict[str, dict[str, Any]],
+                     listing: dict[str, list[Shard]] | None) -> dict[str, dict[str, Any]]:
+        """``next_shards`` of each stream (its parents are its own), by shard key."""
+        out: dict[str, dict[str, Any]] = {}
+        for stream, positions in self.streams.by_stream(shards).items():
+            listed = listing.get(stream) if listing is not None else None
+            found = next_shards(positions, listed, self._child_start(),
+                                self.options.fail_on_data_loss)
+            out.update({self.streams.key(stream, s): e for s, e in found.items()})
+        return {k: out[k] for k in sorted(out)}
 
     def _child_start(self) -> dict[str, Any]:
         return child_start(self.options.starting_position)
@@ -173,25 +150,31 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if self._initial is not None:  # pyspark < 4.2 may ask after latestOffset() made it
             return self._initial
         start, options = self.options.starting_position, self.options
-        listing = self._shards(force=True) or []
+        listings = self._shards(force=True) or {}
         pinned = time.time()
-        checkpoints = None
-        if options.start_lease_table:  # read first: a wrong name fails the query at once
-            checkpoints = read_checkpoints(self.config, options.start_lease_table,
-                                           options.start_application or "", listing)
+        query, shards, checkpointed = uuid.uuid4().hex, {}, 0
+        for stream, config in options.stream_configs.items():
+            listing = listings.get(stream, [])
+            checkpoints = None
+            if options.start_lease_table:  # read first: a wrong name fails the query at once
+                checkpoints = read_checkpoints(config, options.start_lease_table,
+                                               options.start_application or "", listing,
+                                               several=not self.streams.single)
+                checkpointed += len(set(checkpoints) & {s.shard_id for s in listing})
+            positions = initial_positions(listing, start, pinned, checkpoints,
+                                          options.start_lease_table or "")
+            shards.update({self.streams.key(stream, s): e for s, e in positions.items()})
         self.driver.ranges  # noqa: B018 - the table exists before any executor needs it
-        shards = initial_positions(listing, start, pinned, checkpoints,
-                                   options.start_lease_table or "")
-        offset = make_offset(uuid.uuid4().hex, 0, self.options.max_fetch_records_per_shard,
-                             next_shards(shards, None, {}, False))
-        if checkpoints is None:
-            log.info("aws-kinesis query %s on stream %s starts %s: %d shards", offset["query"],
-                     self.config.stream_name, start.kind, len(shards))
+        offset = self.streams.offset(query, 0, self.options.max_fetch_records_per_shard,
+                                     self._next_shards(shards, None))
+        if not options.start_lease_table:
+            log.info("aws-kinesis query %s on stream %s starts %s: %d shards", query,
+                     self._what, start.kind, len(shards))
         else:
             log.info("aws-kinesis query %s on stream %s starts from lease table %s: %d shards, "
-                     "%d of them checkpointed there (the others start as %s says)",
-                     offset["query"], self.config.stream_name, options.start_lease_table,
-                     len(shards), len(set(checkpoints) & set(shards)), STARTING_POSITION)
+                     "%d of them checkpointed there (the others start as %s says)", query,
+                     self._what, options.start_lease_table, len(shards), checkpointed,
+                     STARTING_POSITION)
         if self.options.fan_out:  # registered as the query starts, as the connectors do
             self._consumer_arn(offset["query"])
         self._initial = offset
@@ -211,18 +194,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             start = self._last_end if self._last_end is not None else self.initialOffset()
         driver, prober = self.driver, self.driver.prober
         query, batch = start["query"], int(start["batch"])
-        key = stream_key(self.config.stream_name, query)
-        read_last = [s for s, e in start["shards"].items() if is_read(e)] if batch > 0 else []
-        stored = self._recorded_ranges(key, batch, read_last)
-        shards = {s: advance(without_quiet(e), stored.get(s))
-                  for s, e in start["shards"].items()}
+        started = self.streams.flatten(start)
+        read_last = [s for s, e in started.items() if is_read(e)] if batch > 0 else []
+        stored = self._recorded_ranges(query, batch, read_last)
+        shards = {s: advance(without_quiet(e), stored.get(s)) for s, e in started.items()}
         for shard_id, recorded in stored.items():  # the read's iterator, at the next position
             if recorded is not None and recorded.next_iterator is not None:
                 prober.watched(shard_id, shards[shard_id], recorded.next_iterator,
                                recorded.iterator_time, recorded.records == 0
                                and recorded.millis_behind_latest == 0)
-        shards = next_shards(shards, self._shards(), self._child_start(),
-                             self.options.fail_on_data_loss)
+        shards = self._next_shards(shards, self._shards())
         readable = [s for s, e in shards.items() if is_readable(e)]
         # A shard whose last reading brought records is read again unasked (Trigger.AvailableNow
         # asks every shard: it stops at the records that arrived before it started).
@@ -257,10 +238,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         cap = self.options.max_fetch_records_per_shard
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = max(1, min(cap, limit.max_rows // len(busy)))
-        end = make_offset(query, batch + 1, cap, shards)
+        end = self.streams.offset(query, batch + 1, cap, shards)
         lags = [v for v in driver.lag.values() if v is not None]
         log.info("aws-kinesis %s reading %d: %d of %d shards read, up to %d records each, max "
-                 "millisBehindLatest %s ms", self.config.stream_name, batch + 1, len(busy),
+                 "millisBehindLatest %s ms", self._what, batch + 1, len(busy),
                  len(readable), cap, max(lags) if lags else "-")
         self._last_end = end
         return end
@@ -288,39 +269,45 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self._last_end = end  # where the query stands, for pyspark < 4.2's latestOffset()
         if start == end or int(end["batch"]) <= int(start["batch"]):
             return []
-        driver = self.driver
-        key = stream_key(self.config.stream_name, end["query"])
+        driver, query = self.driver, end["query"]
         batch, cap = int(end["batch"]), int(end["limit"])
-        read_now = {s: e for s, e in end["shards"].items() if is_read(e)}
+        read_now = {s: e for s, e in self.streams.flatten(end).items() if is_read(e)}
         pacing = self._pacing(len(read_now))
-        held_at = self._subscribers(key, batch - 1)
-        ranges = []
-        for shard_id, entry in read_now.items():
+        held_at = self._subscribers(query, batch - 1)
+        ranges, keys = [], {}
+        for key, entry in read_now.items():
+            stream, shard_id = self.streams.split(key)
             position, timestamp = position_of(entry)
             # Every empty read is recorded: a task cannot tell a re-run of its batch from
             # its first computation here.
-            ranges.append(ShardRange(key, shard_id, batch, position, timestamp, batch, cap,
+            ranges.append(ShardRange(stream_key(stream, query), shard_id, batch, position,
+                                     timestamp, batch, cap,
                                      self.options.max_fetch_time_per_shard_s, position,
-                                     timestamp, iterator=driver.prober.iterator(shard_id, entry),
-                                     record_empty=True, **pacing, **held_at(shard_id)))
-        driver.read_in[batch] = [r.shard_id for r in ranges]
+                                     timestamp, iterator=driver.prober.iterator(key, entry),
+                                     record_empty=True, **pacing, **held_at(key)))
+            keys[(ranges[-1].stream_key, shard_id)] = (stream, key)
+        driver.read_in[batch] = list(read_now)
         weight = dict(driver.weight)
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
-                              lambda r: weight.get(r.shard_id, 0))
-        config = self._read_config(end["query"])
-        return [ShardPartition(config, group, self.options.arrow_batches) for group in groups]
+                              lambda r: weight.get(keys[(r.stream_key, r.shard_id)][1], 0))
+        configs = self._read_configs(query)
+        first = configs[self.streams.names[0]]
+        return [ShardPartition(first, group, self.options.arrow_batches, self.layout,
+                               () if self.streams.single else tuple(
+                                   configs[keys[(r.stream_key, r.shard_id)][0]] for r in group))
+                for group in groups]
 
-    def _subscribers(self, key: str, batch: int) -> Callable[[str], dict[str, Any]]:
+    def _subscribers(self, query: str, batch: int) -> Callable[[str], dict[str, Any]]:
         """Under fan-out, where each shard's subscription is held after reading ``batch``
         (its recorded range says), for the next task to ask wherever it runs."""
         driver = self.driver
         if not self.options.fan_out:
-            return lambda shard_id: {}
+            return lambda key: {}
         recorded = driver.recorded[2] if driver.recorded is not None and \
-            driver.recorded[:2] == (key, batch) else {}
+            driver.recorded[:2] == (query, batch) else {}
 
-        def held_at(shard_id: str) -> dict[str, Any]:
-            previous = recorded.get(shard_id)
+        def held_at(key: str) -> dict[str, Any]:
+            previous = recorded.get(key)
             return {"peer_key": driver.peer_key,
                     "subscriber": previous.subscriber if previous is not None else None}
         return held_at
@@ -359,40 +346,46 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         batch = int(end["batch"])
         if batch % CLEANUP_EVERY:
             return
-        driver = self.driver
-        key = stream_key(self.config.stream_name, end["query"])
+        driver, query = self.driver, end["query"]
         old = range(max(1, batch - 2 * CLEANUP_EVERY), max(1, batch - CLEANUP_EVERY))
-        everyone = list(end["shards"])  # a reading planned before a restart: not known here
-        doomed = [(key, shard_id, t) for t in old
-                  for shard_id in driver.read_in.pop(t, everyone)]
+        everyone = list(self.streams.flatten(end))  # a reading planned before a restart
+        doomed = [(stream_key(stream, query), shard_id, t) for t in old
+                  for stream, shard_id in map(self.streams.split,
+                                              driver.read_in.pop(t, everyone))]
 
         def delete() -> None:
             try:
                 driver.ranges.delete(doomed)
             except KinesisDStreamError as exc:
-                log.warning("could not delete old batch ranges of %s (TTL will): %s", key, exc)
+                log.warning("could not delete old batch ranges of query %s (TTL will): %s",
+                            query, exc)
 
         if doomed:
             driver.pool.submit(delete)
 
     def stop(self) -> None:
         """The query stopped (PySpark calls this as the source's process ends, if it gets
-        the chance): the driver's threads end. The fan-out consumer is deregistered by the
+        the chance): the driver's threads end. The fan-out consumers are deregistered by the
         driver's query listener instead (``consumer_listener``), which is told."""
         driver, self._driver = self._driver, None
         if driver is not None:
             driver.stop()
 
-    def _recorded_ranges(self, key: str, batch: int,
-                         shard_ids: Sequence[str]) -> dict[str, BatchRange | None]:
-        """The ranges reading ``batch`` recorded (it completed: they no longer change), looked
-        up once however many triggers find nothing new to read."""
+    def _recorded_ranges(self, query: str, batch: int,
+                         keys: Sequence[str]) -> dict[str, BatchRange | None]:
+        """The ranges reading ``batch`` recorded (it completed: they no longer change), by
+        shard key, looked up once however many triggers find nothing new to read."""
         driver = self.driver
-        if driver.recorded is not None and driver.recorded[:2] == (key, batch):
+        if driver.recorded is not None and driver.recorded[:2] == (query, batch):
             return driver.recorded[2]
         ranges = driver.ranges  # created once, before the threads share it
+
+        def get(key: str) -> BatchRange | None:
+            stream, shard_id = self.streams.split(key)
+            return ranges.get(stream_key(stream, query), shard_id, batch)
+
         # A DynamoDB outage holds the trigger back (the tasks wait it out too), not the query.
-        stored = each_shard(driver.pool, lambda s: waiting_out_dynamodb(
-            self.config, lambda: ranges.get(key, s, batch)), shard_ids)
-        driver.recorded = (key, batch, stored)
+        stored = each_shard(driver.pool, lambda k: waiting_out_dynamodb(
+            self.config, lambda: get(k)), keys)
+        driver.recorded = (query, batch, stored)
         return stored

@@ -1,0 +1,105 @@
+"""What the SQL source's reader keeps in the driver process only (``DriverState``).
+
+Clients (made on first use, one per stream read), the thread pool for per-shard calls, the
+prober, the fan-out consumers registered for the query (one per stream), and what the
+planned readings left to the next ones. Pickling the reader for the executors leaves all of
+it behind. Shards are known by the ``StreamSet``'s keys (see ``offsets``), so the maps here
+are flat whatever the number of streams.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
+from typing import Mapping
+
+from ..aws.kinesis import KinesisClient, Shard
+from ..aws.range_table import BatchRange, BatchRangeTable
+from ..aws.stream_consumer import register_stream_consumer
+from ..config import ConsumerConfig
+from ..errors import StreamNotFoundError
+from ..worker.stall import StallWatch
+from .offsets import StreamSet
+from .prober import ShardProber
+
+log = logging.getLogger(__name__)
+
+
+class DriverState:
+    """What the reader holds in the driver process only: clients (created on first use),
+    threads, the prober, and what the planned readings left to the next ones."""
+
+    def __init__(self, config: ConsumerConfig,
+                 stream_configs: Mapping[str, ConsumerConfig] | None = None) -> None:
+        self.config = config
+        self.configs = dict(stream_configs or {config.stream_name: config})
+        self.streams = StreamSet(tuple(self.configs))
+        label = ",".join(self.streams.names)
+        # The per-shard calls, the probes and the range clean-up.
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kinesis-source")
+        self.prober = ShardProber(config, self.pool, self.locate, label)
+        self.listing: dict[str, list[Shard]] | None = None  # by stream
+        self.listed_at = 0.0  # monotonic s
+        self.read_in: dict[int, list[str]] = {}  # reading -> the shard keys it read (clean-up)
+        self.lag: dict[str, int | None] = {}
+        self.stalls = StallWatch.of(config, f"aws-kinesis {label}")
+        self.weight: dict[str, int] = {}  # what each shard of the planned reading read last
+        # The ranges of the last completed reading: (query, reading, shard key -> range).
+        self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
+        # The fan-out consumer registered for the query on each stream: (name, ARN).
+        self.consumers: dict[str, tuple[str, str]] = {}
+        self._clients: dict[str, KinesisClient] = {}
+        # Proves a task to the executor process holding its shard's subscription.
+        self.peer_key = secrets.token_bytes(32)
+
+    def locate(self, key: str) -> tuple[ConsumerConfig, str]:
+        """A shard key's stream config and shard id."""
+        stream, shard_id = self.streams.split(key)
+        return self.configs[stream], shard_id
+
+    def kinesis_of(self, stream: str) -> KinesisClient:
+        client = self._clients.get(stream)
+        if client is None:
+            client = self._clients[stream] = KinesisClient(self.configs[stream])
+        return client
+
+    @property
+    def kinesis(self) -> KinesisClient:
+        return self.kinesis_of(self.streams.names[0])
+
+    @cached_property
+    def ranges(self) -> BatchRangeTable:
+        table = BatchRangeTable(self.config)
+        table.create_table_if_not_exists()
+        return table
+
+    def list_shards(self) -> dict[str, list[Shard]]:
+        """Each stream's shards. A stream that does not exist fails the query, named (and
+        said to be one of several, where the query reads more than one)."""
+        listing = {}
+        for stream in self.streams.names:
+            try:
+                listing[stream] = self.kinesis_of(stream).list_shards()
+            except StreamNotFoundError as exc:
+                if self.streams.single:
+                    raise
+                raise StreamNotFoundError(
+                    f"stream {stream!r}, one of the streams the query reads "
+                    f"({', '.join(self.streams.names)}), does not exist: {exc}") from exc
+        return listing
+
+    def consumer_arn(self, stream: str, name: str, query: str) -> str:
+        """The ARN of ``stream``'s fan-out consumer ``name``, registered (and ACTIVE) once
+        per process and stream."""
+        known = self.consumers.get(stream)
+        if known is None or known[0] != name:
+            arn = register_stream_consumer(self.kinesis_of(stream), name)
+            log.info("aws-kinesis query %s reads stream %s by enhanced fan-out as consumer %s "
+                     "(%s)", query, stream, name, arn)
+            known = self.consumers[stream] = (name, arn)
+        return known[1]
+
+    def stop(self) -> None:
+        self.prober.stop()
+        self.pool.shutdown(wait=True)
