@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import multiprocessing
 import os
 import statistics
 import sys
@@ -183,38 +182,18 @@ def _serve_front(upstream: str, consumers_in_front: bool, settings: dict[str, An
             return
 
 
-class FrontProcess:
+class FrontProcess(common.ServedProcess):
     """The fan-out front in a child process; ``calls()`` its counts, ``pid`` for its CPU."""
 
     def __init__(self, upstream: str, consumers_in_front: bool = False, **settings: Any) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self._proc = context.Process(target=_serve_front,
-                                     args=(upstream, consumers_in_front, settings, child),
-                                     daemon=True)
-
-    def __enter__(self) -> "FrontProcess":
-        self._proc.start()
-        self.endpoint = self._conn.recv()
-        self.pid = self._proc.pid
-        return self
+        super().__init__(_serve_front, upstream, consumers_in_front, settings)
 
     def calls(self) -> dict[str, Any]:
-        self._conn.send("calls")
-        return self._conn.recv()
+        return self.ask("calls")
 
     def counts(self) -> Counter:
         """(operation, shard) -> calls: what bench_wide's counting proxy gives."""
         return self.calls()["calls"]
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._conn.send("stop")
-            self._conn.recv()
-        finally:
-            self._proc.join(timeout=10)
-            if self._proc.is_alive():
-                self._proc.kill()
 
 
 def by_operation(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
@@ -303,34 +282,15 @@ def _other_application(endpoint: str, stream: str, stop: threading.Event, reads:
         stop.wait(max(0.0, began + 1.0 - time.monotonic()))
 
 
-class LimitsProxy:
+class LimitsProxy(common.ServedProcess):
     """tests/fault_proxy.py in limits mode, in a child process, for our reader (``endpoint``),
     with ``others`` polling applications reading ``stream`` through the same shared limits."""
 
     def __init__(self, upstream: str, stream: str = "", others: int = 0) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self._proc = context.Process(target=_serve_limits, args=(upstream, stream, others, child),
-                                     daemon=True)
-
-    def __enter__(self) -> "LimitsProxy":
-        self._proc.start()
-        self.endpoint = self._conn.recv()
-        self.pid = self._proc.pid
-        return self
+        super().__init__(_serve_limits, upstream, stream, others)
 
     def stats(self) -> dict[str, Any]:
-        self._conn.send("stats")
-        return self._conn.recv()
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._conn.send("stop")
-            self._conn.recv()
-        finally:
-            self._proc.join(timeout=10)
-            if self._proc.is_alive():
-                self._proc.kill()
+        return self.ask("stats")
 
 
 def minus(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -382,47 +342,6 @@ class Stamped:
         return lambda shard_id: Processor()
 
 
-class Producer(threading.Thread):
-    """``rate`` records/s as PutRecords every 50 ms, each record stamped with its put time."""
-
-    def __init__(self, kinesis: str, stream: str, rate: int, duration_s: float) -> None:
-        super().__init__(name="bench-producer", daemon=True)
-        self.client = common.helpers().client("kinesis", kinesis)
-        self.stream, self.rate, self.duration_s = stream, rate, duration_s
-        self.sent = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            start, tick = time.monotonic(), 0
-            while tick * 0.05 < self.duration_s:
-                delay = start + tick * 0.05 - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                want = int(round((tick + 1) * 0.05 * self.rate)) - self.sent
-                stamp = time.time()
-                entries = [{"PartitionKey": f"pk{self.sent + i}",
-                            "Data": f"{stamp:.6f},{self.sent + i}".ljust(100, "x").encode()}
-                           for i in range(want)]
-                if entries:
-                    reply = self.client.put_records(StreamName=self.stream, Records=entries)
-                    if reply.get("FailedRecordCount"):
-                        raise RuntimeError(f"{reply['FailedRecordCount']} puts failed")
-                    self.sent += len(entries)
-                tick += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
-            self.error = exc
-
-
-def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval_s)
-    return True
-
-
 def worker_ready(scheduler: Any, shards: int, fanout: bool) -> bool:
     metrics = scheduler.metrics()
     held = [m for m in metrics.values() if m.owner]
@@ -443,15 +362,15 @@ def run_worker(kinesis: str, put_endpoint: str, dynamodb: str, stream: str, shar
     scheduler = Scheduler(config, stamped.factory())
     scheduler.start()
     try:
-        if not wait_for(lambda: worker_ready(scheduler, shards, fanout), 90, 0.2):
+        if not common.wait_for(lambda: worker_ready(scheduler, shards, fanout), 90, 0.2):
             raise RuntimeError(f"worker not reading every shard: {scheduler.metrics()}")
         time.sleep(2.0)  # LATEST iterators / subscriptions in place before the first put
-        producer = Producer(put_endpoint, stream, rate, duration_s)
+        producer = common.Producer(put_endpoint, stream, rate, duration_s)
         producer.start()
         producer.join()
         if producer.error is not None:
             raise producer.error
-        wait_for(lambda: len(stamped.seen) >= producer.sent, 30, 0.1)
+        common.wait_for(lambda: len(stamped.seen) >= producer.sent, 30, 0.1)
         metrics = scheduler.metrics()
     finally:
         scheduler.shutdown(timeout_s=10)
@@ -547,7 +466,7 @@ def dstream_latency(sc: Any, kinesis: str, front: str, dynamodb: str, fanout: bo
                                                if m["owner"]]) == 4, 90, 0.2):
             raise RuntimeError(f"shards not all leased: {KinesisUtils.metrics(stream)}")
         time.sleep(5.0)  # a few batches: the executors' reads (and subscriptions) in place
-        producer = Producer(front, stream, args.rate, args.duration)
+        producer = common.Producer(front, stream, args.rate, args.duration)
         producer.start()
         producer.join()
         if producer.error is not None:
@@ -645,7 +564,7 @@ def part_drain(args: argparse.Namespace) -> dict[str, Any]:
             started = time.time()
             scheduler.start()
             try:
-                done = wait_for(lambda: len(stamped.seen) >= records,  # noqa: B023 - this iteration's
+                done = common.wait_for(lambda: len(stamped.seen) >= records,  # noqa: B023 - this iteration's
                                 args.drain_timeout, 0.1)
                 cpu = {"worker_s": common.self_cpu_seconds(),
                        "front_s": common.process_cpu_seconds(front.pid),
@@ -721,7 +640,7 @@ def part_idle(args: argparse.Namespace) -> dict[str, Any]:
                         return len({s for (op, s), n in counted.items()
                                     if op == operation and n}) >= shards
 
-                    if not wait_for(lambda p=proc: reading() or p.poll() is not None, 120, 0.5) \
+                    if not common.wait_for(lambda p=proc: reading() or p.poll() is not None, 120, 0.5) \
                             or proc.poll() is not None:
                         raise RuntimeError(f"worker not reading {shards} shards ({mode}); "
                                            f"see {workdir}")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import multiprocessing
 import os
 import sys
 import threading
@@ -71,29 +70,12 @@ def _serve_proxy(upstream: str, conn: Any) -> None:
             return
 
 
-class LimitsProxy:
+class LimitsProxy(common.ServedProcess):
     def __init__(self, upstream: str) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self._proc = context.Process(target=_serve_proxy, args=(upstream, child), daemon=True)
-
-    def __enter__(self) -> "LimitsProxy":
-        self._proc.start()
-        self.endpoint = self._conn.recv()
-        return self
+        super().__init__(_serve_proxy, upstream)
 
     def stats(self) -> dict[str, Any]:
-        self._conn.send("stats")
-        return self._conn.recv()
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self._conn.send("stop")
-            self._conn.recv()
-        finally:
-            self._proc.join(timeout=10)
-            if self._proc.is_alive():
-                self._proc.kill()
+        return self.ask("stats")
 
 
 def refusals_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:

@@ -265,44 +265,6 @@ def bench_drain(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- (c) latency -------------------------------------------------------------------------------
-class Producer(threading.Thread):
-    """Puts ``rate`` records/s as PutRecords every ``tick_s``, each stamped with the put time."""
-
-    def __init__(self, kinesis: str, stream: str, rate: int, duration_s: float, tick_s: float = 0.05):
-        super().__init__(name="bench-producer", daemon=True)
-        self.client = common.helpers().client("kinesis", kinesis)
-        self.stream, self.rate, self.duration_s, self.tick_s = stream, rate, duration_s, tick_s
-        self.sent = 0
-        self.put_call_s: list[float] = []
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            start = time.monotonic()
-            tick = 0
-            while True:
-                due = start + tick * self.tick_s
-                if due - start >= self.duration_s:
-                    return
-                delay = due - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                want = int(round((tick + 1) * self.tick_s * self.rate)) - self.sent
-                stamp = time.time()
-                entries = [{"PartitionKey": f"pk{self.sent + i}",
-                            "Data": f"{stamp:.6f},{self.sent + i}".ljust(100, "x").encode()}
-                           for i in range(want)]
-                if entries:
-                    reply = self.client.put_records(StreamName=self.stream, Records=entries)
-                    if reply.get("FailedRecordCount"):
-                        raise RuntimeError(f"{reply['FailedRecordCount']} puts failed")
-                    self.put_call_s.append(time.time() - stamp)
-                    self.sent += len(entries)
-                tick += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
-            self.error = exc
-
-
 def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
     from kinesis_dstream import KinesisUtils
 
@@ -340,7 +302,7 @@ def bench_latency(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             if not sc_common.wait_for(lambda: len([m for m in KinesisUtils.metrics(stream).values()
                                                    if m["owner"]]) == 4, 60):
                 raise RuntimeError(f"shards not all leased: {KinesisUtils.metrics(stream)}")
-            producer = Producer(kinesis, stream, args.rate, args.duration)
+            producer = common.Producer(kinesis, stream, args.rate, args.duration)
             producer.start()
             producer.join()
             if producer.error is not None:
@@ -464,7 +426,7 @@ def bench_plan64(sc: Any, args: argparse.Namespace) -> dict[str, Any]:
             first_batch = len(timer.batch_s)
             calls0, cpu = proxy.counts(), sc_common.DriverCpu(sc)
             counted0, measured0 = counter.total, time.monotonic()
-            producer = Producer(kinesis, stream, args.plan_rate, args.plan_duration)
+            producer = common.Producer(kinesis, stream, args.plan_rate, args.plan_duration)
             producer.start()
             producer.join()
             if producer.error is not None:

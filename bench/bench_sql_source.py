@@ -210,7 +210,7 @@ def bench_latency(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
                  .trigger(processingTime=TRIGGER).start())
         try:
             sc_common.wait_for(lambda: query.lastProgress is not None, 60)  # first trigger done
-            producer = bench_spark.Producer(kinesis, stream, args.rate, args.duration)
+            producer = common.Producer(kinesis, stream, args.rate, args.duration)
             producer.start()
             producer.join()
             if producer.error is not None:
@@ -230,7 +230,7 @@ def bench_latency(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "live latency put -> foreachBatch, trigger 1 s",
         "setup": {"stream": f"{kind}, 4 shards", "dynamodb": "moto server", "rate_rec_s": args.rate,
                   "duration_s": args.duration, "spark": f"{MASTER}, trigger {TRIGGER}",
-                  "producer": "bench_spark.Producer: PutRecords every 50 ms, records stamped "
+                  "producer": "common.Producer: PutRecords every 50 ms, records stamped "
                               "with the wall time just before the put"},
         "records_put": producer.sent, "records_seen": len(seen),
         "latency_s": {"median": round(median, 3), "p90": round(pct(latencies, 90), 3),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import re
 import resource
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from kinesis_dstream.worker.processor import RecordProcessor
 
@@ -390,3 +391,82 @@ def prefilled_stream(kinesis: str, prefix: str, records: int) -> str:
     h.put_records(kinesis, stream, [f"record-{i:06d}".ljust(100, "x") for i in range(records)])
     progress(f"{records} records in 4-shard stream {stream} on kinesis-local")
     return stream
+
+
+class ServedProcess:
+    """A server in a spawned process of its own (its CPU is then its own), spoken to over a
+    pipe: ``target(*args, conn)`` sends its endpoint when it serves, answers ``ask``'s
+    commands, and ends on "stop"."""
+
+    def __init__(self, target: Callable[..., None], *args: Any) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._proc = context.Process(target=target, args=(*args, child), daemon=True)
+        self.endpoint = ""
+        self.pid: int | None = None
+
+    def __enter__(self) -> Any:
+        self._proc.start()
+        self.endpoint = self._conn.recv()
+        self.pid = self._proc.pid
+        return self
+
+    def ask(self, command: str) -> Any:
+        self._conn.send(command)
+        return self._conn.recv()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.ask("stop")
+        finally:
+            self._proc.join(timeout=10)
+            if self._proc.is_alive():
+                self._proc.kill()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.02) -> bool:
+    """True once ``predicate`` holds, False if ``timeout_s`` passed first."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
+
+class Producer(threading.Thread):
+    """Puts ``rate`` records/s as PutRecords every ``tick_s``, each stamped with the put time."""
+
+    def __init__(self, kinesis: str, stream: str, rate: int, duration_s: float, tick_s: float = 0.05):
+        super().__init__(name="bench-producer", daemon=True)
+        self.client = helpers().client("kinesis", kinesis)
+        self.stream, self.rate, self.duration_s, self.tick_s = stream, rate, duration_s, tick_s
+        self.sent = 0
+        self.put_call_s: list[float] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            start = time.monotonic()
+            tick = 0
+            while True:
+                due = start + tick * self.tick_s
+                if due - start >= self.duration_s:
+                    return
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                want = int(round((tick + 1) * self.tick_s * self.rate)) - self.sent
+                stamp = time.time()
+                entries = [{"PartitionKey": f"pk{self.sent + i}",
+                            "Data": f"{stamp:.6f},{self.sent + i}".ljust(100, "x").encode()}
+                           for i in range(want)]
+                if entries:
+                    reply = self.client.put_records(StreamName=self.stream, Records=entries)
+                    if reply.get("FailedRecordCount"):
+                        raise RuntimeError(f"{reply['FailedRecordCount']} puts failed")
+                    self.put_call_s.append(time.time() - stamp)
+                    self.sent += len(entries)
+                tick += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
+            self.error = exc

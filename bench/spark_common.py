@@ -220,13 +220,7 @@ class BatchCounter:
                 self.done.set()
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval_s)
-    return True
+wait_for = common.wait_for  # (its callers here say sc_common.wait_for)
 
 
 def stop_streaming(ssc: Any, graceful: bool = False) -> float:

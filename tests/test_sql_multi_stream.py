@@ -11,7 +11,6 @@ import json
 import os
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from spark_helpers import wait_until
 from test_sql_source import (  # noqa: F401 - env and checkpoint are fixtures
     PYSPARK_4_2,
     TRIGGER,
+    Batches,
     _failed_naming_4_2,
     ancestors_of,
     checkpoint,
@@ -41,29 +41,8 @@ DATABRICKS = ["partitionKey", "data", "stream", "shardId", "sequenceNumber",
               "approximateArrivalTimestamp"]
 
 
-class Rows:
-    """foreachBatch target: (stream, shardId, sequenceNumber, sub, data) rows by batch id; a
-    batch run again must bring the same rows."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.by_batch: dict[int, list[tuple]] = {}
-        self.reruns_differing: list[int] = []
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        rows = sorted((r.stream, r.shardId, r.sequenceNumber, r.subSequenceNumber,
-                       bytes(r.data)) for r in df.collect())
-        with self.lock:
-            if batch_id in self.by_batch and self.by_batch[batch_id] != rows:
-                self.reruns_differing.append(batch_id)
-            self.by_batch[batch_id] = rows
-
-    def rows(self) -> list[tuple]:
-        with self.lock:
-            return [r for rows in self.by_batch.values() for r in rows]
-
-    def data(self) -> Counter:
-        return Counter(r[4] for r in self.rows())
+# The sink's rows: (stream, shardId, sequenceNumber, sub, data), by batch id.
+BY_STREAM = ("stream", "shardId", "sequenceNumber", "subSequenceNumber")
 
 
 class TwoStreamProducer(threading.Thread):
@@ -109,7 +88,7 @@ def databricks_options(streams: str, env: dict[str, str], **extra: str) -> dict[
             "kinesis.dynamodb.tableName": env["app"], **extra}
 
 
-def start(spark: Any, opts: dict[str, str], checkpoint: str, sink: Rows) -> Any:
+def start(spark: Any, opts: dict[str, str], checkpoint: str, sink: Batches) -> Any:
     df = spark.readStream.format("kinesis").options(**opts).load()
     assert df.columns == DATABRICKS + ["subSequenceNumber"]
     return (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
@@ -125,7 +104,7 @@ def test_two_streams_in_one_query_through_a_split_and_a_restart(spark, env, make
     opts = databricks_options(f"{two}, {three}", env, shardsPerTask="2")
     producer = TwoStreamProducer(env["kinesis"], [two, three])
     producer.start()
-    sink = Rows()
+    sink = Batches(BY_STREAM)
     query = start(spark, opts, checkpoint, sink)
     try:
         wait_until(lambda: {r[0] for r in sink.rows()} == {two, three} or not query.isActive,

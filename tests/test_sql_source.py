@@ -60,16 +60,19 @@ TRIGGER = "1 second"
 
 # -- helpers -----------------------------------------------------------------------------------
 class Batches:
-    """foreachBatch target: rows by batch id; a batch run again must bring the same rows."""
+    """foreachBatch target: rows by batch id, each the ``columns`` then the data; a batch run
+    again must bring the same rows."""
 
-    def __init__(self) -> None:
+    def __init__(self, columns: tuple[str, ...] = ("shardId", "sequenceNumber",
+                                                   "subSequenceNumber", "partitionKey")) -> None:
+        self.columns = columns
         self.lock = threading.Lock()
         self.by_batch: dict[int, list[tuple]] = {}
         self.reruns_differing: list[int] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        rows = sorted((r.shardId, r.sequenceNumber, r.subSequenceNumber, r.partitionKey,
-                       bytes(r.data)) for r in df.collect())
+        rows = sorted(tuple(r[c] for c in self.columns) + (bytes(r.data),)
+                      for r in df.collect())
         with self.lock:
             if batch_id in self.by_batch and self.by_batch[batch_id] != rows:
                 self.reruns_differing.append(batch_id)
@@ -80,7 +83,7 @@ class Batches:
             return [r for rows in self.by_batch.values() for r in rows]
 
     def data(self) -> Counter:
-        return Counter(r[4] for r in self.rows())
+        return Counter(r[-1] for r in self.rows())
 
 
 def options(stream: str, kinesis: str, dynamodb: str, app: str, **extra: str) -> dict[str, str]:
