@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from test_sql_source import (  # noqa: F401 - env and checkpoint are fixtures
     ancestors_of,
     checkpoint,
     env,
+    failure_within_30_s,
     offsets_logged,
     open_shards,
     reshard,
@@ -181,17 +181,8 @@ def producer_key(data: bytes) -> int:
 def test_a_missing_stream_in_the_list_fails_the_query_naming_it(spark, env, make_stream,
                                                                 checkpoint):
     there = make_stream(1)
-    began = time.monotonic()
-    query = (spark.readStream.format("kinesis")
-             .options(**databricks_options(f"{there},no-such-stream-7f2e", env)).load()
-             .writeStream.format("noop").option("checkpointLocation", checkpoint).start())
-    try:
-        with pytest.raises(Exception) as failure:
-            query.awaitTermination(30)
-    finally:
-        query.stop()
-    assert time.monotonic() - began < 30
-    message = str(failure.value)
+    message = failure_within_30_s(
+        spark, "kinesis", databricks_options(f"{there},no-such-stream-7f2e", env), checkpoint)
     assert "stream 'no-such-stream-7f2e', one of the streams the query reads" in message, \
         message[-1500:]
 

@@ -886,19 +886,24 @@ if __name__ == "__main__" and sys.argv[1:2] == ["driver"]:
     _driver_main(*sys.argv[2:5])
 
 
-@pytest.mark.spark
-def test_a_missing_stream_fails_the_query_within_30_s_naming_it(spark, env, checkpoint):
+def failure_within_30_s(spark: Any, fmt: str, opts: dict[str, str], checkpoint: str) -> str:
+    """The error a query over ``opts`` fails with, which it must do within 30 s."""
     began = time.monotonic()
-    query = (spark.readStream.format("aws-kinesis")
-             .options(**options("no-such-stream-9c1d", env["kinesis"], env["dynamodb"], env["app"]))
-             .load().writeStream.format("noop").option("checkpointLocation", checkpoint).start())
+    query = (spark.readStream.format(fmt).options(**opts).load()
+             .writeStream.format("noop").option("checkpointLocation", checkpoint).start())
     try:
         with pytest.raises(Exception) as failure:
             query.awaitTermination(30)
     finally:
         query.stop()
     assert time.monotonic() - began < 30
-    message = str(failure.value)
+    return str(failure.value)
+
+
+@pytest.mark.spark
+def test_a_missing_stream_fails_the_query_within_30_s_naming_it(spark, env, checkpoint):
+    message = failure_within_30_s(spark, "aws-kinesis", options(
+        "no-such-stream-9c1d", env["kinesis"], env["dynamodb"], env["app"]), checkpoint)
     assert "'no-such-stream-9c1d'" in message and "us-east-1" in message, message[-1500:]
 
 
