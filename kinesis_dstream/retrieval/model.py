@@ -7,7 +7,7 @@ read starts, for the driver (from a report) and for a task that looks the previo
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..aws.range_table import BatchRange
@@ -97,9 +97,12 @@ class StartingPosition:
     """Where a read of a shard starts, in Kinesis' words: GetShardIterator's iterator types
     and SubscribeToShard's StartingPosition types are the same. The one mapping from a
     checkpoint (a sequence number or a TRIM_HORIZON/LATEST/AT_TIMESTAMP sentinel) for polling
-    and push alike."""
+    and push alike, and the one value where a new SQL query starts (``sql.starting_position``
+    parses it). The sequence number and the time are passed by keyword: either may be the
+    second value, and a time taken for a sequence number would start somewhere else."""
 
     type: str
+    _: KW_ONLY
     sequence_number: str | None = None
     timestamp: float | None = None
 
@@ -116,11 +119,11 @@ class StartingPosition:
                 raise ConfigurationError(f"shard {shard_id} starts AT_TIMESTAMP but "
                                          "initial_position_timestamp is not set")
             return cls(AT_TIMESTAMP, timestamp=timestamp)
-        return cls("AT_SEQUENCE_NUMBER", sequence_number)
+        return cls("AT_SEQUENCE_NUMBER", sequence_number=sequence_number)
 
     @classmethod
     def after(cls, sequence_number: str) -> "StartingPosition":
-        return cls("AFTER_SEQUENCE_NUMBER", sequence_number)
+        return cls("AFTER_SEQUENCE_NUMBER", sequence_number=sequence_number)
 
     def as_request(self) -> dict[str, Any]:
         """SubscribeToShard's ``StartingPosition``."""

@@ -169,7 +169,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      self._next_shards(shards, None))
         if not options.start_lease_table:
             log.info("aws-kinesis query %s on stream %s starts %s: %d shards", query,
-                     self._what, start.kind, len(shards))
+                     self._what, start.type, len(shards))
         else:
             log.info("aws-kinesis query %s on stream %s starts from lease table %s: %d shards, "
                      "%d of them checkpointed there (the others start as %s says)", query,
