@@ -23,7 +23,6 @@ from .model import (
     ReadReport,
     ShardRange,
     StartingPosition,
-    start_after,
 )
 from .pacer import Pacer
 from .polling import KinesisDataFetcher
@@ -32,6 +31,6 @@ from .shard_reader import read_shard_range, waiting_out_dynamodb
 from .source import RecordSource, open_source
 
 __all__ = ["ITERATOR_TTL_S", "MAX_FETCH_TIME_PER_SHARD_S", "ReadReport", "ShardRange",
-           "StartingPosition", "start_after", "FetchPace", "Pacer", "KinesisDataFetcher",
+           "StartingPosition", "FetchPace", "Pacer", "KinesisDataFetcher",
            "group_shards", "read_each", "read_shards", "read_shard_range",
            "waiting_out_dynamodb", "RecordSource", "open_source"]

@@ -1,8 +1,8 @@
 """The retrieval model both Spark APIs share: what a batch reads of a shard, and what it read.
 
 The driver plans a ``ShardRange`` per shard and batch; a task reads it and hands back a
-``ReadReport`` (small, no records). ``start_after`` is the one rule for where a shard's next
-read starts, for the driver (from a report) and for a task that looks the previous batch up.
+``ReadReport`` (small, no records). Where a shard's next read starts is the batch-range
+table's rule (``aws.range_table.start_after``), for the driver and the tasks alike.
 """
 from __future__ import annotations
 
@@ -57,6 +57,9 @@ class ShardRange:
     # ``subscription_peers``).
     subscriber: str | None = None
     peer_key: bytes | None = field(default=None, repr=False)
+    # What the shard's previous read returned (records): the heaviest shards get tasks of
+    # their own (``shard_groups.group_shards``).
+    weight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -80,16 +83,6 @@ class ReadReport:
     # The read stopped at its time budget or record cap, not at the shard's tip: a backlog
     # waits, and the planner reads the next batch as soon as this one is read.
     more_left: bool = False
-
-
-def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
-                floor_timestamp: float | None) -> tuple[ExtendedSequenceNumber, float | None]:
-    """Where a shard's next read starts: where its previous batch in this lease period ended,
-    or the period's floor. The one rule, for the driver (from a read's report) and for a task
-    that looks the previous batch up."""
-    if previous is not None:
-        return previous.next_start, previous.start_timestamp
-    return floor, floor_timestamp
 
 
 @dataclass(frozen=True)
