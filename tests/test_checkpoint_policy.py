@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.spark.checkpointer import SHARD_END, KinesisCheckpointer, ShardTrack
+from kinesis_dstream.spark.checkpointer import SHARD_END, KinesisCheckpointer
+from kinesis_dstream.spark.lease_period import ShardTrack
 
 pytestmark = pytest.mark.unit
 
@@ -35,11 +36,12 @@ class Shards:
         self.tracks.pop(shard_id, None)
 
     def batch_generated(self, time_ms: int, shard_ids) -> None:
-        self.policy.batch_generated(time_ms, [self.tracks[s] for s in shard_ids])
+        for s in shard_ids:
+            self.tracks[s].batch_generated(time_ms)
 
     def batch_completed(self, time_ms: int, succeeded: bool, reached: dict, shard_ids) -> list:
-        return self.policy.batch_completed(time_ms, succeeded, [
-            (self.tracks[s], *reached.get(s, (None, False))) for s in shard_ids if s in self.tracks])
+        return [s for s in shard_ids if s in self.tracks and self.tracks[s].batch_completed(
+            time_ms, succeeded, *reached.get(s, (None, False)))]
 
     def due_checkpoints(self, force: bool = False) -> list:
         return self.policy.due_checkpoints(self.tracks.values(), force)

@@ -90,6 +90,21 @@ def test_the_members_split_the_shards_and_plan_each_shard_once(coordinator) -> N
     assert one and two and not one & two and one | two == set(SHARDS)
 
 
+def test_a_child_shard_is_planned_only_once_its_parent_checkpointed_shard_end(
+        coordinator) -> None:
+    child, parent = SHARDS[0], "shardId-parent"
+    leases = coordinator.leases
+    leases._owned[child] = replace(leases._owned[child], parent_shard_ids=frozenset({parent}))
+    leases._all[parent] = Lease(parent, checkpoint=ESN("5"))
+
+    def planned(batch_ms: int) -> set[str]:
+        return {p.shard_id for m in ("m1", "m2") for p in coordinator.plan(m, batch_ms).shards}
+
+    assert planned(1000) == set(SHARDS) - {child} and coordinator._waiting_on_parents()
+    leases._all[parent] = Lease(parent, checkpoint=ESN("SHARD_END"))
+    assert child in planned(2000) and not coordinator._waiting_on_parents()
+
+
 def test_a_read_ahead_report_is_not_a_completion(coordinator) -> None:
     reports = _read_ahead(coordinator, "m1", 1000, end=7)
     assert _written(coordinator) == {}

@@ -41,8 +41,7 @@ def test_a_lost_executors_shards_and_new_shards_go_to_the_least_loaded():
 
 def test_a_task_reads_one_executors_shards_only():
     placed = ShardPlacement().place(SHARDS, [A, B])
-    tasks = located_groups(ranges(SHARDS), placed, shards_per_task=32, parallelism=2,
-                           weight=lambda r: 0.0)
+    tasks = located_groups(ranges(SHARDS), placed, shards_per_task=32, parallelism=2)
     assert sorted(r.shard_id for group, _ in tasks for r in group) == SHARDS
     for group, executor in tasks:
         assert {placed[r.shard_id] for r in group} == {executor}

@@ -12,7 +12,8 @@ from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.operations.positions import split_lease_key
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.worker.shard_sync import in_generations, new_leases, parents_done
+from kinesis_dstream.worker.leases import parents_done
+from kinesis_dstream.worker.shard_sync import in_generations, new_leases
 from kinesis_dstream.worker.streams import MultiStreamTracker, StreamConfig, StreamSync
 
 pytestmark = pytest.mark.unit

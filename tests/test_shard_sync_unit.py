@@ -7,7 +7,8 @@ from kinesis_dstream.aws.kinesis import Shard
 from kinesis_dstream.aws.lease_table import Lease
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.worker.shard_sync import initial_checkpoint, new_leases, parents_done
+from kinesis_dstream.worker.leases import parents_done
+from kinesis_dstream.worker.shard_sync import initial_checkpoint, new_leases
 
 pytestmark = pytest.mark.unit
 

@@ -31,7 +31,8 @@ def test_backpressure_follows_processing_rate() -> None:
             "spark.streaming.receiver.maxRate": "100000"}
     rc = RateController(RateSettings.from_spark_conf(conf), batch_interval_ms=1000)
     assert rc.batch_limit() == 100000  # no estimate yet: maxRate
-    rc.batch_completed(1000, records=2000, processing_delay_ms=1000, scheduling_delay_ms=0)
+    assert rc.batch_completed(1000, records=2000, processing_delay_ms=1000,
+                              scheduling_delay_ms=0) == 2000  # the next batch's limit
     assert rc.batch_limit() == 2000
     # slower processing with a growing scheduling delay: the limit falls
     rc.batch_completed(2000, records=2000, processing_delay_ms=2000, scheduling_delay_ms=1000)

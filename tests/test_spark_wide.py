@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from dataclasses import replace
 
 import pytest
 
@@ -100,8 +101,8 @@ def test_shards_are_grouped_into_few_tasks_and_busy_shards_spread_over_the_cores
     assert [len(g) for g in narrow] == [2, 2]  # a backlog on 4 shards uses both cores
     busy = {"shardId-000000000003", "shardId-000000000007", "shardId-000000000011",
             "shardId-000000000015"}
-    groups = group_shards(_ranges(32), shards_per_task=8, parallelism=2,
-                          weight=lambda r: 1000 if r.shard_id in busy else 0)
+    groups = group_shards([replace(r, weight=1000 if r.shard_id in busy else 0)
+                           for r in _ranges(32)], shards_per_task=8, parallelism=2)
     assert len(groups) == 4
     assert [sum(r.shard_id in busy for r in g) for g in groups] == [1, 1, 1, 1]
     assert group_shards(_ranges(3), shards_per_task=16, parallelism=8) == \

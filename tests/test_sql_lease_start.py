@@ -33,17 +33,17 @@ from kinesis_dstream.aws.kinesis import Shard
 from kinesis_dstream.config import SPARK_RECEIVER_MAX_RATE
 from kinesis_dstream.errors import ConfigurationError, CredentialsError, KinesisDStreamError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.retrieval import StartingPosition
 from kinesis_dstream.sql.initial_positions import initial_positions, lease_shard_id
 from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.reader import KinesisStreamReader
-from kinesis_dstream.sql.starting_position import StartingPosition
 
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 SEQ = "49654826129375727396155516464345066431716066104036425730"
 LATEST = StartingPosition("LATEST")
 TRIM = StartingPosition("TRIM_HORIZON")
-AT = StartingPosition("AT_TIMESTAMP", 1_700_000_000.0)
+AT = StartingPosition("AT_TIMESTAMP", timestamp=1_700_000_000.0)
 PINNED = 1_800_000_000.0
 
 

@@ -13,7 +13,7 @@ from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.records import GetRecordsResult, Record
-from kinesis_dstream.retrieval import FetchPace, read_loop
+from kinesis_dstream.retrieval import FetchPace, StartingPosition, read_loop
 from kinesis_dstream.sql import other_connectors
 from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.other_connectors import MB
@@ -54,7 +54,7 @@ def test_endpoint_is_the_kinesis_endpoint_and_names_the_region():
 def test_initial_position_words(value, kind):
     for key in ("initialPosition", "initialposition", "INITIALPOSITION"):
         parsed = parse_source_options({**DATABRICKS, key: value})
-        assert parsed.starting_position.kind == kind and parsed.unknown == ()
+        assert parsed.starting_position.type == kind and parsed.unknown == ()
 
 
 @pytest.mark.parametrize("value,expected", [
@@ -73,8 +73,21 @@ def test_initial_position_words(value, kind):
 ])
 def test_initial_position_at_timestamp_json(value, expected):
     parsed = parse_source_options({**DATABRICKS, "initialPosition": value})
-    assert parsed.starting_position.kind == "AT_TIMESTAMP"
+    assert parsed.starting_position.type == "AT_TIMESTAMP"
     assert parsed.starting_position.timestamp == expected.replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def test_the_parsed_start_is_the_one_every_read_starts_from():
+    """The options parser returns retrieval's StartingPosition, so a query's start is the
+    request a read sends; its time is passed by keyword, never taken for a sequence number."""
+    parsed = parse_source_options({**DATABRICKS,
+                                   "initialPosition": "AT_TIMESTAMP 2024-05-01T10:00:00Z"})
+    assert isinstance(parsed.starting_position, StartingPosition)
+    assert parsed.starting_position.as_request() == {
+        "Type": "AT_TIMESTAMP", "Timestamp": dt.datetime(2024, 5, 1, 10, tzinfo=dt.timezone.utc)}
+    assert parse_source_options(DATABRICKS).starting_position.as_request() == {"Type": "LATEST"}
+    with pytest.raises(TypeError):
+        StartingPosition("AT_TIMESTAMP", 1_714_557_600.0)  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("value", [

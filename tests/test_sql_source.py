@@ -617,7 +617,7 @@ def test_unknown_option_is_warned_by_name(caplog):
                                        "KINESIS.STARTINGPOSITION": "earliest"})
     assert "kinesis.maxFetchRecordz" in caplog.text            # named as given
     assert "startingposition" not in caplog.text.lower()
-    assert parsed.starting_position.kind == "TRIM_HORIZON"  # keys are case-insensitive
+    assert parsed.starting_position.type == "TRIM_HORIZON"  # keys are case-insensitive
 
 
 @pytest.mark.unit
@@ -693,7 +693,7 @@ def test_qubole_short_names_are_aliases():
     assert (config.aws_access_key_id, config.aws_secret_key) == ("AK", "SK")
     assert (config.sts_assume_role_arn, config.sts_session_name) == ("arn:aws:iam::1:role/r",
                                                                      "reader")
-    assert parsed.starting_position.kind == "TRIM_HORIZON" and parsed.unknown == ()
+    assert parsed.starting_position.type == "TRIM_HORIZON" and parsed.unknown == ()
     with pytest.raises(ConfigurationError, match=r"kinesis\.startingPosition \(as startingPosition\)"):
         parse_source_options({**BASE, "startingPosition": "YESTERDAY"})
     with pytest.raises(ConfigurationError, match=r"kinesis\.streamName: given twice"):

@@ -80,6 +80,16 @@ class BatchRange:
         return self.end if self.end is not None else self.start
 
 
+def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
+                floor_timestamp: float | None) -> tuple[ExtendedSequenceNumber, float | None]:
+    """Where a shard's next read starts: where its previous batch in this lease period ended,
+    or the period's floor. The one rule, for the driver (from a read's report), for a task
+    that looks the previous batch up and for the SQL offsets."""
+    if previous is not None:
+        return previous.next_start, previous.start_timestamp
+    return floor, floor_timestamp
+
+
 def _item(r: BatchRange) -> dict[str, Any]:
     item: dict[str, Any] = {
         "rangeKey": {"S": f"{r.stream_key}/{r.shard_id}"},

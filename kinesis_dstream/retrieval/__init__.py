@@ -3,7 +3,8 @@
 The Spark glue of both APIs (``spark/``, ``sql/``) and the worker's shard consumers read
 through this package; it reads Kinesis through ``aws/``. Its parts, one role each:
 
-- ``model``: what a batch reads of a shard (``ShardRange``) and what it read (``ReadReport``);
+- ``model``: what a batch reads of a shard (``ShardRange``), what it read (``ReadReport``)
+  and where a read starts (``StartingPosition``);
 - ``source``: the record-source interface (``RecordSource``, ``open_source``), and
   ``polling``, the source that polls (``KinesisDataFetcher``, de-aggregating with
   ``aws.kpl``), with ``data_loss`` (records trimmed before they were read);
@@ -16,7 +17,13 @@ through this package; it reads Kinesis through ``aws/``. Its parts, one role eac
   logging, garbage-collection set-up).
 """
 from .fetch_pace import FetchPace
-from .model import ITERATOR_TTL_S, MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, start_after
+from .model import (
+    ITERATOR_TTL_S,
+    MAX_FETCH_TIME_PER_SHARD_S,
+    ReadReport,
+    ShardRange,
+    StartingPosition,
+)
 from .pacer import Pacer
 from .polling import KinesisDataFetcher
 from .shard_groups import group_shards, read_each, read_shards
@@ -24,6 +31,6 @@ from .shard_reader import read_shard_range, waiting_out_dynamodb
 from .source import RecordSource, open_source
 
 __all__ = ["ITERATOR_TTL_S", "MAX_FETCH_TIME_PER_SHARD_S", "ReadReport", "ShardRange",
-           "start_after", "FetchPace", "Pacer", "KinesisDataFetcher", "group_shards", "read_each",
-           "read_shards",
-           "read_shard_range", "waiting_out_dynamodb", "RecordSource", "open_source"]
+           "StartingPosition", "FetchPace", "Pacer", "KinesisDataFetcher",
+           "group_shards", "read_each", "read_shards", "read_shard_range",
+           "waiting_out_dynamodb", "RecordSource", "open_source"]

@@ -1,13 +1,13 @@
 """The retrieval model both Spark APIs share: what a batch reads of a shard, and what it read.
 
 The driver plans a ``ShardRange`` per shard and batch; a task reads it and hands back a
-``ReadReport`` (small, no records). ``start_after`` is the one rule for where a shard's next
-read starts, for the driver (from a report) and for a task that looks the previous batch up.
+``ReadReport`` (small, no records). Where a shard's next read starts is the batch-range
+table's rule (``aws.range_table.start_after``), for the driver and the tasks alike.
 """
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..aws.range_table import BatchRange
@@ -57,6 +57,9 @@ class ShardRange:
     # ``subscription_peers``).
     subscriber: str | None = None
     peer_key: bytes | None = field(default=None, repr=False)
+    # What the shard's previous read returned (records): the heaviest shards get tasks of
+    # their own (``shard_groups.group_shards``).
+    weight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,24 +85,17 @@ class ReadReport:
     more_left: bool = False
 
 
-def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
-                floor_timestamp: float | None) -> tuple[ExtendedSequenceNumber, float | None]:
-    """Where a shard's next read starts: where its previous batch in this lease period ended,
-    or the period's floor. The one rule, for the driver (from a read's report) and for a task
-    that looks the previous batch up."""
-    if previous is not None:
-        return previous.next_start, previous.start_timestamp
-    return floor, floor_timestamp
-
-
 @dataclass(frozen=True)
 class StartingPosition:
     """Where a read of a shard starts, in Kinesis' words: GetShardIterator's iterator types
     and SubscribeToShard's StartingPosition types are the same. The one mapping from a
     checkpoint (a sequence number or a TRIM_HORIZON/LATEST/AT_TIMESTAMP sentinel) for polling
-    and push alike."""
+    and push alike, and the one value where a new SQL query starts (``sql.starting_position``
+    parses it). The sequence number and the time are passed by keyword: either may be the
+    second value, and a time taken for a sequence number would start somewhere else."""
 
     type: str
+    _: KW_ONLY
     sequence_number: str | None = None
     timestamp: float | None = None
 
@@ -116,11 +112,11 @@ class StartingPosition:
                 raise ConfigurationError(f"shard {shard_id} starts AT_TIMESTAMP but "
                                          "initial_position_timestamp is not set")
             return cls(AT_TIMESTAMP, timestamp=timestamp)
-        return cls("AT_SEQUENCE_NUMBER", sequence_number)
+        return cls("AT_SEQUENCE_NUMBER", sequence_number=sequence_number)
 
     @classmethod
     def after(cls, sequence_number: str) -> "StartingPosition":
-        return cls("AFTER_SEQUENCE_NUMBER", sequence_number)
+        return cls("AFTER_SEQUENCE_NUMBER", sequence_number=sequence_number)
 
     def as_request(self) -> dict[str, Any]:
         """SubscribeToShard's ``StartingPosition``."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from ..config import ConsumerConfig
 from ..records import Record
@@ -25,18 +25,17 @@ MAX_READ_THREADS = 64
 
 
 def group_shards(ranges: Sequence[ShardRange], shards_per_task: int, parallelism: int,
-                 weight: Callable[[ShardRange], float] = lambda r: 0.0,
                  ) -> list[tuple[ShardRange, ...]]:
     """The batch's tasks: at most ``shards_per_task`` shards each, and at least as many tasks
     as there are cores (``parallelism``) while there are shards to spread. The heaviest
-    shards (by ``weight``: what they read last time) are dealt out first, one per task, so a
+    shards (by their ``weight``: what they read last time) are dealt out first, one per task, so a
     backlog never queues behind another in one task."""
     if not ranges:
         return []
     tasks = max(math.ceil(len(ranges) / max(1, shards_per_task)), max(1, parallelism))
     tasks = min(tasks, len(ranges))
     groups: list[list[ShardRange]] = [[] for _ in range(tasks)]
-    ordered = sorted(ranges, key=lambda r: (-weight(r), r.shard_id))
+    ordered = sorted(ranges, key=lambda r: (-r.weight, r.shard_id))
     for index, shard_range in enumerate(ordered):
         groups[index % tasks].append(shard_range)
     return [tuple(sorted(g, key=lambda r: r.shard_id)) for g in groups]

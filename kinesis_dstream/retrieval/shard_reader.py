@@ -26,14 +26,14 @@ import os
 import time
 from typing import Any, Callable, TypeVar
 
-from ..aws.range_table import BatchRange, range_table_name
+from ..aws.range_table import BatchRange, range_table_name, start_after
 from ..config import ConsumerConfig
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
 from ..retry import Backoff, wait_out
 from .data_loss import report_data_loss
 from .executor_process import ReaderClients, clients_for, fault_log
 from .fetch_pace import FetchPace
-from .model import ReadReport, ShardRange, start_after
+from .model import ReadReport, ShardRange
 from .read_loop import EXACT_READ_PATIENCE_S, Reading, read
 from .subscription_peers import read_at, serve
 

@@ -30,13 +30,12 @@ from ..errors import (
     LeaseLostError,
     StreamNotFoundError,
 )
-from ..records import ExtendedSequenceNumber
 from ..retrieval import ReadReport
 from ..worker.lease_loop import lease_loop_backoff, run_lease_loop
 from ..worker.lease_manager import LeaseManager
 from ..worker.leases import LeaseCoordinator
 from ..worker.metrics import MetricsPublisher, ShardMetricsRecorder
-from ..worker.shard_sync import ShardSyncer, parents_done
+from ..worker.shard_sync import ShardSyncer
 from ..worker.stall import ShardsView, StallWatch, largest_lag
 from ..worker_id import proven_dead
 from .checkpointer import SHARD_END, KinesisCheckpointer
@@ -174,25 +173,21 @@ class ShardCoordinator:
         checkpoint progress), each with where its read starts when that is known here."""
         if self.fatal is not None:
             raise self.fatal
-        # A lease not renewed for failover time is read no more.
-        leases = self.leases.known_leases(drop_lapsed=True)
-        planned, tracks = [], []
+        # A lease not renewed for failover time is read no more (dropped first).
+        waiting = self.leases.waiting_on_parents(list(self._shards), drop_lapsed=True)
+        planned = []
         now = time.time()
         with self._lock:
             for shard_id, shard in sorted(self._shards.items()):
                 if shard.member != member or shard.ended or shard.lapsed:
                     continue
-                lease = leases.get(shard_id)
-                if lease is not None and not parents_done(lease, leases):
+                if shard_id in waiting:
                     continue
                 if shard.unsettled_ms is not None:
                     log.info("%s: shard %s sits out batch %d: where batch %d ended is not "
                              "known yet", self.name, shard_id, batch_ms, shard.unsettled_ms)
                     continue
                 planned.append(shard.plan(member, batch_ms, now))
-                if shard.track is not None:
-                    tracks.append(shard.track)
-            self.checkpointer.batch_generated(batch_ms, tracks)
         return BatchPlan(planned, self.config.worker_id, self.leases.wanted_more)
 
     def batch_read(self, member: str, batch_ms: int, reads: dict[str, ReadReport]) -> None:
@@ -218,11 +213,8 @@ class ShardCoordinator:
             shard_ids = [shard_id for shard_id, shard in self._shards.items()
                          if shard_id in reads or (member, batch_ms) in shard.planned]
             shard_ids += [shard_id for shard_id in reads if shard_id not in self._shards]
-            completed = [shard for shard in map(self._shard, shard_ids)
-                         if shard.complete(member, batch_ms, reads.get(shard.shard_id))]
-            touched = self.checkpointer.batch_completed(batch_ms, succeeded, [
-                (shard.track, *_reached(reads.get(shard.shard_id)))
-                for shard in completed if shard.track is not None])
+            touched = [shard for shard in map(self._shard, shard_ids)
+                       if shard.complete(member, batch_ms, reads.get(shard.shard_id), succeeded)]
         if touched:
             self._wake.set()
 
@@ -259,9 +251,8 @@ class ShardCoordinator:
 
     def _waiting_on_parents(self) -> bool:
         with self._lock:
-            leases = self.leases.known_leases()
-            return any(s in leases and not parents_done(leases[s], leases)
-                       for s, shard in self._shards.items() if shard.held)
+            held = [s for s, shard in self._shards.items() if shard.held]
+        return bool(self.leases.waiting_on_parents(held))
 
     # -- checkpoints ------------------------------------------------------------------------
     def _write_checkpoints(self, force: bool) -> None:
@@ -353,9 +344,3 @@ class ShardCoordinator:
     def owned_shard_ids(self) -> list[str]:
         return self.leases.owned_shard_ids()
 
-
-def _reached(report: ReadReport | None) -> tuple[ExtendedSequenceNumber | None, bool]:
-    """The last record a batch read of a shard (None: nothing), and whether it was the end."""
-    if report is None:
-        return None, False
-    return report.batch_range.end, report.batch_range.shard_end

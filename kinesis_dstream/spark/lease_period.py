@@ -7,25 +7,94 @@ however often it is computed. A lease that lapsed (not renewed for failover time
 taken back untouched resumes its period where it stood; any other change closes it.
 
 What the driver knows of a shard is one ``ShardState``: its lease period, its reads, its
-progress through the checkpoint policy (``checkpointer.ShardTrack``) and, once its lease
-lapsed, the lease as it was last held; the lease coordinator only reports what happened to
-the lease, and this module alone decides what that means for the period.
+checkpoint progress over its batches (``ShardTrack``, which each plan and completion of the
+shard moves; ``checkpointer`` says when a position is due) and, once its lease lapsed, the
+lease as it was last held; the lease coordinator only reports what happened to the lease,
+and this module alone decides what that means for the period.
 """
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..aws.lease_table import Lease
+from ..aws.range_table import start_after
 from ..records import AT_TIMESTAMP, LATEST, ExtendedSequenceNumber
-from ..retrieval import ITERATOR_TTL_S, ReadReport, start_after
+from ..retrieval import ITERATOR_TTL_S, ReadReport
 from ..worker.leases import LeaseCoordinator
-from .checkpointer import ShardTrack
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Batch:
+    time_ms: int
+    end: ExtendedSequenceNumber | None = None  # last record the batch read, if any
+    shard_end: bool = False
+    succeeded: bool | None = None  # None while the batch runs
+
+
+@dataclass
+class ShardTrack:
+    """One shard's progress through this driver's batches in one lease period (the shard's
+    ``ShardState`` holds it while it holds the lease): the completed position advances in
+    batch order and stops for good at the first batch that failed."""
+
+    shard_id: str
+    batches: deque = field(default_factory=deque)
+    completed: ExtendedSequenceNumber | None = None  # highest position of completed batches
+    ended: bool = False  # the batch holding the shard's last records completed
+    failed_batch_ms: int | None = None
+    written: ExtendedSequenceNumber | None = None  # in the lease table
+    written_at: float = -math.inf
+
+    @property
+    def has_running_batches(self) -> bool:
+        return any(b.succeeded is None for b in self.batches)
+
+    @property
+    def has_failed(self) -> bool:
+        return self.failed_batch_ms is not None
+
+    @property
+    def all_written(self) -> bool:
+        """Every batch completed and what they reached is in the lease table (an idle
+        shard's empty batches, say): their ranges serve nothing any more."""
+        if self.failed_batch_ms is not None or self.has_running_batches:
+            return False
+        return self.completed is None or (self.written is not None
+                                          and self.completed <= self.written)
+
+    def batch_generated(self, time_ms: int) -> None:
+        self.batches.append(_Batch(time_ms))
+
+    def batch_completed(self, time_ms: int, succeeded: bool, end: ExtendedSequenceNumber | None,
+                        shard_end: bool) -> bool:
+        """Batch ``time_ms`` completed, having read through ``end`` (None: nothing) and
+        ``shard_end``. A batch that planned the shard but never read it (an output operation
+        that looked at only some partitions) made no progress: its records come in a later
+        batch. True when the shard's progress may have changed."""
+        for batch in self.batches:
+            if batch.time_ms == time_ms and batch.succeeded is None:
+                batch.end, batch.shard_end, batch.succeeded = end, shard_end, succeeded
+                self.advance()
+                return True
+        return False
+
+    def advance(self) -> None:
+        while self.failed_batch_ms is None and self.batches and self.batches[0].succeeded is not None:
+            batch = self.batches.popleft()
+            if not batch.succeeded:
+                self.failed_batch_ms = batch.time_ms
+                return
+            if batch.end is not None and (self.completed is None or batch.end > self.completed):
+                self.completed = batch.end
+            self.ended = self.ended or batch.shard_end
 
 
 @dataclass(frozen=True)
@@ -147,6 +216,8 @@ class ShardState:
         assert self.floor is not None
         self.last_planned_ms = self.unsettled_ms = batch_ms
         self.planned.add((member, batch_ms))
+        if self.track is not None:  # the batch joins the shard's checkpoint progress
+            self.track.batch_generated(batch_ms)
         return PlannedShard(self.shard_id, self.floor, self.floor_timestamp, self.since_ms,
                             start, timestamp, iterator, weight)
 
@@ -183,10 +254,11 @@ class ShardState:
             self.ended = True
             self.child_shard_ids = report.batch_range.child_shard_ids
 
-    def complete(self, member: str, batch_ms: int, report: ReadReport | None) -> bool:
-        """``member``'s batch ``batch_ms`` completed, with the shard's read in it if any (the
-        read-ahead's was reported already, a later computation's was not). True when the
-        batch had planned the shard."""
+    def complete(self, member: str, batch_ms: int, report: ReadReport | None,
+                 succeeded: bool) -> bool:
+        """``member``'s batch ``batch_ms`` completed (or failed), with the shard's read in it
+        if any (the read-ahead's was reported already, a later computation's was not). True
+        when the batch had planned the shard and its checkpoint progress may have moved."""
         if report is not None:
             if self.last_read is None or self.last_read.batch_range.batch_ms < batch_ms:
                 self.read(member, batch_ms, report)
@@ -198,7 +270,12 @@ class ShardState:
         self.settle(batch_ms)  # its range is recorded now, or never will be
         if report is not None and report.recorded:
             self.recorded.add((member, batch_ms))
-        return True
+        if self.track is None:
+            return False
+        if report is None:  # planned, never read (an output operation that skipped it)
+            return self.track.batch_completed(batch_ms, succeeded, None, False)
+        return self.track.batch_completed(batch_ms, succeeded, report.batch_range.end,
+                                          report.batch_range.shard_end)
 
     def view(self, owner: str) -> dict[str, Any]:
         """The shard's line in ``metrics()``."""

@@ -15,7 +15,7 @@ to the executor with the fewest.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from ..retrieval import ShardRange, group_shards
 
@@ -60,8 +60,7 @@ class ShardPlacement:
 
 
 def located_groups(ranges: Sequence[ShardRange], placement: dict[str, Executor],
-                   shards_per_task: int, parallelism: int,
-                   weight: Callable[[ShardRange], float]) -> list[tuple[tuple, Executor]]:
+                   shards_per_task: int, parallelism: int) -> list[tuple[tuple, Executor]]:
     """The batch's tasks, each of one executor's shards, with that executor."""
     executors = sorted(set(placement.values()))
     per_executor = max(1, parallelism // max(1, len(executors)))
@@ -69,7 +68,7 @@ def located_groups(ranges: Sequence[ShardRange], placement: dict[str, Executor],
     for executor in executors:
         mine = [r for r in ranges if placement[r.shard_id] == executor]
         tasks += [(group, executor) for group in
-                  group_shards(mine, shards_per_task, per_executor, weight)]
+                  group_shards(mine, shards_per_task, per_executor)]
     return tasks
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,7 +23,7 @@ from .input_info import InputInfoReporter
 from .locality import ShardPlacement, live_executors, located_groups, located_rdd
 from .planning import BatchCoordinator
 from .rate import RateController, RateSettings
-from .read_ahead import ReadAhead, read_ahead
+from .read_ahead import ReadAhead, drop_oldest, read_ahead
 from .records import RecordValues
 from .storage_level import COMPLETION_WAIT_INTERVALS, UnreadBatches, unreplicated
 from .task import RangeReports, read_partition
@@ -56,12 +57,19 @@ class BatchPlanner:
         self.config = spec.consumer_config
         self.coordinator = coordinator
         self.rate = RateController(spec.rate, spec.batch_interval_ms)
+        self._limit = self.rate.batch_limit()  # records a batch may read; each completion says
         self.name = coordinator.name
         self.level = unreplicated(spec.storage_level)  # None: storageLevel NONE
         self.reports: Any = None  # the tasks' accumulator, made on first use
         self.ui = InputInfoReporter(self.name)
-        self.read_ahead = ReadAhead(self.name, spec.batch_interval_ms, self._build,
-                                    enabled=self.level is not None)
+        self.read_ahead = ReadAhead(self.name, self._build_early, enabled=self.level is not None)
+        # Each batch is built once, by Spark's call or an early read, whichever comes first.
+        self._built: dict[int, Any] = {}  # batch time -> its RDD, until the batch completes
+        self._failed_early: dict[int, Exception] = {}
+        self._more_left: set[int] = set()  # batches whose reads stopped before a shard's tip
+        self._build_lock = threading.Lock()
+        self._newest_built = 0
+        self._asked = 0  # the newest batch Spark asked for
         self.unread = UnreadBatches(self.name)
         self.attached = False  # a StreamingListener reports this stream's batch completions
         self.values: RecordValues | None = None  # the stream's record values, for start
@@ -108,10 +116,48 @@ class BatchPlanner:
         """
         if not self.attached:
             return sc.emptyRDD()
-        return self.read_ahead.batch(sc, batch_ms, values)
+        self._asked = max(self._asked, batch_ms)
+        built = self._built.get(batch_ms)
+        if built is None:
+            with self._build_lock:  # an early read of this batch may hold it
+                built = self._build_once(sc, batch_ms, values)
+        if batch_ms in self._more_left:
+            self.read_early(sc, batch_ms + self.spec.batch_interval_ms, values)
+        return built
 
     def read_early(self, sc: Any, batch_ms: int, values: RecordValues | None) -> None:
+        """Have batch ``batch_ms`` read early (``read_ahead.ReadAhead.read_early``), unless
+        it is built already or more than one batch ahead of Spark's clock."""
+        if batch_ms <= self._newest_built:
+            return
+        if self._asked and batch_ms > self._asked + self.spec.batch_interval_ms:
+            return
         self.read_ahead.read_early(sc, batch_ms, values)
+
+    def _build_early(self, sc: Any, batch_ms: int, values: RecordValues) -> None:
+        """The early reads' build of batch ``batch_ms`` (on their thread)."""
+        with self._build_lock:
+            if self.stopping or batch_ms <= self._newest_built:
+                return
+            log.debug("%s: batch %d is read early", self.name, batch_ms)
+            try:
+                self._build_once(sc, batch_ms, values)
+            except Exception as exc:  # noqa: BLE001 - Spark's own call for the batch raises it
+                self._failed_early[batch_ms] = exc
+                drop_oldest(self._failed_early)
+
+    def _build_once(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
+        """The batch's RDD, built on the first call (the caller holds the build lock)."""
+        built = self._built.get(batch_ms)
+        if built is not None:
+            return built
+        failed = self._failed_early.pop(batch_ms, None)
+        if failed is not None:
+            raise failed
+        built = self._built[batch_ms] = self._build(sc, batch_ms, values)
+        self._newest_built = max(self._newest_built, batch_ms)
+        drop_oldest(self._built)
+        return built
 
     def _build(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
         unread = self.level is None
@@ -127,17 +173,17 @@ class BatchPlanner:
             return sc.emptyRDD()
         if self.reports is None:  # the tasks report through it
             self.reports = sc.accumulator({}, RangeReports())
-        limit = self.rate.batch_limit()
+        limit = self._limit
         per_shard = self.spec.max_records_per_shard
         if limit is not None:
             per_shard = max(1, min(per_shard, limit // len(planned)))
         budget = read_time_budget_s(self.spec.batch_interval_ms, plan.taking_leases)
         ranges = [ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor, p.floor_timestamp,
                              p.since_ms, per_shard, budget, p.start, p.start_timestamp,
-                             plan.owner, p.iterator, self._record_empty or unread)
+                             plan.owner, p.iterator, self._record_empty or unread,
+                             weight=p.weight)
                   for p in planned]
-        weights = {p.shard_id: p.weight for p in planned}
-        rdd = self._read_rdd(sc, values, ranges, weights)
+        rdd = self._read_rdd(sc, values, ranges)
         if unread:
             return self._unread_batch(sc, batch_ms, rdd, ranges)
         read_from = time.monotonic()
@@ -145,8 +191,7 @@ class BatchPlanner:
         def reread() -> Any:
             read = self._reads(batch_ms)
             return self._read_rdd(sc, values, [
-                r if r.shard_id in read else replace(r, record_empty=True) for r in ranges],
-                weights)
+                r if r.shard_id in read else replace(r, record_empty=True) for r in ranges])
 
         rdd = read_ahead(sc, rdd, batch_ms, self.stopping, self.name, reread)
         reads = self._reads(batch_ms)
@@ -161,7 +206,7 @@ class BatchPlanner:
         log.debug("%s: batch %d read ahead: %d records from %d shards in %.3f s", self.name,
                   batch_ms, count, len(reads), time.monotonic() - read_from)
         if any(r.more_left for r in reads.values()):
-            self.read_ahead.more_left(batch_ms)
+            self._more_left.add(batch_ms)  # the next batch is read early
         self._counts[batch_ms] = count
         self.ui.report(sc, batch_ms, count, reads)
         return rdd
@@ -175,27 +220,22 @@ class BatchPlanner:
         self.ui.report(sc, batch_ms, 0, {}, "\n".join(lines))
         return rdd
 
-    def _read_rdd(self, sc: Any, values: RecordValues, ranges: list[ShardRange],
-                  weights: dict[str, float]) -> Any:
-        def weight(r: ShardRange) -> float:
-            return weights.get(r.shard_id, 0)
-
+    def _read_rdd(self, sc: Any, values: RecordValues, ranges: list[ShardRange]) -> Any:
         read = functools.partial(read_partition, self.config, self.reports, values)
         executors = live_executors(sc) if self.placement is not None else []
         if self.placement is not None and executors:
             placed = self.placement.place([r.shard_id for r in ranges], executors)
             tasks = located_groups(ranges, placed, self.config.shards_per_task,
-                                   sc.defaultParallelism, weight)
+                                   sc.defaultParallelism)
             rdd = located_rdd(sc, tasks).mapPartitions(read)
         else:
-            groups = group_shards(ranges, self.config.shards_per_task, sc.defaultParallelism,
-                                  weight)
+            groups = group_shards(ranges, self.config.shards_per_task, sc.defaultParallelism)
             rdd = sc.parallelize(groups, len(groups)).mapPartitions(read)
         return rdd.persist(self.level) if self.level is not None else rdd
 
     def batch_completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
                         scheduling_delay_ms: int | None, failure: str | None) -> None:
-        unread = batch_ms in self.unread
+        unread = self.level is None and batch_ms in self.unread  # storageLevel NONE only
         try:
             self._completed(batch_ms, succeeded, processing_delay_ms, scheduling_delay_ms,
                             failure, unread)
@@ -205,15 +245,16 @@ class BatchPlanner:
 
     def _completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
                    scheduling_delay_ms: int | None, failure: str | None, unread: bool) -> None:
-        self.read_ahead.completed(batch_ms)
+        self._built.pop(batch_ms, None)
+        self._more_left.discard(batch_ms)
         reads = self._reads(batch_ms, take=True)
         count = self._counts.pop(batch_ms, None)
         if count is None and not reads and not unread:
             return
         self.coordinator.batch_completed(self.spec.key, batch_ms, succeeded, reads)
         count = count if count is not None else sum(r.batch_range.records for r in reads.values())
-        self.rate.batch_completed(batch_ms, count, processing_delay_ms or 0,
-                                  scheduling_delay_ms or 0)
+        self._limit = self.rate.batch_completed(batch_ms, count, processing_delay_ms or 0,
+                                                scheduling_delay_ms or 0)
         lags = [r.millis_behind_latest for r in reads.values() if r.millis_behind_latest is not None]
         log.info("%s batch %d: %d records from %d shards, max millisBehindLatest %s ms, "
                  "processing %s ms%s", self.name, batch_ms, count, len(reads),

@@ -54,7 +54,14 @@ class RateController:
         return max(1, int(rate * self.batch_interval_ms / 1000.0))
 
     def batch_completed(self, time_ms: int, records: int, processing_delay_ms: int,
-                        scheduling_delay_ms: int) -> None:
+                        scheduling_delay_ms: int) -> int | None:
+        """A batch completed: the next batch's record limit (``batch_limit``), with the
+        estimate updated, as Spark's RateController computes a new rate on each completion."""
+        self._estimate(time_ms, records, processing_delay_ms, scheduling_delay_ms)
+        return self.batch_limit()
+
+    def _estimate(self, time_ms: int, records: int, processing_delay_ms: int,
+                  scheduling_delay_ms: int) -> None:
         """Spark's PIDRateEstimator.compute, kept readable."""
         s = self.settings
         if not s.backpressure or records <= 0 or processing_delay_ms <= 0:

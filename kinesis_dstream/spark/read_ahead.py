@@ -11,7 +11,8 @@ whose unread partitions record even an empty read, since no computation of their
 been seen.
 
 While there is a backlog a batch is read early, before Spark asks for it (``read_early``):
-the same build, only earlier, on one thread for the planner's life.
+the planner's same build, only earlier, on one thread for the planner's life; the planner
+builds each batch once, whichever of Spark's call and the early reads comes first.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 # Built batch RDDs kept for another output operation's call (a batch's stay until it completes).
 MAX_BUILT_BATCHES = 64
 
-Build = Callable[[Any, int, RecordValues], Any]
+Build = Callable[[Any, int, RecordValues], None]
 
 
 def drop_oldest(batches: dict[int, Any] | set[int]) -> None:
@@ -64,45 +65,19 @@ def read_ahead(sc: Any, rdd: Any, batch_ms: int, stopping: bool, name: str,
 
 
 class ReadAhead:
-    """The batches built (by Spark's call or ahead of it), one build at a time, and the
-    early reads' thread."""
+    """The early reads' thread: while there is a backlog it has the planner build a batch
+    (``build_early``) before Spark asks for it."""
 
-    def __init__(self, name: str, batch_interval_ms: int, build: Build, enabled: bool) -> None:
+    def __init__(self, name: str, build_early: Build, enabled: bool) -> None:
         self.name = name
-        self.batch_interval_ms = batch_interval_ms
-        self._build = build
+        self._build_early = build_early
         self.enabled = enabled  # False with storageLevel NONE: nothing is read early
         self.stopping = False
-        self._built: dict[int, Any] = {}  # batch time -> its RDD, until the batch completes
-        self._failed_early: dict[int, Exception] = {}
-        self._more_left: set[int] = set()  # batches whose reads stopped before a shard's tip
-        self._build_lock = threading.Lock()
         self._wake = threading.Condition()
         self._next: tuple[Any, int, RecordValues] | None = None
         self._busy = False
-        self._newest_built = 0
-        self._asked = 0  # the newest batch Spark asked for
         self._early_ms = 0  # the newest batch an early read was started for
         self.thread: threading.Thread | None = None
-
-    def batch(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
-        """Spark's call for the batch: its RDD, built now unless built already."""
-        self._asked = max(self._asked, batch_ms)
-        built = self._built.get(batch_ms)
-        if built is None:
-            with self._build_lock:  # an early read of this batch may hold it
-                built = self._build_once(sc, batch_ms, values)
-        if batch_ms in self._more_left:
-            self.read_early(sc, batch_ms + self.batch_interval_ms, values)
-        return built
-
-    def more_left(self, batch_ms: int) -> None:
-        """A read of the batch stopped before its shard's tip: the next batch is read early."""
-        self._more_left.add(batch_ms)
-
-    def completed(self, batch_ms: int) -> None:
-        self._built.pop(batch_ms, None)
-        self._more_left.discard(batch_ms)
 
     def stop(self, stopping: bool) -> None:
         with self._wake:  # the early reads' thread ends
@@ -117,15 +92,13 @@ class ReadAhead:
         time. So the first batch is read as soon as the context has started (its first
         lease is taken by then), and the batch after one whose reads stopped before a
         shard's tip as soon as Spark has that one: reads follow each other without a gap,
-        never more than one batch ahead of Spark's clock. Spark's call finds the batch built
-        (or waits for it), with the same ranges, so every guarantee holds; a build that
-        failed fails Spark's call the same way. Nothing is read early with ``storageLevel``
-        NONE (no read-ahead) or while stopping.
+        never more than one batch ahead of Spark's clock (the planner asks only then).
+        Spark's call finds the batch built (or waits for it), with the same ranges, so every
+        guarantee holds; a build that failed fails Spark's call the same way. Nothing is
+        read early with ``storageLevel`` NONE (no read-ahead) or while stopping.
         """
-        if values is None or self.stopping or batch_ms <= self._newest_built or not self.enabled:
+        if values is None or self.stopping or not self.enabled:
             return
-        if self._asked and batch_ms > self._asked + self.batch_interval_ms:
-            return  # one batch ahead of Spark's clock at most
         with self._wake:
             if batch_ms <= self._early_ms:
                 return  # asked for already
@@ -160,27 +133,3 @@ class ReadAhead:
         """No early read asked for or running (tests wait on it)."""
         with self._wake:
             return self._wake.wait_for(lambda: self._next is None and not self._busy, timeout_s)
-
-    def _build_early(self, sc: Any, batch_ms: int, values: RecordValues) -> None:
-        with self._build_lock:
-            if self.stopping or batch_ms <= self._newest_built:
-                return
-            log.debug("%s: batch %d is read early", self.name, batch_ms)
-            try:
-                self._build_once(sc, batch_ms, values)
-            except Exception as exc:  # noqa: BLE001 - Spark's own call for the batch raises it
-                self._failed_early[batch_ms] = exc
-                drop_oldest(self._failed_early)
-
-    def _build_once(self, sc: Any, batch_ms: int, values: RecordValues) -> Any:
-        """The batch's RDD, built on the first call (the caller holds the build lock)."""
-        built = self._built.get(batch_ms)
-        if built is not None:
-            return built
-        failed = self._failed_early.pop(batch_ms, None)
-        if failed is not None:
-            raise failed
-        built = self._built[batch_ms] = self._build(sc, batch_ms, values)
-        self._newest_built = max(self._newest_built, batch_ms)
-        drop_oldest(self._built)
-        return built

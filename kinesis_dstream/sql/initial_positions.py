@@ -23,8 +23,8 @@ from ..aws.lease_table import LeaseTable
 from ..config import ConsumerConfig
 from ..errors import ConfigurationError, KinesisDStreamError, StreamNotFoundError
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber
+from ..retrieval import StartingPosition
 from .option_table import APPLICATION_NAME, LEASE_TABLE_NAME, STARTING_POSITION
-from .starting_position import StartingPosition
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ READ_RETRY: Mapping[str, Any] = {"retry_max_attempts": 2, "retry_wait_time_ms": 
 def child_start(start: StartingPosition) -> dict[str, Any]:
     """A shard read from its beginning (TRIM_HORIZON, or the AT_TIMESTAMP asked for): a
     child of a shard the query reads, or any shard when not starting at LATEST."""
-    if start.kind == AT_TIMESTAMP and start.timestamp is not None:
+    if start.type == AT_TIMESTAMP and start.timestamp is not None:
         return {"at": AT_TIMESTAMP, "ts": float(start.timestamp)}
     return {"at": TRIM_HORIZON}
 
@@ -52,7 +52,7 @@ def _from_checkpoint(shard: Shard, checkpoint: ExtendedSequenceNumber, start: St
     if kind == LATEST:
         return {"ended": True} if shard.is_closed else {"at": AT_TIMESTAMP, "ts": pinned}
     if kind == AT_TIMESTAMP:
-        if start.kind != AT_TIMESTAMP or start.timestamp is None:
+        if start.type != AT_TIMESTAMP or start.timestamp is None:
             raise ConfigurationError(
                 f"shard {shard.shard_id} is checkpointed at AT_TIMESTAMP in lease table "
                 f"{table!r}, which carries no time (each KCL worker reads it with its own "
@@ -93,7 +93,7 @@ def initial_positions(listing: Sequence[Shard], start: StartingPosition, pinned:
             entry = _from_checkpoint(shard, checkpoints[shard_id], start, pinned, table)
         elif row_below(shard_id):
             entry = {"ended": True}
-        elif from_table(shard_id) or start.kind != LATEST:
+        elif from_table(shard_id) or start.type != LATEST:
             entry = child_start(start)
         else:
             positions[shard_id] = ({"ended": True} if shard.is_closed

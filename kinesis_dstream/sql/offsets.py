@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..aws.kinesis import Shard
-from ..aws.range_table import BatchRange
+from ..aws.range_table import BatchRange, start_after
 from ..errors import ConfigurationError, DataLossError, KinesisDStreamError
 from ..records import AT_TIMESTAMP, TRIM_HORIZON, ExtendedSequenceNumber
-from ..retrieval import start_after
 
 log = logging.getLogger(__name__)
 

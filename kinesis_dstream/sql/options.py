@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ..config import ConsumerConfig, check_credentials
 from ..errors import ConfigurationError
-from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S
+from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, StartingPosition
 from ..settings import Read
 from .option_table import (
     AWSLABS_CONSUMER_NAME,
@@ -36,7 +36,6 @@ from .option_table import (
     STREAM_NAME,
 )
 from .other_connectors import endpoint_of_region, warn_no_effect
-from .starting_position import StartingPosition
 
 log = logging.getLogger(__name__)
 

@@ -169,7 +169,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      self._next_shards(shards, None))
         if not options.start_lease_table:
             log.info("aws-kinesis query %s on stream %s starts %s: %d shards", query,
-                     self._what, start.kind, len(shards))
+                     self._what, start.type, len(shards))
         else:
             log.info("aws-kinesis query %s on stream %s starts from lease table %s: %d shards, "
                      "%d of them checkpointed there (the others start as %s says)", query,
@@ -275,6 +275,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         pacing = self._pacing(len(read_now))
         held_at = self._subscribers(query, batch - 1)
         ranges, keys = [], {}
+        weight = dict(driver.weight)
         for key, entry in read_now.items():
             stream, shard_id = self.streams.split(key)
             position, timestamp = position_of(entry)
@@ -284,12 +285,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      timestamp, batch, cap,
                                      self.options.max_fetch_time_per_shard_s, position,
                                      timestamp, iterator=driver.prober.iterator(key, entry),
-                                     record_empty=True, **pacing, **held_at(key)))
+                                     record_empty=True, weight=weight.get(key, 0),
+                                     **pacing, **held_at(key)))
             keys[(ranges[-1].stream_key, shard_id)] = (stream, key)
         driver.read_in[batch] = list(read_now)
-        weight = dict(driver.weight)
-        groups = group_shards(ranges, self.config.shards_per_task, self._parallelism(),
-                              lambda r: weight.get(keys[(r.stream_key, r.shard_id)][1], 0))
+        groups = group_shards(ranges, self.config.shards_per_task, self._parallelism())
         configs = self._read_configs(query)
         first = configs[self.streams.names[0]]
         return [ShardPartition(first, group, self.options.arrow_batches, self.layout,

@@ -5,17 +5,17 @@ The awslabs and qubole connectors write ``LATEST``, ``TRIM_HORIZON``/``EARLIEST`
 and a time as JSON, ``{"at_timestamp": "06/25/2020 10:23:45 PDT", "format": "MM/dd/yyyy
 HH:mm:ss ZZZ"}``, the format a Java date-time pattern (that one by default). Anything else is
 refused naming the option: a query that silently starts at LATEST loses what it was asked to
-read.
+read. The parser returns retrieval's ``StartingPosition``, the value every read starts from.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..retrieval import StartingPosition
 
 # Databricks' default pattern for {"at_timestamp": ...} without a "format".
 DEFAULT_TIMESTAMP_FORMAT = "MM/dd/yyyy HH:mm:ss ZZZ"
@@ -35,14 +35,6 @@ _FIELDS = {"y": ("year", r"\d{4}"), "u": ("year", r"\d{4}"), "M": ("month", r"\d
            "Z": ("zone", r"[A-Za-z_/+\-:0-9]+"), "X": ("zone", r"[A-Za-z_/+\-:0-9]+"),
            "x": ("zone", r"[+\-][0-9:]+"), "V": ("zone", r"[A-Za-z_/+\-:0-9]+")}
 _OFFSET = re.compile(r"([+-])(\d{2}):?(\d{2})?")
-
-
-@dataclass(frozen=True)
-class StartingPosition:
-    """LATEST, TRIM_HORIZON (EARLIEST), or AT_TIMESTAMP with epoch seconds."""
-
-    kind: str
-    timestamp: float | None = None
 
 
 def _pattern_regex(pattern: str, key: str) -> re.Pattern[str]:
@@ -146,10 +138,10 @@ def _at_timestamp_json(text: str, key: str) -> StartingPosition:
             f"(format optional), got {text!r}")
     if pattern is None:  # Databricks' default pattern; an ISO 8601 time reads too
         try:
-            return StartingPosition("AT_TIMESTAMP", _iso_time(moment, key))
+            return StartingPosition("AT_TIMESTAMP", timestamp=_iso_time(moment, key))
         except ConfigurationError:
             pattern = DEFAULT_TIMESTAMP_FORMAT
-    return StartingPosition("AT_TIMESTAMP", parse_java_time(moment, pattern, key))
+    return StartingPosition("AT_TIMESTAMP", timestamp=parse_java_time(moment, pattern, key))
 
 
 def parse_starting_position(text: Any, key: str) -> StartingPosition:
@@ -163,7 +155,7 @@ def parse_starting_position(text: Any, key: str) -> StartingPosition:
     if kind in ("LATEST", "TRIM_HORIZON", "EARLIEST") and len(words) == 1:
         return StartingPosition("TRIM_HORIZON" if kind == "EARLIEST" else kind)
     if kind == "AT_TIMESTAMP" and len(words) == 2:
-        return StartingPosition("AT_TIMESTAMP", _iso_time(words[1].strip(), key))
+        return StartingPosition("AT_TIMESTAMP", timestamp=_iso_time(words[1].strip(), key))
     raise ConfigurationError(
         f"{key}: expected latest, trim_horizon, earliest, 'AT_TIMESTAMP <ISO time>' or "
         f"{{\"at_timestamp\": \"<time>\", \"format\": \"<pattern>\"}}, got {text!r}; the query "

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..aws.lease_table import Lease, LeaseTable
 from ..config import ConsumerConfig
@@ -23,6 +23,12 @@ log = logging.getLogger(__name__)
 
 # Lease renewals at once (the KCL's renewer uses a pool of 20 threads).
 RENEW_THREADS = 20
+
+
+def parents_done(lease: Lease, leases: dict[str, Lease]) -> bool:
+    """A child may start once every parent that has a lease has checkpointed SHARD_END."""
+    keys = [lease.key_of(parent) for parent in lease.parent_shard_ids]
+    return all(key not in leases or leases[key].is_finished for key in keys)
 
 
 class LeaseCoordinator:
@@ -80,6 +86,13 @@ class LeaseCoordinator:
             self.drop_lapsed()
         with self._lock:
             return {**self._all, **self._owned}
+
+    def waiting_on_parents(self, shard_ids: Iterable[str], drop_lapsed: bool = False,
+                           ) -> set[str]:
+        """Of ``shard_ids``, those whose lease (as ``known_leases`` has it) has a parent not
+        done yet (``parents_done``): a child is read only after its parents."""
+        leases = self.known_leases(drop_lapsed)
+        return {s for s in shard_ids if s in leases and not parents_done(leases[s], leases)}
 
     # -- taking ---------------------------------------------------------------------------
     def refresh(self) -> list[Lease]:

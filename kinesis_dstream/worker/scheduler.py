@@ -37,10 +37,10 @@ from ..retrieval.source import RecordSource, open_source
 from .consumer import ConsumerState, ShardConsumer, ShutdownReason
 from .lease_loop import lease_loop_backoff, run_lease_loop
 from .lease_manager import LeaseManager
-from .leases import LeaseCoordinator
+from .leases import LeaseCoordinator, parents_done
 from .metrics import MetricsPublisher
 from .processor import ProcessorFactory
-from .shard_sync import ShardSyncer, parents_done
+from .shard_sync import ShardSyncer
 from .stall import ShardsView, StallWatch, largest_lag
 from .streams import MultiStreamTracker, StreamEntry, StreamSync, fan_out_consumer
 

@@ -2,7 +2,7 @@
 
 Leases are created for shards that have none. A child shard's lease names its parents
 (``parentShardId``) and starts at TRIM_HORIZON, so nothing written after a split or merge
-is skipped; ``parents_done`` is what keeps a child from being read before its parents
+is skipped; ``leases.parents_done`` is what keeps a child from being read before its parents
 have checkpointed SHARD_END, which keeps per-key order across resharding.
 With LATEST on a fresh table, closed shards get no lease: their data is history.
 In multi-stream mode each stream is synced on its own (``stream``): its leases are keyed
@@ -76,7 +76,7 @@ def new_leases(shards: Iterable[Shard], existing: dict[str, Lease],
 def in_generations(leases: list[Lease]) -> list[list[Lease]]:
     """``leases`` in groups that may be created together: each lease after its parents'.
 
-    A child whose parent has no lease yet counts as a root (``parents_done``), so a worker
+    A child whose parent has no lease yet counts as a root (``leases.parents_done``), so a worker
     scanning the table while leases are being created could read it before its parent."""
     pending = {lease.lease_key: lease for lease in leases}
     generations = []
@@ -87,12 +87,6 @@ def in_generations(leases: list[Lease]) -> list[list[Lease]]:
         for lease in generations[-1]:
             del pending[lease.lease_key]
     return generations
-
-
-def parents_done(lease: Lease, leases: dict[str, Lease]) -> bool:
-    """A child may start once every parent that has a lease has checkpointed SHARD_END."""
-    keys = [lease.key_of(parent) for parent in lease.parent_shard_ids]
-    return all(key not in leases or leases[key].is_finished for key in keys)
 
 
 class ShardLister(Protocol):
