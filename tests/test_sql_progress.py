@@ -1,6 +1,7 @@
 """What the SQL source shows in the query progress (``sql.progress``), on its own: Databricks'
 lag metrics, what the last reading cost, and the range item that carries the costs from the
-tasks to the driver. No Spark, no emulator (test_sql_source checks them in a real query)."""
+tasks to the driver; and the small first reading. No Spark, no emulator (test_sql_source
+checks both in a real query)."""
 from __future__ import annotations
 
 import pytest
@@ -52,3 +53,28 @@ def test_a_range_item_carries_the_read_costs_and_an_old_item_has_none():
     plain = _range(_item(a_range("a", 10)))
     assert (plain.read_ms, plain.wait_ms, plain.convert_ms) == (None, None, None)
     assert "readMs" not in _item(a_range("a", 10))
+
+
+def test_the_first_reading_a_reader_plans_is_small_and_the_next_ones_are_not(monkeypatch):
+    """A query started on a backlog shows rows within seconds: its first reading reads one
+    small page a shard, not a 10 MB one (converted and handed to Spark before any row)."""
+    from kinesis_dstream.sql.driver_state import DriverState
+    from kinesis_dstream.sql.offsets import make_offset
+    from kinesis_dstream.sql.options import parse_source_options
+    from kinesis_dstream.sql.prober import Probe
+    from kinesis_dstream.sql.reader import FIRST_READING_MAX_RECORDS, KinesisStreamReader
+
+    options = parse_source_options({"kinesis.streamName": "s", "kinesis.region": "us-east-1"})
+    reader = KinesisStreamReader(options)
+    reader._driver = driver = DriverState(options.config)
+    try:
+        monkeypatch.setattr(reader, "_shards", lambda force=False: None)
+        monkeypatch.setattr(reader, "_recorded_ranges", lambda query, batch, keys: {})
+        monkeypatch.setattr(driver.prober, "probed",
+                            lambda shards, target: {s: Probe(True, 5) for s in shards})
+        start = make_offset("q", 0, 100_000, {"shardId-0": {"at": "TRIM_HORIZON"},
+                                              "shardId-1": {"at": "TRIM_HORIZON"}})
+        assert reader.latestOffset(start, None)["limit"] == FIRST_READING_MAX_RECORDS < 100_000
+        assert reader.latestOffset(start, None)["limit"] == 100_000  # kinesis.maxFetch...
+    finally:
+        reader.stop()
