@@ -184,3 +184,20 @@ def test_another_error_of_the_same_class_is_not_taken_for_a_refused_start():
     with pytest.raises(ConfigurationError) as raised:
         fetcher.initialize(ESN("4"))
     assert raised.value is error
+
+
+def test_a_new_range_asks_for_no_more_records_than_its_cap_and_counts_its_waits(
+        monkeypatch, throttle_pause):
+    """A GetRecords page beyond the cap would spend the shard's 2 MiB/s on records the next
+    batch reads again (a 10 MB page puts a shard 4 s into debt)."""
+    source = PushLike([ThrottlingError("slow down"),
+                       GetRecordsResult([record(str(i)) for i in range(5, 15)], 1000)])
+    asked: list[int] = []
+    monkeypatch.setattr(read_loop, "open_source",
+                        lambda kinesis, config, *a, **k: asked.append(config.max_records) or source)
+    slept: list[float] = []
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=10,
+                             time_budget_s=30.0, sleep=slept.append)  # type: ignore[arg-type]
+    assert asked == [10] and CONFIG.max_records > 10
+    assert len(reading.records) == 10 and reading.more_left
+    assert reading.waited_s == pytest.approx(throttle_pause) and slept == [throttle_pause]

@@ -47,7 +47,7 @@ from kinesis_dstream.sql.offsets import (
 )
 from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.partition_reader import arrow_schema, to_arrow
-from kinesis_dstream.sql.reader import KinesisStreamReader
+from kinesis_dstream.sql.reader import FIRST_READING_MAX_RECORDS, KinesisStreamReader
 
 # Admission control, Trigger.AvailableNow and the offset a restarted query stands at reach
 # a Python source from pyspark 4.2 on (the Spark matrix runs this file on 4.0 too).
@@ -292,9 +292,27 @@ def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make
         wait_until(lambda: query.lastProgress is not None, 60, "the first trigger")
         after = [p.data for p in put_records(stream, [f"after-{i}" for i in range(40)])]
         wait_until(lambda: sum(sink.data().values()) >= len(after), 60, "40 records")
+        if PYSPARK_4_2:  # the progress shows what the last reading cost, and the lag
+            wait_until(lambda: reading_reported(query), 30, "a reading's costs in progress")
     finally:
         stop(query)
     assert sink.data() == Counter(after)
+    # The first reading a query plans is small (rows within seconds on a backlog).
+    limits = [o["limit"] for o in offsets_logged(checkpoint) if o["batch"] > 0]
+    assert limits[0] == FIRST_READING_MAX_RECORDS and set(limits[1:]) <= {100_000}
+
+
+def reading_reported(query: Any) -> dict[str, Any] | None:
+    """The source's ``latestOffset`` in a progress that reports a reading with records and
+    its read, wait and convert times, with Databricks' lag metrics."""
+    for progress in query.recentProgress:
+        reported = json.loads(progress["sources"][0]["latestOffset"] or "null") or {}
+        last = reported.get("lastReading") or {}
+        if last.get("records") and all(isinstance(last.get(k), float)
+                                       for k in ("readMs", "waitMs", "convertMs")) and \
+                {"avgMsBehindLatest", "maxMsBehindLatest", "minMsBehindLatest"} <= set(reported):
+            return reported
+    return None
 
 
 # -- restart -----------------------------------------------------------------------------------

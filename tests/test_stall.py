@@ -129,6 +129,8 @@ def test_the_sql_progress_reports_the_largest_lag_and_the_stalled_shards():
         driver.stalls.observe("shardId-2", 90_000, "p")
         assert reader.reportLatestOffset() == {
             "millisBehindLatest": {"shardId-1": 300, "shardId-2": 90_000, "shardId-3": None},
-            "maxMillisBehindLatest": 90_000, "stalledShards": ["shardId-2"], "stalls": 1}
+            "maxMillisBehindLatest": 90_000, "avgMsBehindLatest": 45_150.0,
+            "maxMsBehindLatest": 90_000, "minMsBehindLatest": 300,
+            "stalledShards": ["shardId-2"], "stalls": 1}
     finally:
         reader.stop()

@@ -73,6 +73,12 @@ class BatchRange:
     # Under fan-out, the executor process (``host:port``) that holds the shard's subscription
     # after this read: the next batch's task asks it (``retrieval.subscription_peers``).
     subscriber: str | None = field(default=None, compare=False)
+    # What the read that decided this range cost (ms): in GetRecords calls, asleep between
+    # them (throttle pauses, backoffs, pacing), and turning the records into what the task
+    # hands out. The SQL source's driver reports them in the query progress.
+    read_ms: float | None = field(default=None, compare=False)
+    wait_ms: float | None = field(default=None, compare=False)
+    convert_ms: float | None = field(default=None, compare=False)
 
     @property
     def next_start(self) -> ExtendedSequenceNumber:
@@ -88,6 +94,10 @@ def start_after(previous: BatchRange | None, floor: ExtendedSequenceNumber,
     if previous is not None:
         return previous.next_start, previous.start_timestamp
     return floor, floor_timestamp
+
+
+# The read's costs: item attribute -> BatchRange field.
+_COST_FIELDS = {"readMs": "read_ms", "waitMs": "wait_ms", "convertMs": "convert_ms"}
 
 
 def _item(r: BatchRange) -> dict[str, Any]:
@@ -114,6 +124,10 @@ def _item(r: BatchRange) -> dict[str, Any]:
         item["millisBehindLatest"] = {"N": str(int(r.millis_behind_latest))}
     if r.subscriber is not None:
         item["subscriber"] = {"S": r.subscriber}
+    for name, field_name in _COST_FIELDS.items():
+        value = getattr(r, field_name)
+        if value is not None:
+            item[name] = {"N": str(round(value, 1))}
     return item
 
 
@@ -132,7 +146,9 @@ def _range(item: dict[str, Any]) -> BatchRange:
         iterator_time=float(item.get("iteratorTime", {}).get("N", 0.0)),
         millis_behind_latest=(int(item["millisBehindLatest"]["N"])
                               if "millisBehindLatest" in item else None),
-        subscriber=item.get("subscriber", {}).get("S"))
+        subscriber=item.get("subscriber", {}).get("S"),
+        **{field_name: float(item[name]["N"]) for name, field_name in _COST_FIELDS.items()
+           if name in item})
 
 
 def enable_ttl(client: DynamoDBAPI, table_name: str) -> None:

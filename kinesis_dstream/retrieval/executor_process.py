@@ -23,9 +23,21 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ReaderClients:
+    """A reader's clients. The lease table's is made on first use: only a DStream's reads
+    ask it (whether a lease moved), and a boto3 client costs a task's first read time."""
+
     kinesis: KinesisClient
     ranges: BatchRangeTable
-    leases: LeaseTable
+    config: ConsumerConfig
+    _leases: LeaseTable | None = None
+
+    @property
+    def leases(self) -> LeaseTable:
+        with _clients_lock:
+            if self._leases is None:
+                self._leases = LeaseTable(self.config)
+                freeze_long_lived_objects()
+            return self._leases
 
 
 _clients: dict[ConsumerConfig, ReaderClients] = {}
@@ -57,8 +69,7 @@ def clients_for(config: ConsumerConfig) -> ReaderClients:
         if clients is None:
             log_to_stderr_unless_configured()
             kinesis = KinesisClient(config, policy=reader_policy(config))
-            clients = _clients[config] = ReaderClients(kinesis, BatchRangeTable(config),
-                                                       LeaseTable(config))
+            clients = _clients[config] = ReaderClients(kinesis, BatchRangeTable(config), config)
             freeze_long_lived_objects()
         return clients
 

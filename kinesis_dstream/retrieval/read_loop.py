@@ -20,7 +20,7 @@ recorded range is read by GetRecords (rare, and exactly its records).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..aws.kinesis import KinesisClient
@@ -67,6 +67,7 @@ class Reading:
     lost: TrimmedRange | None = None  # records trimmed by retention before this read's start
     more_left: bool = False  # stopped at the time budget, the record cap or the byte cap
     bytes_read: int = 0
+    waited_s: float = 0.0  # slept between calls: throttle pauses, backoffs and pacing
 
 
 def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
@@ -78,8 +79,13 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     """From ``start`` (exclusive), either exactly through ``end`` (a recorded range), or until
     ``max_records``, ``max_bytes`` (reached, not bounded: a page is kept whole), the shard's
     end, its tip or ``time_budget_s`` (a new range). ``pace`` spaces the GetRecords calls; a
-    new range whose next call would wait past its time budget stops there."""
+    new range whose next call would wait past its time budget stops there. A new polling
+    range's GetRecords asks for no more records than its cap (a page beyond it would spend the
+    shard's 2 MiB/s on records the next batch reads again)."""
     exact = end is not None
+    if max_records and not exact and max_records < config.max_records and \
+            config.retrieval_mode != "FANOUT":
+        config = replace(config, max_records=max_records)
     reading = Reading()
     began = last_call = time.monotonic()
     counting_bytes = bool(max_bytes) or (pace is not None and pace.max_bytes_per_s > 0)
@@ -114,6 +120,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                         break
                     if hold > 0:
                         sleep(hold)
+                        reading.waited_s += hold
                 last_call = time.monotonic()
                 called = time.perf_counter()
                 try:
@@ -132,6 +139,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                         raise
                     break
                 sleep(wait)
+                reading.waited_s += wait
                 continue
             pacer.succeeded()
             reading.millis_behind_latest = result.millis_behind_latest

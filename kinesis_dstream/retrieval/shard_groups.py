@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..config import ConsumerConfig
 from ..records import Record
 from .model import ReadReport, ShardRange
-from .shard_reader import read_shard_range
+from .shard_reader import Convert, read_shard_range
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -61,13 +61,15 @@ def read_shards(config: ConsumerConfig, ranges: Sequence[ShardRange], *, fresh: 
 
 
 def read_each(reads: Sequence[tuple[ConsumerConfig, ShardRange]], *, fresh: bool = True,
-              ) -> Iterator[tuple[list[Record], ReadReport]]:
+              convert: Convert = None) -> Iterator[tuple[Any, ReadReport]]:
     """``read_shards`` of ranges that each name their stream's config (a task of a query
-    that reads several streams)."""
+    that reads several streams). ``convert`` turns each range's records into what the task
+    hands out, in the range's read thread, before the range is recorded (``read_shard_range``)."""
     if len(reads) == 1:
-        yield read_shard_range(reads[0][0], reads[0][1], fresh=fresh)
+        yield read_shard_range(reads[0][0], reads[0][1], fresh=fresh, convert=convert)
         return
     pool = _threads()
-    futures = [pool.submit(read_shard_range, config, r, fresh=fresh) for config, r in reads]
+    futures = [pool.submit(read_shard_range, config, r, fresh=fresh, convert=convert)
+               for config, r in reads]
     for future in futures:
         yield future.result()

@@ -70,19 +70,35 @@ def _lease_moved(clients: ReaderClients, planned: ShardRange) -> bool:
     return True
 
 
+# What a partition's records (of the stream a config reads) become before they leave the
+# task (the SQL source's Arrow batches); None hands out the records themselves.
+Convert = Callable[[list[Record], ConsumerConfig], Any] | None
+
+
+def _converted(convert: Convert, records: list[Record],
+               config: ConsumerConfig) -> tuple[Any, float]:
+    """``records`` as ``convert`` makes them, and the milliseconds it took."""
+    if convert is None:
+        return records, 0.0
+    began = time.perf_counter()
+    out = convert(records, config)
+    return out, (time.perf_counter() - began) * 1000.0
+
+
 def _report(batch_range: BatchRange, reading: Reading, *, recorded: bool,
-            fresh: bool) -> tuple[list[Record], ReadReport]:
+            fresh: bool, out: Any = None) -> tuple[Any, ReadReport]:
     report = ReadReport(batch_range, reading.millis_behind_latest,
                         sum(len(r.binary_data) for r in reading.records), reading.calls,
                         reading.seconds * 1000.0, os.getpid(), recorded, reading.iterator,
                         reading.iterator_time, reading.shard_iterator_calls, fresh,
                         reading.throttled, reading.faults, reading.served,
                         reading.more_left)
-    return reading.records, report
+    return (reading.records if out is None else out), report
 
 
 def _read_recorded(clients: ReaderClients, config: ConsumerConfig, stored: BatchRange,
-                   sleep: Callable[[float], None], fresh: bool) -> tuple[list[Record], ReadReport]:
+                   sleep: Callable[[float], None], fresh: bool,
+                   convert: Convert = None) -> tuple[Any, ReadReport]:
     """Exactly a recorded range: the records after its start through its end."""
     if stored.end is None:
         reading = Reading(shard_end=stored.shard_end, child_shard_ids=stored.child_shard_ids)
@@ -90,13 +106,15 @@ def _read_recorded(clients: ReaderClients, config: ConsumerConfig, stored: Batch
         reading = read(clients.kinesis, config, stored.shard_id, stored.start,
                        stored.start_timestamp, end=stored.end, sleep=sleep)
         reading.shard_end, reading.child_shard_ids = stored.shard_end, stored.child_shard_ids
-    return _report(stored, reading, recorded=True, fresh=fresh)
+    return _report(stored, reading, recorded=True, fresh=fresh,
+                   out=_converted(convert, reading.records, config)[0])
 
 
 def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRange,
               start: ExtendedSequenceNumber, timestamp: float | None, iterator: str | None,
-              sleep: Callable[[float], None]) -> tuple[list[Record], ReadReport]:
-    """Decide a new range: read, then record it (unless it is empty) before handing it out."""
+              sleep: Callable[[float], None], convert: Convert = None) -> tuple[Any, ReadReport]:
+    """Decide a new range: read, convert, then record it (unless it is empty, with what the
+    read and the conversion cost where the caller converts) before handing it out."""
     if start.sequence_number != AT_TIMESTAMP:
         timestamp = None
     bounds: dict[str, Any] = {"max_records": planned.max_records, "time_budget_s": planned.time_budget_s,
@@ -119,28 +137,35 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
         reading = Reading(calls=reading.calls, served=reading.served, seconds=reading.seconds,
                           throttled=reading.throttled, faults=reading.faults)
     records = reading.records
+    out, convert_ms = _converted(convert, records, config)
+    costs = {} if convert is None else {"read_ms": reading.seconds * 1000.0,
+                                        "wait_ms": reading.waited_s * 1000.0,
+                                        "convert_ms": convert_ms}
     candidate = BatchRange(
         planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
         records[-1].extended_sequence_number if records else None, len(records),
         reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time,
-        reading.millis_behind_latest, subscriber)
+        reading.millis_behind_latest, subscriber, **costs)
     if not records and not reading.shard_end and not planned.record_empty:
         if reading.lost is not None:
             report_data_loss(config, reading.lost)
-        return _report(candidate, reading, recorded=False, fresh=True)
+        return _report(candidate, reading, recorded=False, fresh=True, out=out)
     stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(candidate), sleep)
     if stored != candidate:
         log.info("shard %s batch %d: its range was recorded by an earlier computation; "
                  "reading that one", planned.shard_id, planned.batch_ms)
-        return _read_recorded(clients, config, stored, sleep, fresh=True)
+        return _read_recorded(clients, config, stored, sleep, True, convert)
     if reading.lost is not None and stored is candidate:  # our write stands: we log it
         report_data_loss(config, reading.lost)
-    return _report(stored, reading, recorded=True, fresh=True)
+    return _report(stored, reading, recorded=True, fresh=True, out=out)
 
 
 def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool = True,
-                     sleep: Callable[[float], None] = time.sleep) -> tuple[list[Record], ReadReport]:
-    """The records of one (batch, shard) partition: the same ones every time it is computed.
+                     sleep: Callable[[float], None] = time.sleep,
+                     convert: Convert = None) -> tuple[Any, ReadReport]:
+    """The records of one (batch, shard) partition: the same ones every time it is computed
+    (as ``convert`` makes them, if given: a new range then records what its read and the
+    conversion cost).
 
     ``fresh``: this computation may decide a new range (the first computation of the
     partition, or a retry of it). Otherwise a partition with no recorded range is one whose
@@ -158,18 +183,19 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool
     clients = clients_for(config)
     if fresh and planned.start is not None and not planned.record_empty:
         return _read_new(clients, config, planned, planned.start, planned.start_timestamp,
-                         planned.iterator, sleep)
+                         planned.iterator, sleep, convert)
     stored = waiting_out_dynamodb(config, lambda: clients.ranges.get(
         planned.stream_key, planned.shard_id, planned.batch_ms), sleep)
     if stored is not None:
-        return _read_recorded(clients, config, stored, sleep, fresh)
+        return _read_recorded(clients, config, stored, sleep, fresh, convert)
     if not fresh:
         start, timestamp = planned.start or planned.floor, planned.start_timestamp
         empty = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp)
-        return _report(empty, Reading(), recorded=False, fresh=False)
+        return _report(empty, Reading(), recorded=False, fresh=False,
+                       out=_converted(convert, [], config)[0])
     if planned.start is not None:
         return _read_new(clients, config, planned, planned.start, planned.start_timestamp,
-                         planned.iterator, sleep)
+                         planned.iterator, sleep, convert)
     previous = waiting_out_dynamodb(config, lambda: clients.ranges.latest_before(
         planned.stream_key, planned.shard_id, planned.batch_ms, planned.since_ms), sleep)
     start, timestamp = start_after(previous, planned.floor, planned.floor_timestamp)
@@ -177,5 +203,5 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool
         ended = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start,
                            timestamp, None, 0, True, previous.child_shard_ids)
         stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(ended), sleep)
-        return _read_recorded(clients, config, stored, sleep, fresh)
-    return _read_new(clients, config, planned, start, timestamp, None, sleep)
+        return _read_recorded(clients, config, stored, sleep, fresh, convert)
+    return _read_new(clients, config, planned, start, timestamp, None, sleep, convert)

@@ -12,7 +12,7 @@ import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
@@ -45,6 +45,8 @@ class DriverState:
         self.lag: dict[str, int | None] = {}
         self.stalls = StallWatch.of(config, f"aws-kinesis {label}")
         self.weight: dict[str, int] = {}  # what each shard of the planned reading read last
+        self.planned = 0  # readings planned by this process (its first one is small)
+        self.last_reading: dict[str, Any] | None = None  # its costs (``progress``)
         # The ranges of the last completed reading: (query, reading, shard key -> range).
         self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None
         # The fan-out consumer registered for the query on each stream: (name, ARN).

@@ -204,7 +204,8 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "query (true) or goes on from the oldest record (false).", "false",
            aliases=("failOnDataLoss",), target="source", field="fail_on_data_loss"),
     Option(MAX_FETCH_RECORDS_PER_SHARD, Whole(1), "Most records one shard gives one "
-           "micro-batch.", "100000", aliases=("kinesis.executor.maxFetchRecordsPerShard",),
+           "micro-batch (the first one a query plans: at most 1000, for rows within seconds "
+           "on a backlog).", "100000", aliases=("kinesis.executor.maxFetchRecordsPerShard",),
            target="source", field="max_fetch_records_per_shard"),
     Option(MAX_RECORDS_PER_TRIGGER, Whole(1), "Ours: most records of one micro-batch, all "
            "shards together (Spark's ReadMaxRows).", "unlimited", target="source",

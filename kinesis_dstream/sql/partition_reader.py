@@ -115,18 +115,33 @@ def to_arrow(records: Sequence[Record], stream_name: str, schema: Any) -> Any:
 
 
 def read_partition(partition: ShardPartition) -> Iterator[Any]:
-    """The records of one partition, the same ones every time (see ``offsets``)."""
+    """The records of one partition, the same ones every time (see ``offsets``), converted in
+    each shard's read thread before its range is recorded (the range keeps what the read and
+    the conversion cost, for the driver's progress report)."""
     reads = partition.reads()
-    columns = [_COLUMNS[name][1] for name in LAYOUTS[partition.layout]]
-    schema = arrow_schema(partition.layout) if partition.arrow else None
-    for (config, _), (records, report) in zip(reads, read_each(reads), strict=True):
-        r, stream = report.batch_range, config.stream_name
-        log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest %s",
-                 r.shard_id, r.batch_ms, r.records, r.start, r.end or "-",
-                 " (shard end)" if r.shard_end else "", report.millis_behind_latest)
-        if schema is None:
-            for x in records:
-                yield tuple(column(x, stream) for column in columns)
-            continue
-        for i in range(0, len(records), ARROW_ROWS):
-            yield to_arrow(records[i:i + ARROW_ROWS], stream, schema)
+    convert = (_to_arrow_batches(arrow_schema(partition.layout)) if partition.arrow
+               else _to_tuples(partition.layout))
+    for rows, report in read_each(reads, convert=convert):
+        r = report.batch_range
+        log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest "
+                 "%s; read %.0f ms, waited %.0f ms, converted in %.0f ms", r.shard_id,
+                 r.batch_ms, r.records, r.start, r.end or "-",
+                 " (shard end)" if r.shard_end else "", report.millis_behind_latest,
+                 r.read_ms or 0.0, r.wait_ms or 0.0, r.convert_ms or 0.0)
+        yield from rows
+
+
+def _to_arrow_batches(schema: Any) -> Callable[[Sequence[Record], ConsumerConfig], list[Any]]:
+    def convert(records: Sequence[Record], config: ConsumerConfig) -> list[Any]:
+        return [to_arrow(records[i:i + ARROW_ROWS], config.stream_name, schema)
+                for i in range(0, len(records), ARROW_ROWS)]
+    return convert
+
+
+def _to_tuples(layout: str) -> Callable[[Sequence[Record], ConsumerConfig], list[tuple]]:
+    columns = [_COLUMNS[name][1] for name in LAYOUTS[layout]]
+
+    def convert(records: Sequence[Record], config: ConsumerConfig) -> list[tuple]:
+        stream = config.stream_name
+        return [tuple(column(x, stream) for column in columns) for x in records]
+    return convert

@@ -36,7 +36,6 @@ from ..aws.range_table import BatchRange
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
-from ..worker.stall import largest_lag
 from .driver_state import DriverState
 from .initial_positions import child_start, initial_positions, read_checkpoints
 from .offsets import (
@@ -55,11 +54,17 @@ from .options import SourceOptions
 from .other_connectors import MB
 from .partition_reader import ShardPartition, read_partition
 from .prober import Probe, each_shard
+from .progress import progress_report, reading_line, reading_metrics
 
 log = logging.getLogger(__name__)
 
 # Ranges of finished readings are deleted in groups, every this many readings.
 CLEANUP_EVERY = 10
+# The first reading a reader plans reads at most this many records a shard (one small
+# GetRecords page): a query started on a backlog shows rows within seconds instead of after
+# a full page per shard (10 MB each, served and converted before any row), and the shards'
+# 2 MiB/s budgets stay nearly whole for the next reading.
+FIRST_READING_MAX_RECORDS = 1_000
 
 # pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at. A reader
 # knows it from a batch it planned or committed, but not after a restart: there its next
@@ -197,6 +202,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         started = self.streams.flatten(start)
         read_last = [s for s, e in started.items() if is_read(e)] if batch > 0 else []
         stored = self._recorded_ranges(query, batch, read_last)
+        if stored:
+            driver.last_reading = reading_metrics(batch, stored)
         shards = {s: advance(without_quiet(e), stored.get(s)) for s, e in started.items()}
         for shard_id, recorded in stored.items():  # the read's iterator, at the next position
             if recorded is not None and recorded.next_iterator is not None:
@@ -238,25 +245,27 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         cap = self.options.max_fetch_records_per_shard
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = max(1, min(cap, limit.max_rows // len(busy)))
+        if not driver.planned:
+            cap = min(cap, FIRST_READING_MAX_RECORDS)
         end = self.streams.offset(query, batch + 1, cap, shards)
         lags = [v for v in driver.lag.values() if v is not None]
         log.info("aws-kinesis %s reading %d: %d of %d shards read, up to %d records each, max "
-                 "millisBehindLatest %s ms", self._what, batch + 1, len(busy),
-                 len(readable), cap, max(lags) if lags else "-")
+                 "millisBehindLatest %s ms%s", self._what, batch + 1, len(busy),
+                 len(readable), cap, max(lags) if lags else "-",
+                 reading_line(driver.last_reading))
+        driver.planned += 1
         self._last_end = end
         return end
 
     def reportLatestOffset(self) -> dict | None:  # noqa: N802 - PySpark's name
-        """Shown as the source's ``latestOffset`` in the query progress: the lag per shard,
-        the largest (the query's lag, whatever the shards), and the stalled shards."""
+        """Shown as the source's ``latestOffset`` in the query progress (``progress``): the
+        lag per shard, the largest (the query's lag, whatever the shards), Databricks' lag
+        metrics, the stalled shards, and what the last completed reading cost."""
         driver = self._driver
-        lag = driver.lag if driver is not None else {}
-        if not lag:
+        if driver is None:
             return None
-        assert driver is not None
-        return {"millisBehindLatest": {k: lag[k] for k in sorted(lag)},
-                "maxMillisBehindLatest": largest_lag(lag.values()),
-                "stalledShards": driver.stalls.stalled, "stalls": driver.stalls.stalls}
+        return progress_report(driver.lag, driver.stalls.stalled, driver.stalls.stalls,
+                               driver.last_reading)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if start.get("query") != end.get("query") and not is_first_reading_again(start, end):

@@ -1,0 +1,163 @@
+"""Benchmark: a SQL query started on a backlog at Kinesis' read limits (issue 25), one JSON.
+
+A 4-shard kinesalite stream holds ``--records`` (80,000) records of 1,000 bytes behind
+bench_limits' proxy in limits mode (GetRecords 5 calls/s and 2 MiB/s per shard,
+GetShardIterator 5 calls/s per shard, a process of its own), read on ``local[2]``:
+
+* ``sql``: ``readStream.format("aws-kinesis")`` TRIM_HORIZON, 1 s processing-time trigger,
+  foreachBatch collecting each record's index, as a user starts it: the query defined, then
+  measured from ``start()``; the SparkContext warmed by an RDD job, the Python workers Spark
+  SQL reads through left cold (``--warm-sql`` warms them first);
+* ``dstream``: ``createStream`` TRIM_HORIZON, 1 s batches, foreachRDD collecting each
+  record's index, measured from ``ssc.start()``, after the SQL query in the same run (the
+  proxy's byte budgets refilled in between).
+
+Per variant: the seconds from start to the first rows and to the last, the whole backlog's
+share of 2 MiB/s per shard counted from start (``of_limit``), the proxy's refusals, exact
+counts. For ``sql`` also batch 0's durations and rows, and the source's read, wait and convert
+times and lag as its progress reports them (``latestOffset``, pyspark >= 4.2). Targets: the
+SQL source's first rows within 5 s of ``start()``, the backlog at >= 0.85 of the limit.
+
+Quote figures with the machine's load: ``python bench/bench_sql_backlog.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import bench_limits
+import common
+import spark_common as sc_common
+
+TARGETS = {"first_rows_s": 5.0, "of_limit": 0.85}
+SHARDS = 4
+
+
+def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s: float,
+        warm: bool) -> dict[str, Any]:
+    """The SQL query from ``start()`` until it had every record, and batch 0's progress."""
+    from pyspark.sql import SparkSession
+
+    import bench_sql_source
+
+    from kinesis_dstream.sql.datasource import KinesisDataSource
+
+    spark = SparkSession(sc)
+    spark.dataSource.register(KinesisDataSource)
+    if warm:
+        common.progress(f"SQL workers warmed: {sc_common.warm_up_sql(spark):.1f} s")
+    table = common.helpers().unique_name("bench-sql-backlog")
+    checkpoint = tempfile.mkdtemp(prefix="bench-sql-backlog-ckpt-")
+    rows = bench_limits.DistinctRows(total)
+    writer = (spark.readStream.format("aws-kinesis")
+              .options(**bench_sql_source.source_options(stream, kinesis, dynamodb, table))
+              .load().writeStream.foreachBatch(rows)
+              .option("checkpointLocation", checkpoint).trigger(processingTime="1 second"))
+    started = time.time()
+    query = writer.start()
+    try:
+        finished = sc_common.wait_for(lambda: rows.done_at is not None, timeout_s, 0.2)
+        sc_common.wait_for(lambda: any(p.get("numInputRows") for p in query.recentProgress),
+                           30, 0.2)
+        progress = list(query.recentProgress)
+    finally:
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        common.delete_table(dynamodb, f"{table}-kinesis-dstream-ranges")
+    with rows.lock:
+        distinct, counted = len(rows.seen), sum(rows.seen.values())
+    result = bench_limits.rates(distinct * bench_limits.RECORD_BYTES, SHARDS, started,
+                                rows.first, rows.done_at or time.time())
+    with_rows = [p for p in progress if p.get("numInputRows")]
+    result.update(records=distinct, records_counted=counted,
+                  exact=bool(finished) and counted == distinct == total,
+                  query_failed=str(query.exception() or "") or None,
+                  batches_with_rows=len(with_rows),
+                  first_batch=_batch(with_rows[0]) if with_rows else None,
+                  batches=[_batch(p) for p in with_rows[1:]])
+    return result
+
+
+def _batch(progress: dict[str, Any]) -> dict[str, Any]:
+    """A batch's rows, Spark's phases (ms), and what the source reported in latestOffset."""
+    source = (progress.get("sources") or [{}])[0]
+    reported = source.get("latestOffset")
+    if isinstance(reported, str):
+        import json
+
+        reported = json.loads(reported)
+    reported = reported if isinstance(reported, dict) else {}
+    return {"batch": progress.get("batchId"), "rows": progress.get("numInputRows"),
+            "duration_ms": {k: v for k, v in (progress.get("durationMs") or {}).items()
+                            if k in ("triggerExecution", "latestOffset", "queryPlanning",
+                                     "addBatch", "walCommit", "commitOffsets")},
+            "source_metrics": {k: v for k, v in reported.items()
+                               if k not in ("millisBehindLatest", "stalls")}}
+
+
+def dstream(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
+            timeout_s: float) -> dict[str, Any]:
+    return bench_limits.dstream(sc, kinesis, dynamodb, stream, total, timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=80_000,
+                        help="backlog records of 1,000 bytes over 4 shards (issue 25: 80,000)")
+    parser.add_argument("--only", choices=["sql", "dstream"], action="append")
+    parser.add_argument("--warm-sql", action="store_true",
+                        help="warm the Python workers Spark SQL reads through first")
+    parser.add_argument("--timeout-s", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    wanted = args.only or ["sql", "dstream"]
+    h = common.helpers()
+    load = os.getloadavg()
+    result: dict[str, Any] = {"benchmark": "bench_sql_backlog", "records": args.records,
+                              "record_bytes": bench_limits.RECORD_BYTES, "shards": SHARDS,
+                              "master": sc_common.LOCAL, "trigger_s": 1,
+                              "limit_mib_s_per_shard": bench_limits.LIMIT_MIB_S,
+                              "targets": TARGETS}
+    sc_common.use_dummy_aws_env()
+    with common.running_emulators("kinesalite", "moto") as emu, \
+            bench_limits.LimitsProxy(emu["kinesalite"].endpoint) as proxy:
+        kinesis, dynamodb = emu["kinesalite"].endpoint, emu["moto"].endpoint
+        stream = h.unique_name("bench-sql-backlog")
+        h.create_stream(kinesis, stream, SHARDS)
+        result["records_per_shard"] = bench_limits.fill(kinesis, stream, args.records)
+        sc = sc_common.spark_context(sc_common.LOCAL)
+        variants: dict[str, Any] = {}
+        try:
+            common.progress(f"Spark warm-up job: {sc_common.warm_up(sc):.1f} s")
+            for name in wanted:
+                time.sleep(5.0)  # the proxy's byte budgets refill (a 10 MB page: 4 s of debt)
+                common.progress(name)
+                before = proxy.stats()
+                if name == "sql":
+                    variants[name] = sql(sc, proxy.endpoint, dynamodb, stream, args.records,
+                                         args.timeout_s, args.warm_sql)
+                else:
+                    variants[name] = dstream(sc, proxy.endpoint, dynamodb, stream,
+                                             args.records, args.timeout_s)
+                variants[name]["refusals"] = bench_limits.refusals_between(before, proxy.stats())
+        finally:
+            sc.stop()
+    if "sql" in variants:
+        figures = variants["sql"]
+        figures["meets_targets"] = {
+            "first_rows": (figures.get("first_record_s") or 1e9) <= TARGETS["first_rows_s"],
+            "of_limit": figures["of_limit"] >= TARGETS["of_limit"]}
+    result["variants"] = variants
+    result["machine"] = common.machine(load)
+    common.emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
