@@ -16,7 +16,14 @@ through this package; it reads Kinesis through ``aws/``. Its parts, one role eac
   logging, garbage-collection set-up).
 """
 from .fetch_pace import FetchPace
-from .model import ITERATOR_TTL_S, MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, start_after
+from .model import (
+    ITERATOR_TTL_S,
+    MAX_FETCH_TIME_PER_SHARD_S,
+    ReadReport,
+    ShardRange,
+    shard_name,
+    start_after,
+)
 from .pacer import Pacer
 from .polling import KinesisDataFetcher
 from .shard_groups import group_shards, read_each, read_shards
@@ -24,6 +31,6 @@ from .shard_reader import read_shard_range, waiting_out_dynamodb
 from .source import RecordSource, open_source
 
 __all__ = ["ITERATOR_TTL_S", "MAX_FETCH_TIME_PER_SHARD_S", "ReadReport", "ShardRange",
-           "start_after", "FetchPace", "Pacer", "KinesisDataFetcher", "group_shards", "read_each",
-           "read_shards",
+           "shard_name", "start_after", "FetchPace", "Pacer", "KinesisDataFetcher",
+           "group_shards", "read_each", "read_shards",
            "read_shard_range", "waiting_out_dynamodb", "RecordSource", "open_source"]

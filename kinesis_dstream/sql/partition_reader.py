@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 
 from ..config import ConsumerConfig
 from ..records import Record
-from ..retrieval import ShardRange, read_each
+from ..retrieval import ShardRange, read_each, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,8 @@ class ShardPartition(InputPartition):
     configs: tuple[ConsumerConfig, ...] = ()
 
     def __repr__(self) -> str:
-        shards = ", ".join(f"{r.shard_id} after {r.start}" for r in self.ranges)
+        shards = ", ".join(f"{c.stream_name}/{r.shard_id} after {r.start}" if self.configs
+                           else f"{r.shard_id} after {r.start}" for c, r in self.reads())
         return f"ShardPartition(reading {self.ranges[0].batch_ms}: {shards})"
 
     def reads(self) -> list[tuple[ConsumerConfig, ShardRange]]:
@@ -121,8 +122,8 @@ def read_partition(partition: ShardPartition) -> Iterator[Any]:
     schema = arrow_schema(partition.layout) if partition.arrow else None
     for (config, _), (records, report) in zip(reads, read_each(reads), strict=True):
         r, stream = report.batch_range, config.stream_name
-        log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest %s",
-                 r.shard_id, r.batch_ms, r.records, r.start, r.end or "-",
+        log.info("%s reading %d: %d records after %s through %s%s, millisBehindLatest %s",
+                 shard_name(stream, r.shard_id), r.batch_ms, r.records, r.start, r.end or "-",
                  " (shard end)" if r.shard_end else "", report.millis_behind_latest)
         if schema is None:
             for x in records:
