@@ -7,11 +7,13 @@ read), trigger 1 s, ``foreachBatch(df.count())``:
 * ``one_query``: ``format("aws-kinesis")`` with ``kinesis.streamName`` ``a,b``;
 * ``two_queries``: one query on ``a`` and one on ``b``, running at once.
 
-``a`` and ``b`` are kinesalite streams of ``--shards`` (32) shards each. For each variant a
-producer process per stream puts ``--rate`` records/s of 100 B onto ``--busy`` (2) of its
-shards (the rest idle), so both variants read the same traffic. Rounds alternate the order
-(one, two, two, one, ...) so that neither variant alone pays the driver JVM's JIT warm-up.
-Each query starts at LATEST with a fresh checkpoint and range table (moto server).
+``a`` and ``b`` are kinesalite streams of ``--shards`` (32) shards each, new for each run.
+Once every query of the run has its first batch, a producer process per stream puts
+``--rate`` records/s of 100 B onto ``--busy`` (2) of its shards (the rest idle), so both
+variants read the same traffic. Rounds alternate the order (one, two, two, one, ...) so that
+neither variant alone pays the driver JVM's JIT warm-up. Each query starts at TRIM_HORIZON
+(the streams are new: LATEST would pin an AT_TIMESTAMP start, and kinesalite never answers
+an AT_TIMESTAMP GetShardIterator) with a fresh checkpoint and range table (moto server).
 
 Measured from ``--settle`` s after every query's first progress, for ``--duration`` s: our
 CPU (bench_wide's ``ClusterCpu``: driver Python and JVM, the Python processes under the driver
@@ -24,6 +26,7 @@ the two queries' per-batch costs. ``one_over_two`` is one query's cost over that
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -66,8 +69,7 @@ class Query:
 
     def __init__(self, spark: Any, stream_names: str, kinesis: str, dynamodb: str) -> None:
         self.spark, self.dynamodb = spark, dynamodb
-        self.opts = bench_sql_source.source_options(stream_names, kinesis, dynamodb, "-",
-                                                    **{"kinesis.startingPosition": "LATEST"})
+        self.opts = bench_sql_source.source_options(stream_names, kinesis, dynamodb, "-")
         self.restarts = 0
         self.start()
 
@@ -234,18 +236,19 @@ def main(argv: list[str] | None = None) -> int:
         with common.running_emulators("kinesalite", "moto") as emu:
             kinesis = emu["kinesalite"].endpoint
             common.progress(f"Python data source warm-up: {sc_common.warm_up_sql(spark):.1f} s")
-            streams: dict[str, list[str]] = {}
-            for name in ("a", "b"):
-                stream = h.unique_name(f"bench-ms-{name}")
-                h.create_stream(kinesis, stream, args.shards, timeout=120)
-                streams[stream] = bench_wide.busy_hash_keys(kinesis, stream, args.busy)[1]
             for i, variant in enumerate(order(args.rounds)):
                 common.progress(f"run {i + 1}: {variant}")
+                streams: dict[str, list[str]] = {}
+                for name in ("a", "b"):
+                    stream = h.unique_name(f"bench-ms-{name}")
+                    h.create_stream(kinesis, stream, args.shards, timeout=120)
+                    streams[stream] = bench_wide.busy_hash_keys(kinesis, stream, args.busy)[1]
                 runs[variant].append(run_variant(spark, variant, streams, emu, args))
                 loads.append(os.getloadavg()[0])
-                common.progress(f"run {i + 1}: {variant}: "
-                                f"{runs[variant][-1]['cpu_ms_per_batch']} ms CPU a batch, "
+                common.progress(f"run {i + 1}: {variant}: {json.dumps(runs[variant][-1])}, "
                                 f"load {loads[-1]:.1f}")
+                for stream in streams:
+                    h.delete_stream(kinesis, stream)
     finally:
         sc.stop()
     common.emit({
@@ -254,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                   "traffic": f"{args.rate} records/s of 100 B per stream onto {args.busy} of its "
                              "shards, the rest idle",
                   "spark": f"{sc_common.CLUSTER}, trigger {bench_sql_source.TRIGGER}, "
-                           "aws-kinesis from LATEST, foreachBatch(df.count())",
+                           "aws-kinesis from TRIM_HORIZON of new streams, foreachBatch(df.count())",
                   "one_query": "kinesis.streamName a,b", "two_queries": "a and b, at once",
                   "rounds": args.rounds, "order": order(args.rounds),
                   "settle_s": args.settle, "duration_s": args.duration,
