@@ -153,8 +153,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                            else start)
                     raise KinesisDStreamError(
                         f"{shard_name(config.stream_name, shard_id)}: a recorded range "
-                        f"ends at {end}, but the shard "
-                        f"ended at {got}")
+                        f"ends at {end}, but the shard ended at {got}")
                 continue
             reading.records.extend(result.records)
             if max_records and len(reading.records) >= max_records:
