@@ -242,3 +242,57 @@ def test_a_query_of_several_streams_takes_only_multi_stream_lease_keys():
     assert lease_shard_id("1:a:17:shardId-1", "a", several=True) == "shardId-1"
     assert lease_shard_id("1:b:17:shardId-1", "a", several=True) is None
 
+
+
+# -- failures name the stream: two streams can both have shardId-000000000000 ---------------------
+SHARD = "shardId-000000000000"
+
+
+@pytest.mark.unit
+def test_a_shard_gone_unread_fails_the_query_naming_its_stream():
+    from kinesis_dstream.aws.kinesis import Shard
+    from kinesis_dstream.errors import DataLossError
+    from kinesis_dstream.sql.reader import KinesisStreamReader
+
+    reader = KinesisStreamReader(parse_source_options(
+        {**BASE, "streamName": "a,b", "failOnDataLoss": "true"}))
+    listed = Shard(SHARD, None, None, "0", "1", "1", None)
+    positions = {f"a/{SHARD}": {"after": "5", "sub": 0}, f"b/{SHARD}": {"after": "7", "sub": 0}}
+    with pytest.raises(DataLossError, match=f"shard b/{SHARD} is no longer listed"):
+        reader._next_shards(positions, {"a": [listed], "b": []})
+
+
+@pytest.mark.unit
+def test_a_read_fault_is_logged_naming_the_stream_apart_from_the_same_shard_of_another(
+        monkeypatch, caplog):
+    import logging
+
+    from kinesis_dstream.errors import TransientServiceError
+    from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+    from kinesis_dstream.records import GetRecordsResult
+    from kinesis_dstream.retrieval import read_loop
+
+    class Failing:
+        """A record source whose every read fails (its stream's endpoint is down)."""
+
+        shard_iterator_calls, data_lost, iterator = 0, None, None
+
+        def initialize(self, checkpoint: ESN) -> None:
+            pass
+
+        def get_records(self) -> GetRecordsResult:
+            raise TransientServiceError("endpoint down")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: Failing())
+    options = parse_source_options({**BASE, "streamName": "a,b"})
+    caplog.set_level(logging.WARNING, logger="kinesis_dstream")
+    for stream in ("a", "b"):  # the same shard id in both: one fault log each
+        reading = read_loop.read(None, options.stream_configs[stream], SHARD,  # type: ignore[arg-type]
+                                 ESN("4"), None, time_budget_s=0.0, sleep=lambda s: None)
+        assert reading.records == [] and reading.faults == 1
+    failing = [r.getMessage() for r in caplog.records if " failing: " in r.getMessage()]
+    assert [m.split(" failing")[0] for m in failing] == [
+        f"reading stream 'a' shard {SHARD}", f"reading stream 'b' shard {SHARD}"], failing

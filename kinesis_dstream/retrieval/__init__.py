@@ -23,6 +23,7 @@ from .model import (
     ReadReport,
     ShardRange,
     StartingPosition,
+    shard_name,
 )
 from .pacer import Pacer
 from .polling import KinesisDataFetcher
@@ -31,6 +32,6 @@ from .shard_reader import read_shard_range, waiting_out_dynamodb
 from .source import RecordSource, open_source
 
 __all__ = ["ITERATOR_TTL_S", "MAX_FETCH_TIME_PER_SHARD_S", "ReadReport", "ShardRange",
-           "StartingPosition", "FetchPace", "Pacer", "KinesisDataFetcher",
+           "StartingPosition", "shard_name", "FetchPace", "Pacer", "KinesisDataFetcher",
            "group_shards", "read_each", "read_shards", "read_shard_range",
            "waiting_out_dynamodb", "RecordSource", "open_source"]

@@ -3,7 +3,8 @@
 PySpark reuses its Python workers, so a reader's clients live as long as the process, made
 once per configuration (per stream read) and kept out of the per-task garbage collection.
 The process also gets a log handler (it has none of its own), and one fault log per shard
-or table, so that a lasting fault is logged once a minute whichever task meets it.
+(of a stream: a process may read shardId-000000000000 of two streams) or table pair, so that
+a lasting fault is logged once a minute whichever task meets it.
 """
 from __future__ import annotations
 
@@ -95,13 +96,14 @@ def freeze_long_lived_objects() -> None:
     gc.freeze()
 
 
-_faults: dict[str, FaultLog] = {}  # per shard (or table pair), in this process
+_faults: dict[str, FaultLog] = {}  # per stream/shard (or table pair), in this process
 
 
-def fault_log(key: str, what: str | None = None) -> FaultLog:
-    """The fault log of ``key`` (a shard id, unless ``what`` says what it is) in this
-    process: a transient fault is logged at most once a minute, with a count."""
+def fault_log(key: str, what: str) -> FaultLog:
+    """The fault log of ``key`` (``stream/shardId``, or a table pair) in this process,
+    which names it as ``what``: a transient fault is logged at most once a minute, with a
+    count."""
     fault = _faults.get(key)
     if fault is None:
-        fault = _faults.setdefault(key, FaultLog(log, what or f"reading shard {key}"))
+        fault = _faults.setdefault(key, FaultLog(log, what))
     return fault

@@ -41,7 +41,7 @@ from ..records import (
     GetRecordsResult,
 )
 from .data_loss import TrimmedRange
-from .model import StartingPosition, records_after
+from .model import StartingPosition, records_after, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ class FanOutRecordsPublisher:
                            else config.initial_position_timestamp)
         self._wait_s = wait_s
         self.shard_id = shard_id
+        self.name = shard_name(config.stream_name, shard_id)  # as messages name it
         self.data_lost: TrimmedRange | None = None  # not detected under push
         self._start: ExtendedSequenceNumber | None = None
         self._continuation: str | None = None
@@ -136,7 +137,7 @@ class FanOutRecordsPublisher:
         self._child_shard_ids = []
         self._skip_through = None if checkpoint.is_sentinel else checkpoint
         if not checkpoint.is_shard_end:
-            StartingPosition.at(checkpoint, self._timestamp, self.shard_id)  # a bad start fails here
+            StartingPosition.at(checkpoint, self._timestamp, self.name)  # a bad start fails here
 
     def resume(self, start: ExtendedSequenceNumber, iterator: str) -> None:
         """As ``initialize``: a polling iterator means nothing to a subscription."""
@@ -152,13 +153,13 @@ class FanOutRecordsPublisher:
         if self._continuation is not None:
             return StartingPosition.after(self._continuation)
         assert self._start is not None
-        return StartingPosition.at(self._start, self._timestamp, self.shard_id)
+        return StartingPosition.at(self._start, self._timestamp, self.name)
 
     def get_records(self) -> GetRecordsResult:
         """The records of the next pushed event (none if nothing came within the wait);
         ``shard_end`` with ``child_shard_ids`` once the shard is read."""
         if self._start is None:
-            raise RuntimeError(f"source for shard {self.shard_id} used before initialize()")
+            raise RuntimeError(f"source for {self.name} used before initialize()")
         if self._shard_end:
             return self._end_result()
         subscription = self._subscription or self._subscribe()
@@ -173,7 +174,7 @@ class FanOutRecordsPublisher:
         self._close_subscription()
         if kind == _ERROR:
             raise item
-        log.debug("shard %s: subscription %d ended; resubscribing %s", self.shard_id,
+        log.debug("%s: subscription %d ended; resubscribing %s", self.name,
                   subscription.number, self.starting_position())
         return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
 
@@ -188,11 +189,11 @@ class FanOutRecordsPublisher:
                 # Not the shard: our consumer. Ending the shard here (the KCL does) would
                 # checkpoint an open shard at SHARD_END; waiting loses nothing.
                 raise ConsumerRegistrationError(
-                    f"shard {self.shard_id}: fan-out consumer {self._consumer_arn} was "
+                    f"{self.name}: fan-out consumer {self._consumer_arn} was "
                     "deregistered; reading waits (restart the worker to register it "
                     "again)") from exc
-            log.warning("shard %s: %s; treating the shard as ended, as the KCL does",
-                        self.shard_id, exc)
+            log.warning("%s: %s; treating the shard as ended, as the KCL does",
+                        self.name, exc)
             self._shard_end = True
             return None
         if self.subscriptions:
@@ -202,13 +203,13 @@ class FanOutRecordsPublisher:
         self._subscription = subscription
         threading.Thread(target=self._read, args=(subscription,), daemon=True,
                          name=f"subscription-{self.shard_id}-{subscription.number}").start()
-        log.debug("shard %s: subscription %d at %s", self.shard_id, subscription.number,
+        log.debug("%s: subscription %d at %s", self.name, subscription.number,
                   position)
         return subscription
 
     def _read(self, subscription: _Subscription) -> None:
         """The reader thread: every event into the queue, then the end (or the error)."""
-        what = f"reading subscription {subscription.number} of shard {self.shard_id}"
+        what = f"reading subscription {subscription.number} of {self.name}"
         try:
             for message in subscription.stream:
                 event = message.get("SubscribeToShardEvent")
@@ -232,7 +233,7 @@ class FanOutRecordsPublisher:
             # The KCL's DataRetrievalUtil rejects this mix (a shard's end names its children):
             # read it again from the last continuation rather than end the shard on it.
             self._close_subscription()
-            raise TransientServiceError(f"shard {self.shard_id}: an event with neither a "
+            raise TransientServiceError(f"{self.name}: an event with neither a "
                                         "continuation nor child shards; resubscribing")
         kinesis_records = event.get("Records") or []
         records = deaggregate(kinesis_records, self.shard_id)
@@ -245,7 +246,7 @@ class FanOutRecordsPublisher:
             self._shard_end = True
             self._child_shard_ids = [c["ShardId"] for c in event.get("ChildShards") or ()]
             self._close_subscription()
-            log.info("shard %s reached its end; children %s", self.shard_id,
+            log.info("%s reached its end; children %s", self.name,
                      self._child_shard_ids or "not reported")
         else:
             self._continuation = continuation

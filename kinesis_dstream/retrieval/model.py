@@ -22,6 +22,13 @@ MAX_FETCH_TIME_PER_SHARD_S = 5.0
 ITERATOR_TTL_S = 240.0
 
 
+def shard_name(stream_name: str, shard_id: str) -> str:
+    """A shard as log lines and errors name it: with its stream, since one process may read
+    shards of several streams (a SQL query of several, a union of DStreams), and two streams
+    can both have shardId-000000000000."""
+    return f"stream {stream_name!r} shard {shard_id}"
+
+
 @dataclass(frozen=True)
 class ShardRange:
     """One shard's read in one batch: which shard, and what bounds its start.
@@ -101,15 +108,16 @@ class StartingPosition:
 
     @classmethod
     def at(cls, checkpoint: ExtendedSequenceNumber, timestamp: float | None,
-           shard_id: str) -> "StartingPosition":
+           shard: str) -> "StartingPosition":
         """AT a checkpoint's sequence number (its aggregate's earlier user records come
-        again: ``records_after`` drops them), or at the sentinel it is."""
+        again: ``records_after`` drops them), or at the sentinel it is. ``shard``: the
+        shard as a refusal names it (``shard_name``)."""
         sequence_number = checkpoint.sequence_number
         if sequence_number in (TRIM_HORIZON, LATEST):
             return cls(sequence_number)
         if sequence_number == AT_TIMESTAMP:
             if timestamp is None:
-                raise ConfigurationError(f"shard {shard_id} starts AT_TIMESTAMP but "
+                raise ConfigurationError(f"{shard} starts AT_TIMESTAMP but "
                                          "initial_position_timestamp is not set")
             return cls(AT_TIMESTAMP, timestamp=timestamp)
         return cls("AT_SEQUENCE_NUMBER", sequence_number=sequence_number)

@@ -24,7 +24,7 @@ from ..records import (
     GetRecordsResult,
 )
 from .data_loss import TrimmedRange, report_data_loss
-from .model import StartingPosition, records_after
+from .model import StartingPosition, records_after, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class KinesisDataFetcher:
         self._refusal: ConfigurationError | None = None
         self._config = config
         self.shard_id = shard_id
+        self.name = shard_name(config.stream_name, shard_id)  # as messages name it
         self._start: ExtendedSequenceNumber | None = None
         self._iterator: str | None = None
         # User records at or before this position are dropped (a checkpoint, or what was
@@ -124,7 +125,7 @@ class KinesisDataFetcher:
     def _iterator_at(self, position: ExtendedSequenceNumber) -> str:
         self.shard_iterator_calls += 1
         self._expected_first = self._refused_start = self._refusal = None
-        start = StartingPosition.at(position, self._timestamp, self.shard_id)
+        start = StartingPosition.at(position, self._timestamp, self.name)
         if start.sequence_number is None:
             return self._kinesis.get_shard_iterator(self.shard_id, start.type,
                                                     timestamp=start.timestamp)
@@ -134,8 +135,8 @@ class KinesisDataFetcher:
         except ConfigurationError as exc:
             if exc.code != "InvalidArgumentException":
                 raise
-            log.info("shard %s: Kinesis refused %s (%s); reading from TRIM_HORIZON to see "
-                     "whether it was trimmed", self.shard_id, position, exc)
+            log.info("%s: Kinesis refused %s (%s); reading from TRIM_HORIZON to see "
+                     "whether it was trimmed", self.name, position, exc)
             self.shard_iterator_calls += 1
             iterator = self._kinesis.get_shard_iterator(self.shard_id, TRIM_HORIZON)
             self._refused_start, self._refusal = position, exc
@@ -168,12 +169,12 @@ class KinesisDataFetcher:
         """A fresh iterator right after what was delivered, or at the start if nothing was."""
         assert self._start is not None
         if self._last_delivered is None:
-            log.info("shard %s: iterator expired before any record; re-creating it at %s",
-                     self.shard_id, self._start)
+            log.info("%s: iterator expired before any record; re-creating it at %s",
+                     self.name, self._start)
             self.initialize(self._start)
             return
-        log.info("shard %s: iterator expired; re-creating it after %s",
-                 self.shard_id, self._last_delivered)
+        log.info("%s: iterator expired; re-creating it after %s",
+                 self.name, self._last_delivered)
         # AT the last delivered sequence number, then skip through it: correct for a plain
         # record and for a partly delivered aggregate alike.
         self._iterator = self._iterator_at(self._last_delivered)
@@ -182,7 +183,7 @@ class KinesisDataFetcher:
     def get_records(self) -> GetRecordsResult:
         """The next batch of user records; ``shard_end`` once the shard is closed and read."""
         if self._start is None:
-            raise RuntimeError(f"fetcher for shard {self.shard_id} used before initialize()")
+            raise RuntimeError(f"fetcher for {self.name} used before initialize()")
         if self._shard_end:
             return GetRecordsResult(shard_end=True, child_shard_ids=list(self._child_shard_ids),
                                     millis_behind_latest=self._millis_behind_latest)
@@ -219,7 +220,7 @@ class KinesisDataFetcher:
             self._shard_end = True
             self._iterator = None
             self._child_shard_ids = [c["ShardId"] for c in answer.get("ChildShards") or ()]
-            log.info("shard %s reached its end; children %s", self.shard_id,
+            log.info("%s reached its end; children %s", self.name,
                      self._child_shard_ids or "not reported")
         else:
             self._iterator = next_iterator

@@ -32,6 +32,7 @@ from .data_loss import TrimmedRange
 from .executor_process import fault_log
 from .fanout import FanOutRecordsPublisher
 from .fetch_pace import FetchPace
+from .model import shard_name
 from .pacer import Pacer
 from .source import RecordSource, open_source
 from .subscriptions import HeldSource, subscriptions
@@ -89,7 +90,9 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     reading = Reading()
     began = last_call = time.monotonic()
     counting_bytes = bool(max_bytes) or (pace is not None and pace.max_bytes_per_s > 0)
-    pacer = Pacer(Backoff(base_ms=config.retry_wait_time_ms), fault_log(shard_id),
+    pacer = Pacer(Backoff(base_ms=config.retry_wait_time_ms),
+                  fault_log(f"{config.stream_name}/{shard_id}",
+                            f"reading {shard_name(config.stream_name, shard_id)}"),
                   deadline=Deadline(EXACT_READ_PATIENCE_S if exact else time_budget_s),
                   throttle_patience_s=None if exact else NEW_READ_THROTTLE_PATIENCE_S)
     source: RecordSource | None = None
@@ -157,8 +160,8 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                     got = (reading.records[-1].extended_sequence_number if reading.records
                            else start)
                     raise KinesisDStreamError(
-                        f"shard {shard_id}: a recorded range ends at {end}, but the shard "
-                        f"ended at {got}")
+                        f"{shard_name(config.stream_name, shard_id)}: a recorded range "
+                        f"ends at {end}, but the shard ended at {got}")
                 continue
             reading.records.extend(result.records)
             if max_records and len(reading.records) >= max_records:

@@ -33,7 +33,7 @@ from ..retry import Backoff, wait_out
 from .data_loss import report_data_loss
 from .executor_process import ReaderClients, clients_for, fault_log
 from .fetch_pace import FetchPace
-from .model import ReadReport, ShardRange
+from .model import ReadReport, ShardRange, shard_name
 from .read_loop import EXACT_READ_PATIENCE_S, Reading, read
 from .subscription_peers import read_at, serve
 
@@ -65,8 +65,9 @@ def _lease_moved(clients: ReaderClients, planned: ShardRange) -> bool:
                                  lambda: clients.leases.get_lease(planned.shard_id))
     if lease is None or lease.lease_owner == planned.owner:
         return False
-    log.info("shard %s: its lease moved to %s before batch %d read it; the batch reads none "
-             "of it", planned.shard_id, lease.lease_owner, planned.batch_ms)
+    log.info("%s: its lease moved to %s before batch %d read it; the batch reads none of it",
+             shard_name(clients.leases.config.stream_name, planned.shard_id),
+             lease.lease_owner, planned.batch_ms)
     return True
 
 
@@ -152,8 +153,9 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
         return _report(candidate, reading, recorded=False, fresh=True, out=out)
     stored = waiting_out_dynamodb(config, lambda: clients.ranges.put_if_absent(candidate), sleep)
     if stored != candidate:
-        log.info("shard %s batch %d: its range was recorded by an earlier computation; "
-                 "reading that one", planned.shard_id, planned.batch_ms)
+        log.info("%s batch %d: its range was recorded by an earlier computation; "
+                 "reading that one", shard_name(config.stream_name, planned.shard_id),
+                 planned.batch_ms)
         return _read_recorded(clients, config, stored, sleep, True, convert)
     if reading.lost is not None and stored is candidate:  # our write stands: we log it
         report_data_loss(config, reading.lost)

@@ -29,6 +29,7 @@ from typing import Any
 from ..config import ConsumerConfig
 from ..records import ExtendedSequenceNumber
 from .executor_process import clients_for
+from .model import shard_name
 from .read_loop import Reading, read
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,8 @@ def _answer(sock: socket.socket, key: bytes) -> None:
                            **bounds)
             conn.send(("ok", reading))
         except Exception as exc:  # noqa: BLE001 - the asking task reads on its own instead
-            log.warning("shard %s: reading it for a task on another executor failed: %s",
-                        shard_id, exc, exc_info=True)
+            log.warning("%s: reading it for a task on another executor failed: %s",
+                        shard_name(config.stream_name, shard_id), exc, exc_info=True)
             try:
                 conn.send(("failed", repr(exc)))
             except OSError:
@@ -120,11 +121,12 @@ def read_at(address: str, key: bytes, config: ConsumerConfig, shard_id: str,
     """A new range read by the process at ``address`` with the subscription it holds (the
     keywords are ``read_loop.read``'s bounds); None if that process cannot do it."""
     host, _, port = address.rpartition(":")
+    shard = shard_name(config.stream_name, shard_id)
     try:
         sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
     except (OSError, ValueError) as exc:
-        log.info("shard %s: its subscription's holder %s is gone (%s); reading here",
-                 shard_id, address, exc)
+        log.info("%s: its subscription's holder %s is gone (%s); reading here",
+                 shard, address, exc)
         return None
     wait_s = float(bounds.get("time_budget_s") or 0.0) + ANSWER_MARGIN_S
     try:
@@ -133,16 +135,15 @@ def read_at(address: str, key: bytes, config: ConsumerConfig, shard_id: str,
             deliver_challenge(conn, key)
             conn.send((config, shard_id, start, timestamp, bounds))
             if not conn.poll(wait_s):
-                log.warning("shard %s: %s did not answer within %.0f s; reading here",
-                            shard_id, address, wait_s)
+                log.warning("%s: %s did not answer within %.0f s; reading here",
+                            shard, address, wait_s)
                 return None
             status, answer = conn.recv()
     except Exception as exc:  # noqa: BLE001 - any failure: the task reads on its own
-        log.info("shard %s: asking %s for its subscription failed (%s); reading here",
-                 shard_id, address, exc)
+        log.info("%s: asking %s for its subscription failed (%s); reading here",
+                 shard, address, exc)
         return None
     if status != "ok":
-        log.warning("shard %s: %s could not read it (%s); reading here", shard_id, address,
-                    answer)
+        log.warning("%s: %s could not read it (%s); reading here", shard, address, answer)
         return None
     return answer

@@ -132,8 +132,8 @@ class SubscriptionRegistry:
         else:
             source = held.source
             self.reopened += 1
-            log.info("shard %s: a task starts after %s, not where its subscription stands "
-                     "(%s); subscribing again", key[1], start, source.position)
+            log.info("%s: a task starts after %s, not where its subscription stands "
+                     "(%s); subscribing again", source.publisher.name, start, source.position)
         source.initialize(start)
         return source
 
@@ -162,8 +162,8 @@ class SubscriptionRegistry:
             idle = [k for k, h in self._held.items() if now - h.last_used >= self.idle_close_s]
             closing = [self._held.pop(k) for k in idle]
         for held in closing:
-            log.info("shard %s: no task read its subscription for %.0f s; closing it",
-                     held.source.shard_id, now - held.last_used)
+            log.info("%s: no task read its subscription for %.0f s; closing it",
+                     held.source.publisher.name, now - held.last_used)
             held.source.close()
         return len(closing)
 

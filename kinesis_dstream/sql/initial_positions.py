@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..aws.kinesis import Shard
 from ..aws.lease_table import LeaseTable
@@ -43,7 +43,7 @@ def child_start(start: StartingPosition) -> dict[str, Any]:
 
 
 def _from_checkpoint(shard: Shard, checkpoint: ExtendedSequenceNumber, start: StartingPosition,
-                     pinned: float, table: str) -> dict[str, Any]:
+                     pinned: float, table: str, name: str) -> dict[str, Any]:
     if checkpoint.is_shard_end:
         return {"ended": True}
     kind = checkpoint.sequence_number
@@ -54,7 +54,7 @@ def _from_checkpoint(shard: Shard, checkpoint: ExtendedSequenceNumber, start: St
     if kind == AT_TIMESTAMP:
         if start.type != AT_TIMESTAMP or start.timestamp is None:
             raise ConfigurationError(
-                f"shard {shard.shard_id} is checkpointed at AT_TIMESTAMP in lease table "
+                f"shard {name} is checkpointed at AT_TIMESTAMP in lease table "
                 f"{table!r}, which carries no time (each KCL worker reads it with its own "
                 f"initial timestamp): give {STARTING_POSITION} AT_TIMESTAMP <ISO time>")
         return {"at": AT_TIMESTAMP, "ts": float(start.timestamp)}
@@ -63,12 +63,14 @@ def _from_checkpoint(shard: Shard, checkpoint: ExtendedSequenceNumber, start: St
 
 def initial_positions(listing: Sequence[Shard], start: StartingPosition, pinned: float,
                       checkpoints: Mapping[str, ExtendedSequenceNumber] | None = None,
-                      table: str = "") -> dict[str, dict[str, Any]]:
+                      table: str = "", key: Callable[[str], str] = str,
+                      ) -> dict[str, dict[str, Any]]:
     """Each listed shard's offset position for a new query (pure: tested on its own).
 
     ``pinned`` is the query's start (epoch s), LATEST's fixed meaning so a re-run of the
     first reading reads the same records; ``checkpoints`` the lease table's, by shard id.
     A shard not to be read before its listed parents end says ``"wait": [parents]``.
+    ``key`` names a shard in errors as the query knows it (``StreamSet.key``).
     """
     checkpoints = checkpoints or {}
     listed = {s.shard_id: s for s in listing}
@@ -90,7 +92,8 @@ def initial_positions(listing: Sequence[Shard], start: StartingPosition, pinned:
     for shard_id in sorted(listed):
         shard = listed[shard_id]
         if shard_id in checkpoints:
-            entry = _from_checkpoint(shard, checkpoints[shard_id], start, pinned, table)
+            entry = _from_checkpoint(shard, checkpoints[shard_id], start, pinned, table,
+                                     key(shard_id))
         elif row_below(shard_id):
             entry = {"ended": True}
         elif from_table(shard_id) or start.type != LATEST:

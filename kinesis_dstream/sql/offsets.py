@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..aws.kinesis import Shard
 from ..aws.range_table import BatchRange, start_after
@@ -83,11 +83,13 @@ def advance(entry: dict[str, Any], stored: BatchRange | None) -> dict[str, Any]:
 
 
 def next_shards(current: dict[str, dict[str, Any]], listing: Sequence[Shard] | None,
-                child_start: dict[str, Any], fail_on_data_loss: bool) -> dict[str, dict[str, Any]]:
+                child_start: dict[str, Any], fail_on_data_loss: bool,
+                key: Callable[[str], str] = str) -> dict[str, dict[str, Any]]:
     """Shard positions of the next offset: new shards added, waits re-checked, gone shards dropped.
 
     Pure (no I/O) so that parents-before-children is tested on its own. ``listing`` None means
-    "not listed this time": only the waits are re-checked.
+    "not listed this time": only the waits are re-checked. ``key`` names a shard in log lines
+    and errors as the query knows it (``StreamSet.key``: with its stream, of several).
     """
     shards = dict(current)
     if listing is not None:
@@ -99,14 +101,14 @@ def next_shards(current: dict[str, dict[str, Any]], listing: Sequence[Shard] | N
                 if parents:
                     entry["wait"] = parents
                 shards[shard_id] = entry
-                log.info("new shard %s (parents %s) joins the query", shard_id,
+                log.info("new shard %s (parents %s) joins the query", key(shard_id),
                          listed[shard_id].parent_shard_ids or "-")
         for shard_id in sorted(set(shards) - set(listed)):
             if shards[shard_id].get("ended"):
                 del shards[shard_id]  # gone by retention after we read it all
                 continue
-            message = (f"shard {shard_id} is no longer listed by Kinesis (expired by retention?) "
-                       f"before the query read it to its end: records may be lost")
+            message = (f"shard {key(shard_id)} is no longer listed by Kinesis (expired by "
+                       f"retention?) before the query read it to its end: records may be lost")
             if fail_on_data_loss:
                 raise DataLossError(message + " (kinesis.failOnDataLoss is true)")
             log.warning("%s; going on (kinesis.failOnDataLoss is false)", message)

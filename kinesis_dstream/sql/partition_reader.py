@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 
 from ..config import ConsumerConfig
 from ..records import Record
-from ..retrieval import ShardRange, read_each
+from ..retrieval import ShardRange, read_each, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,8 @@ class ShardPartition(InputPartition):
     configs: tuple[ConsumerConfig, ...] = ()
 
     def __repr__(self) -> str:
-        shards = ", ".join(f"{r.shard_id} after {r.start}" for r in self.ranges)
+        shards = ", ".join(f"{c.stream_name}/{r.shard_id} after {r.start}" if self.configs
+                           else f"{r.shard_id} after {r.start}" for c, r in self.reads())
         return f"ShardPartition(reading {self.ranges[0].batch_ms}: {shards})"
 
     def reads(self) -> list[tuple[ConsumerConfig, ShardRange]]:
@@ -121,12 +122,12 @@ def read_partition(partition: ShardPartition) -> Iterator[Any]:
     reads = partition.reads()
     convert = (_to_arrow_batches(arrow_schema(partition.layout)) if partition.arrow
                else _to_tuples(partition.layout))
-    for rows, report in read_each(reads, convert=convert):
+    for (config, _), (rows, report) in zip(reads, read_each(reads, convert=convert), strict=True):
         r = report.batch_range
-        log.info("shard %s reading %d: %d records after %s through %s%s, millisBehindLatest "
-                 "%s; read %.0f ms, waited %.0f ms, converted in %.0f ms", r.shard_id,
-                 r.batch_ms, r.records, r.start, r.end or "-",
-                 " (shard end)" if r.shard_end else "", report.millis_behind_latest,
+        log.info("%s reading %d: %d records after %s through %s%s, millisBehindLatest "
+                 "%s; read %.0f ms, waited %.0f ms, converted in %.0f ms",
+                 shard_name(config.stream_name, r.shard_id), r.batch_ms, r.records, r.start,
+                 r.end or "-", " (shard end)" if r.shard_end else "", report.millis_behind_latest,
                  r.read_ms or 0.0, r.wait_ms or 0.0, r.convert_ms or 0.0)
         yield from rows
 

@@ -13,6 +13,7 @@ clients, threads and watches live apart, in one ``DriverState`` that pickling le
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -143,7 +144,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         for stream, positions in self.streams.by_stream(shards).items():
             listed = listing.get(stream) if listing is not None else None
             found = next_shards(positions, listed, self._child_start(),
-                                self.options.fail_on_data_loss)
+                                self.options.fail_on_data_loss,
+                                functools.partial(self.streams.key, stream))
             out.update({self.streams.key(stream, s): e for s, e in found.items()})
         return {k: out[k] for k in sorted(out)}
 
@@ -167,7 +169,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                                several=not self.streams.single)
                 checkpointed += len(set(checkpoints) & {s.shard_id for s in listing})
             positions = initial_positions(listing, start, pinned, checkpoints,
-                                          options.start_lease_table or "")
+                                          options.start_lease_table or "",
+                                          functools.partial(self.streams.key, stream))
             shards.update({self.streams.key(stream, s): e for s, e in positions.items()})
         self.driver.ranges  # noqa: B018 - the table exists before any executor needs it
         offset = self.streams.offset(query, 0, self.options.max_fetch_records_per_shard,
