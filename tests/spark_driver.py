@@ -7,6 +7,7 @@ $RECOVERY_STOP exists. With a checkpoint directory it recovers through
 StreamingContext.getOrCreate. While the file $RECOVERY_HOLD exists, an output operation that
 has records holds before writing them (and says so in $RECOVERY_HOLD.held): a test can keep a
 batch from completing for as long as it likes, and kill the driver then.
+With $RECOVERY_FANOUT set it reads by enhanced fan-out (spark.streaming.kinesis.consumerType).
 """
 import logging
 import os
@@ -46,6 +47,8 @@ def setup():
     conf = (SparkConf().setMaster("local[2]").setAppName("recovery")
             .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
             .set("spark.driver.bindAddress", "127.0.0.1"))
+    if os.environ.get("RECOVERY_FANOUT"):
+        conf.set("spark.streaming.kinesis.consumerType", "SubscribeToShard")
     sc = SparkContext.getOrCreate(conf)
     sc.setLogLevel("WARN")
     ssc = StreamingContext(sc, 1)

@@ -150,13 +150,16 @@ def leases_at(dynamodb: str, app: str) -> dict[str, dict]:
 def start_driver(tmp_path: Path, run: int | str, app: str, stream: str, kinesis: str,
                  dynamodb: str, checkpoint: bool = False,
                  checkpoint_interval: str = "3",
-                 hold: Path | None = None) -> tuple[subprocess.Popen, Path, Path]:
+                 hold: Path | None = None, fanout: bool = False,
+                 ) -> tuple[subprocess.Popen, Path, Path]:
     """A driver process; returns it, its output file and the file that stops it gracefully.
-    While the file ``hold`` exists, its output operation holds a batch with records."""
+    While the file ``hold`` exists, its output operation holds a batch with records. With
+    ``fanout`` it reads by enhanced fan-out."""
     out, stop = tmp_path / f"out-{run}.txt", tmp_path / f"stop-{run}"
     env = dict(os.environ, RECOVERY_OUT=str(out), RECOVERY_STOP=str(stop),
                PYSPARK_PYTHON=sys.executable, RECOVERY_CHECKPOINT_INTERVAL=checkpoint_interval,
-               RECOVERY_HOLD=str(hold) if hold is not None else "")
+               RECOVERY_HOLD=str(hold) if hold is not None else "",
+               RECOVERY_FANOUT="1" if fanout else "")
     log = open(tmp_path / f"driver-{run}.log", "w")
     where = str(tmp_path / "checkpoint") if checkpoint else "-"
     proc = subprocess.Popen([sys.executable, str(DRIVER), where, app, stream, kinesis, dynamodb],

@@ -18,22 +18,27 @@ from spark_helpers import read_rows, start_driver, wait_until
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.parametrize("fanout", [False, True], ids=["polling", "fanout"])
 def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamodb, make_stream,
-                                        put_records, unique_app_name):
+                                        put_records, unique_app_name, make_fanout_front, fanout):
+    """By polling, and by enhanced fan-out through the local fan-out front (the dead driver's
+    subscriptions, if its workers outlive it, are taken over by the recovered one's)."""
+    kinesis = make_fanout_front(lifetime_s=8.0).endpoint if fanout else kinesis_local
     stream = make_stream(2)
-    puts = put_records(stream, [(f"k{i}", f"r{i}") for i in range(200)])
+    puts = put_records(stream, [(f"k{i}", f"r{i}") for i in range(200)], endpoint=kinesis)
     producing = threading.Event()
 
     def produce() -> None:
         i = 200
         while producing.is_set():
-            puts.extend(put_records(stream, [(f"k{j}", f"r{j}") for j in range(i, i + 20)]))
+            puts.extend(put_records(stream, [(f"k{j}", f"r{j}") for j in range(i, i + 20)],
+                                    endpoint=kinesis))
             i += 20
             time.sleep(0.1)
 
     producer = threading.Thread(target=produce, daemon=True)
-    driver, out1, _ = start_driver(tmp_path, 1, unique_app_name, stream, kinesis_local, dynamodb,
-                                   checkpoint=True)
+    driver, out1, _ = start_driver(tmp_path, 1, unique_app_name, stream, kinesis, dynamodb,
+                                   checkpoint=True, fanout=fanout)
     try:
         wait_until(lambda: len(read_rows(out1)) >= 200, 120, "the first records")
 
@@ -57,7 +62,8 @@ def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamo
                                                               {"N": "0"})["N"]))
                    for s, i in leases(dynamodb, unique_app_name).items()}
     dead = {i["leaseOwner"]["S"] for i in leases(dynamodb, unique_app_name).values()}
-    puts += put_records(stream, [(f"k{i}", f"r{i}") for i in range(100_000, 100_100)])
+    puts += put_records(stream, [(f"k{i}", f"r{i}") for i in range(100_000, 100_100)],
+                        endpoint=kinesis)
 
     owners: set[str] = set()
 
@@ -66,7 +72,7 @@ def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamo
         owners.update(i["leaseOwner"]["S"] for i in items if "leaseOwner" in i)
         return bool(owners - dead)
 
-    out2 = _recover_and_expect_every_record(tmp_path, unique_app_name, stream, kinesis_local,
+    out2 = _recover_and_expect_every_record(tmp_path, unique_app_name, stream, kinesis,
                                             dynamodb, puts, out1, "3", while_running=new_owners)
     # A worker id of its own (not the dead one's, pickled in the checkpoint), and the dead
     # driver's leases taken at once: its process is provably gone from this host.

@@ -12,7 +12,8 @@ nothing either: a later computation that finds no recorded range knows the first
 empty, and returns nothing too, whatever arrived since (the caller says which computation
 is the first; see ``read_shard_range``). A shard with no records thus costs one GetRecords
 per batch and no DynamoDB call; the lease check (one read of the lease item) is made only
-when there are records to hand out.
+when there are records to hand out. A read that found nothing because it was refused looks
+for a recorded range first: it may be the retry of a computation that recorded one.
 
 The DynamoDB calls (the range written, looked up, the lease read) wait an outage out: it
 holds the task's records back until their range is recorded, and batches go on from what
@@ -148,6 +149,14 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
         reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time,
         reading.millis_behind_latest, subscriber, **costs)
     if not records and not reading.shard_end and not planned.record_empty:
+        if reading.throttled or reading.faults:
+            # Refused, not empty: this may be a retry of a computation that recorded its
+            # range (under fan-out a retry's subscribe is refused for 5 s), which it must
+            # read, not hand out nothing. One lookup, only for a refused empty read.
+            stored = waiting_out_dynamodb(config, lambda: clients.ranges.get(
+                planned.stream_key, planned.shard_id, planned.batch_ms), sleep)
+            if stored is not None:
+                return _read_recorded(clients, config, stored, sleep, fresh=True)
         if reading.lost is not None:
             report_data_loss(config, reading.lost)
         return _report(candidate, reading, recorded=False, fresh=True, out=out)
