@@ -4,7 +4,6 @@ Pure sockets in this process: the read a peer makes is replaced by a stub that s
 was asked (the real read is exercised through Spark in test_sql_fanout)."""
 from __future__ import annotations
 
-import pickle
 import socket
 import threading
 import time
@@ -12,6 +11,7 @@ from multiprocessing.connection import Client, answer_challenge, deliver_challen
 from typing import Any
 
 import pytest
+
 from waiting import wait_for
 
 from kinesis_dstream.aws.range_table import BatchRange, _item, _range
