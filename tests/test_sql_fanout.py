@@ -267,7 +267,7 @@ def subscribers(dynamodb: str, app: str) -> set[str]:
     return {i["subscriber"]["S"] for i in items if "subscriber" in i}
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_an_executor_killed_while_it_holds_a_subscription_loses_and_doubles_nothing(
         spark, sc, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
         make_fanout_front, tmp_path: Path):
@@ -321,7 +321,7 @@ def put_timed(endpoint: str, stream: str, prefix: str, n: int = 12) -> tuple[lis
     return [r.data for r in put], time.monotonic()
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards_keep_up(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
         make_fanout_front, tmp_path: Path):
@@ -333,7 +333,9 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
     its #91). The last to stop deregisters the consumer."""
     stream = make_stream(1)
     (parent,) = emulators.list_shard_ids(kinesis_local, stream)
-    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    # An idle shard's subscription polls the emulator every 0.2 s, not 1 s: Kinesis pushes a
+    # shard's end (ChildShards) at once, and the front learns of a split only by polling.
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1, idle_poll_interval_s=0.2)
     name = f"{unique_app_name}-shared"
     sinks = [ArrivalTimes(), ArrivalTimes()]
     queries = [start(spark, "aws-kinesis", options(
