@@ -68,3 +68,22 @@ def test_other_sources_offsets_are_not_taken_for_ours():
     assert consumer_listener.query_keys(progress(
         "q1", {"0": 12}, None, {"v": 1, "query": "abc", "batch": 1, "shards": {}}
     ).progress) == ["abc"]
+
+
+def test_a_consumer_another_running_query_reads_by_is_kept_until_the_last_stops(deregistered):
+    shared = {**BASE, "consumerName": "shared"}
+    listener = listening(shared)
+    listener._queries["q2"] = [consumer_listener._Source(parse_source_options(shared))]
+    listener.onQueryTerminated(Event(id="q1", exception=None))
+    assert deregistered == []  # q2 still reads by it
+    listener.onQueryTerminated(Event(id="q2", exception=None))
+    assert deregistered == [("s", "shared")]
+
+
+def test_nothing_of_a_query_is_kept_once_it_ended(deregistered):
+    listener = listening({**BASE, "consumerName": "mine"})
+    listener._queries["q2"] = list(listener._queries["q1"])
+    listener.onQueryTerminated(Event(id="q1", exception=None))
+    listener.onQueryTerminated(Event(id="q2", exception="boom"))
+    listener.onQueryTerminated(Event(id="q3", exception=None))  # none of ours
+    assert listener._queries == {}

@@ -8,15 +8,36 @@ Lifetimes stay above the 5 s takeover rule.
 """
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 import emulators
-from spark_helpers import wait_until
-from test_sql_source import PYSPARK_4_2, Batches, KeyedProducer, options, read_on_exactly_once, stop
+import test_sql_source
+from spark_helpers import executor_jvm_of, wait_until
+from test_spark_chaos import executors_alive
+from test_sql_source import (
+    PYSPARK_4_2,
+    Batches,
+    FaultySource,
+    KeyedProducer,
+    ancestors_of,
+    assert_parents_first,
+    open_shards,
+    options,
+    read_on_exactly_once,
+    reshard,
+    split_and_merge,
+    stop,
+)
+
+from kinesis_dstream.aws.range_table import range_table_name
 
 pytestmark = pytest.mark.spark
 
@@ -169,3 +190,188 @@ def test_a_consumer_that_cannot_be_registered_fails_the_query_naming_it(
     message = str(query.exception())
     assert "'one-too-many'" in message and repr(stream) in message
     assert "20 consumers" in message
+
+
+def fan_out(app: str, consumer: str | None = None) -> dict[str, str]:
+    return {"kinesis.consumerType": "SubscribeToShard",
+            "kinesis.consumerName": consumer or f"{app}-c"}
+
+
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
+def test_a_task_retry_and_a_split_and_merge_under_load_by_fan_out_read_every_record_once(
+        spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
+        make_fanout_front, tmp_path: Path):
+    """One query by fan-out through: a task that fails after recording its range (its retry
+    hands out exactly what the failed one read, by GetRecords of that range), then a split
+    and a merge under load (ChildShards end each parent's subscription; parents' records
+    come in batches before their children's). Every record once."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(test_sql_source)
+    spark.dataSource.register(FaultySource)
+    stream = make_stream(1)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    opts = options(stream, front.endpoint, dynamodb, unique_app_name,
+                   **fan_out(unique_app_name), **{"kinesis.test.faultDir": str(tmp_path)})
+    sink = Batches()
+    query = start(spark, "aws-kinesis-faulty", opts, str(tmp_path / "cp"), sink)
+    producer = KeyedProducer(front.endpoint, stream, prefix="load", every_s=0.2)
+    producer.start()
+    failed = tmp_path / "failed.json"
+    try:
+        wait_until(failed.exists, 120, "the injected fault")
+        split_and_merge(kinesis_local, stream, sink, within_s=60)
+    except BaseException:
+        producer.halt.set()
+        stop(query)
+        raise
+    read_on_exactly_once(query, producer, sink, len(producer.sent) + 20, read_within_s=60)
+    assert_parents_first(sink, ancestors_of(kinesis_local, stream))
+    fault = json.loads(failed.read_text())
+    shards = {row[0] for row in fault["rows"]}
+    # Reading n is micro-batch n - 1: the retry delivered exactly what the failed task read.
+    delivered = sorted((s, q, u) for s, q, u, _, _ in sink.by_batch[fault["reading"] - 1]
+                       if s in shards)
+    assert delivered == sorted(tuple(r) for r in fault["rows"])
+    # the recorded range read again exactly (GetRecords), everything else pushed
+    assert sum(front.count("GetRecords", s) for s in shards) >= 1
+    assert all(front.count("SubscribeToShard", s) >= 1 for s in ancestors_of(
+        kinesis_local, stream))
+
+
+def listening_pid(port: int) -> int:
+    """The process listening on TCP ``port`` (from /proc: the socket's inode, then the
+    process holding it)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # LISTEN
+                inodes.add(fields[9])
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in {f"socket:[{i}]" for i in inodes}:
+                    return int(proc.name)
+        except OSError:
+            continue
+    raise AssertionError(f"no process listens on port {port}")
+
+
+def subscribers(dynamodb: str, app: str) -> set[str]:
+    """The processes the recorded ranges name as holding their shard's subscription."""
+    table = emulators.client("dynamodb", dynamodb)
+    items = table.scan(TableName=range_table_name(app))["Items"]
+    return {i["subscriber"]["S"] for i in items if "subscriber" in i}
+
+
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
+def test_an_executor_killed_while_it_holds_a_subscription_loses_and_doubles_nothing(
+        spark, sc, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
+        make_fanout_front, tmp_path: Path):
+    """kill -9 of the executor whose Python worker holds a shard's subscription (and serves
+    it to the shard's tasks on the other executor): the interrupted task is retried on the
+    other executor and reads its recorded range; the next task finds the holder gone and
+    subscribes where it runs. Every record once."""
+    stream = make_stream(2)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    opts = options(stream, front.endpoint, dynamodb, unique_app_name, **fan_out(unique_app_name))
+    sink = Batches()
+    before = executors_alive(sc)
+    producer = KeyedProducer(front.endpoint, stream, prefix="kill", every_s=0.2)
+    query = start(spark, "aws-kinesis", opts, str(tmp_path / "cp"), sink)
+    try:
+        producer.start()
+        wait_until(lambda: len(sink.data()) >= 50 and subscribers(dynamodb, unique_app_name),
+                   90, "records read by a subscription")
+        holder = sorted(subscribers(dynamodb, unique_app_name))[0]
+        os.kill(executor_jvm_of(listening_pid(int(holder.rpartition(":")[2]))), signal.SIGKILL)
+        sent_at_kill = len(producer.sent)
+        read_on_exactly_once(query, producer, sink, sent_at_kill + 100, read_within_s=90)
+    finally:
+        producer.halt.set()
+        if query.isActive:
+            stop(query)
+        wait_until(lambda: executors_alive(sc) >= before, 120, "the executor replaced")
+    assert not any(front.count("GetRecords", s) > 2 * front.count("GetShardIterator", s)
+                   for s in emulators.list_shard_ids(kinesis_local, stream))
+
+
+class ArrivalTimes(Batches):
+    """``Batches`` that also note when each record first reached the driver (monotonic s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen_at: dict[bytes, float] = {}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        super().__call__(df, batch_id)
+        now = time.monotonic()
+        for data in self.data():
+            self.seen_at.setdefault(data, now)
+
+
+def put_timed(endpoint: str, stream: str, prefix: str, n: int = 12) -> tuple[list[bytes], float]:
+    """``n`` records over a spread of keys (every shard of a split gets some); their data
+    and when they were put."""
+    put = emulators.put_records(endpoint, stream, [(f"{prefix}-key{i}", f"{prefix}-{i}")
+                                                   for i in range(n)])
+    return [r.data for r in put], time.monotonic()
+
+
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
+def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards_keep_up(
+        spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
+        make_fanout_front, tmp_path: Path):
+    """Two queries start at once registering one consumer name: both run, on one consumer
+    (taking its subscriptions over from each other: Kinesis has one per shard and consumer),
+    and the first to stop keeps it for the other. The other's shard then stays idle at
+    LATEST over two subscription lifetimes, is written to, then split: the records, and the
+    children's, arrive within 2 s (the awslabs connector looped silently on such shards,
+    its #91). The last to stop deregisters the consumer."""
+    stream = make_stream(1)
+    (parent,) = emulators.list_shard_ids(kinesis_local, stream)
+    # An idle shard's subscription polls the emulator every 0.2 s, not 1 s: Kinesis pushes a
+    # shard's end (ChildShards) at once, and the front learns of a split only by polling.
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1, idle_poll_interval_s=0.2)
+    name = f"{unique_app_name}-shared"
+    sinks = [ArrivalTimes(), ArrivalTimes()]
+    queries = [start(spark, "aws-kinesis", options(
+        stream, front.endpoint, dynamodb, f"{unique_app_name}-{n}",
+        **{"kinesis.startingPosition": "LATEST"}, **fan_out(unique_app_name, name)),
+        str(tmp_path / f"cp{n}"), sink) for n, sink in enumerate(sinks)]
+    try:
+        wait_until(lambda: front.count("SubscribeToShard", parent) >= 2 or not all(
+            q.isActive for q in queries), 90, "both queries subscribed")
+        assert all(q.isActive for q in queries), [q.exception() for q in queries]
+        assert consumers(kinesis_local, stream) == {name: "ACTIVE"}  # one, used by both
+        both, _ = put_timed(front.endpoint, stream, "both")
+        wait_until(lambda: all(set(s.seen_at) >= set(both) for s in sinks), 60,
+                   "both queries' records")
+        stop(queries[0])
+        subscribed = front.count("SubscribeToShard", parent)
+        wait_until(lambda: front.count("SubscribeToShard", parent) >= subscribed + 3,
+                   5 * LIFETIME_S, "two subscription lifetimes idle")
+        assert consumers(kinesis_local, stream) == {name: "ACTIVE"}  # kept for the other
+        late, put_at = put_timed(front.endpoint, stream, "idle")
+        wait_until(lambda: set(sinks[1].seen_at) >= set(late), 30, "the idle shard's records")
+        idle_delay = max(sinks[1].seen_at[d] for d in late) - put_at
+        reshard(kinesis_local, stream, lambda k: k.split_shard(
+            StreamName=stream, ShardToSplit=parent, NewStartingHashKey=str(2 ** 127)))
+        children = {s["ShardId"] for s in open_shards(kinesis_local, stream)}
+        young, put_at = put_timed(front.endpoint, stream, "child")
+        wait_until(lambda: set(sinks[1].seen_at) >= set(young), 30, "the child shards' records")
+        child_delay = max(sinks[1].seen_at[d] for d in young) - put_at
+    finally:
+        for query in queries:
+            stop(query)
+    wait_deregistered(lambda: consumers(kinesis_local, stream).get(name) in (None, "DELETING"),
+                      "the shared consumer deregistered once both stopped")
+    print(f"delays: idle shard {idle_delay:.2f} s, child shards {child_delay:.2f} s")
+    assert idle_delay <= 2.0 and child_delay <= 2.0, (idle_delay, child_delay)
+    assert sinks[0].data() == Counter(both)  # every record once
+    assert sinks[1].data() == Counter(both + late + young)
+    assert {r[0] for r in sinks[1].rows() if r[-1] in young} == children
+    assert front.count("GetRecords") == 0

@@ -472,17 +472,7 @@ def test_split_and_merge_during_a_query_lose_nothing_and_parents_come_first(
                         checkpoint, sink)
     try:
         wait_until(lambda: sum(sink.data().values()) >= 40, 120, "records before the split")
-        (parent,) = open_shards(env["kinesis"], stream)
-        reshard(env["kinesis"], stream, lambda k: k.split_shard(
-            StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str(2 ** 127)))
-        children = [s["ShardId"] for s in open_shards(env["kinesis"], stream)]
-        wait_until(lambda: {r[0] for r in sink.rows()} >= set(children), 120,
-                   "records from both children")
-        reshard(env["kinesis"], stream, lambda k: k.merge_shards(
-            StreamName=stream, ShardToMerge=children[0], AdjacentShardToMerge=children[1]))
-        (merged,) = open_shards(env["kinesis"], stream)
-        wait_until(lambda: merged["ShardId"] in {r[0] for r in sink.rows()}, 120,
-                   "records from the merged shard")
+        split_and_merge(env["kinesis"], stream, sink)
         sent = producer.finish()
         wait_until(lambda: set(sink.data()) >= set(sent), 120, "every record put")
     finally:
@@ -490,10 +480,30 @@ def test_split_and_merge_during_a_query_lose_nothing_and_parents_come_first(
         stop(query)
     assert sink.data() == Counter(sent)
     assert not sink.reruns_differing
-    ancestors = ancestors_of(env["kinesis"], stream)
+    assert_parents_first(sink, ancestors_of(env["kinesis"], stream))
+
+
+def split_and_merge(kinesis: str, stream: str, sink: Batches, within_s: float = 120) -> None:
+    """Split the stream's one open shard, wait for records of both children in ``sink``,
+    merge them back, and wait for records of the merged shard."""
+    (parent,) = open_shards(kinesis, stream)
+    reshard(kinesis, stream, lambda k: k.split_shard(
+        StreamName=stream, ShardToSplit=parent["ShardId"], NewStartingHashKey=str(2 ** 127)))
+    children = [s["ShardId"] for s in open_shards(kinesis, stream)]
+    wait_until(lambda: {r[0] for r in sink.rows()} >= set(children), within_s,
+               "records from both children")
+    reshard(kinesis, stream, lambda k: k.merge_shards(
+        StreamName=stream, ShardToMerge=children[0], AdjacentShardToMerge=children[1]))
+    (merged,) = open_shards(kinesis, stream)
+    wait_until(lambda: merged["ShardId"] in {r[0] for r in sink.rows()}, within_s,
+               "records from the merged shard")
+
+
+def assert_parents_first(sink: Batches, ancestors: dict[str, set[str]]) -> None:
+    """One split and one merge (four shards): for each key, every record of an ancestor
+    shard came in an earlier batch than any record of its descendants (a batch reads a
+    child only once its parents ended in earlier batches)."""
     assert len(ancestors) == 4
-    # For each key: every record of an ancestor shard came in an earlier batch than any record
-    # of its descendants (a batch reads a child only once its parents ended in earlier batches).
     first_batch: dict[tuple[str, str], int] = {}
     last_batch: dict[tuple[str, str], int] = {}
     for batch_id, rows in sink.by_batch.items():

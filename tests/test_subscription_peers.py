@@ -5,9 +5,14 @@ was asked (the real read is exercised through Spark in test_sql_fanout)."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
+from multiprocessing.connection import Client, answer_challenge, deliver_challenge
 from typing import Any
 
 import pytest
+
+from waiting import wait_for
 
 from kinesis_dstream.aws.range_table import BatchRange, _item, _range
 from kinesis_dstream.config import ConsumerConfig
@@ -71,3 +76,70 @@ def test_a_range_keeps_the_process_holding_its_subscription():
     r = BatchRange("s/q", "shardId-0", 3, START, subscriber="10.0.0.7:40123")
     assert _range(_item(r)).subscriber == "10.0.0.7:40123"
     assert _range(_item(BatchRange("s/q", "shardId-0", 3, START))).subscriber is None
+
+
+touched: list[str] = []
+
+
+def touch(what: str) -> str:
+    touched.append(what)
+    return what
+
+
+class Payload:
+    """Unpickled, it calls ``touch``: a message that names a callable of its own choosing."""
+
+    def __reduce__(self) -> tuple:
+        return touch, ("unpickled",)
+
+
+def test_nothing_is_unpickled_before_the_peer_proved_the_key(asked):
+    touched.clear()
+    host, _, port = subscription_peers.serve(b"k" * 32).rpartition(":")
+    with Client((host, int(port))) as stranger:  # no key: it sends a message at once
+        stranger.send(Payload())
+        stranger.send(Payload())
+        with pytest.raises((EOFError, OSError)):
+            while True:  # the challenge, then the connection closed on us
+                stranger.recv_bytes()
+    assert touched == [] and asked == []
+
+
+def test_an_authenticated_peer_cannot_name_a_callable_outside_our_classes(asked):
+    touched.clear()
+    key = b"k" * 32
+    host, _, port = subscription_peers.serve(key).rpartition(":")
+    with Client((host, int(port))) as peer:
+        answer_challenge(peer, key)
+        deliver_challenge(peer, key)
+        peer.send(Payload())
+        with pytest.raises((EOFError, OSError)):
+            peer.recv_bytes()  # dropped, unanswered
+    assert touched == [] and asked == []
+    # and a proper request is still served
+    assert subscription_peers.read_at(f"{host}:{port}", key, config(), "shardId-0", START,
+                                      None, time_budget_s=1.0) is not None
+
+
+def serving_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("subscription-peer-")}
+
+
+def test_a_server_ends_once_no_task_of_its_query_used_it(asked, monkeypatch):
+    monkeypatch.setattr(subscription_peers, "IDLE_CLOSE_S", 0.6)
+    key = b"q" * 32
+    address = subscription_peers.serve(key)
+    thread = f"subscription-peer-{address.rpartition(':')[2]}"
+    in_use_until = time.monotonic() + 1.5  # tasks of the query keep coming: it stays
+    while time.monotonic() < in_use_until:
+        assert subscription_peers.serve(key) == address
+        assert thread in serving_threads()
+        time.sleep(0.1)
+    wait_for(lambda: thread not in serving_threads(), 10, "the idle server's thread to end")
+    assert subscription_peers.read_at(address, key, config(), "shardId-0", START, None,
+                                      time_budget_s=1.0) is None  # its port is closed
+    # a task of the query coming back later gets a new server
+    again = subscription_peers.serve(key)
+    assert again != address
+    assert subscription_peers.read_at(again, key, config(), "shardId-0", START, None,
+                                      time_budget_s=1.0) is not None

@@ -14,15 +14,24 @@ A peer that cannot be reached or fails (its executor is gone, its worker was res
 answers None: the task reads on its own executor, which then holds the subscription.
 Peers prove to each other that they know the query's key (``multiprocessing.connection``'s
 HMAC challenge, both ways) before a request is read: only the query's tasks, which the
-driver gives the key, are served.
+driver gives the key, are served. Nothing is unpickled before that, and then only our own
+record and config classes (``_decode``): a message cannot name any other callable.
+
+A server ends with its query: the executor is not told when a query stops, so a server no
+task of its query has used for ``IDLE_CLOSE_S`` (as long as an unused subscription is held)
+closes its port and its thread ends. A daemon thread, it also ends with the process.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
+import pickle
 import socket
 import struct
 import threading
+import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
 
@@ -31,6 +40,7 @@ from ..records import ExtendedSequenceNumber
 from .executor_process import clients_for
 from .model import shard_name
 from .read_loop import Reading, read
+from .subscriptions import IDLE_CLOSE_S
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +51,21 @@ ANSWER_MARGIN_S = 15.0
 # How long a peer waits for a request's next bytes before it drops the connection.
 REQUEST_TIMEOUT_S = 30.0
 
-_servers: dict[bytes, str] = {}  # key -> this process's address serving it
+# The globals a message may name beside our own classes: what pickle rebuilds a dataclass,
+# a set and a frozen set with.
+_SAFE_GLOBALS = frozenset({("copyreg", "_reconstructor"), ("copyreg", "__newobj__"),
+                           ("builtins", "object"), ("builtins", "set"),
+                           ("builtins", "frozenset")})
+
+
+@dataclass
+class _Server:
+    listener: socket.socket
+    address: str
+    last_used: float  # monotonic s: a task's serve() call or a request
+
+
+_servers: dict[bytes, _Server] = {}  # key -> this process's server for it
 _servers_lock = threading.Lock()
 
 
@@ -59,17 +83,36 @@ def advertised_host() -> str:
 
 def serve(key: bytes) -> str:
     """This process's address (``host:port``) serving its held subscriptions to the tasks
-    that know ``key``; the server thread starts on the first call."""
+    that know ``key``; the server thread starts on the first call (again after it closed
+    for want of use), and each call keeps it open ``IDLE_CLOSE_S`` longer."""
     with _servers_lock:
-        address = _servers.get(key)
-        if address is None:
+        server = _servers.get(key)
+        if server is None:
             listener = socket.create_server((advertised_host(), 0))
             host, port = listener.getsockname()[:2]
-            address = _servers[key] = f"{host}:{port}"
-            threading.Thread(target=_accept, args=(listener, key), daemon=True,
+            server = _servers[key] = _Server(listener, f"{host}:{port}", time.monotonic())
+            threading.Thread(target=_accept, args=(server, key), daemon=True,
                              name=f"subscription-peer-{port}").start()
-            log.info("serving this process's fan-out subscriptions at %s", address)
-        return address
+            log.info("serving this process's fan-out subscriptions at %s", server.address)
+        server.last_used = time.monotonic()
+        return server.address
+
+
+def _unused(server: _Server, key: bytes) -> bool:
+    """Has no task used ``server`` for ``IDLE_CLOSE_S``? If so it is forgotten (the next
+    ``serve`` starts another)."""
+    with _servers_lock:
+        if time.monotonic() - server.last_used < IDLE_CLOSE_S:
+            return False
+        if _servers.get(key) is server:  # serve() cannot hand its address out any more
+            del _servers[key]
+        return True
+
+
+def _forget(server: _Server, key: bytes) -> None:
+    with _servers_lock:
+        if _servers.get(key) is server:
+            del _servers[key]
 
 
 def _blocking(sock: socket.socket, timeout_s: float) -> int:
@@ -82,11 +125,40 @@ def _blocking(sock: socket.socket, timeout_s: float) -> int:
     return sock.detach()
 
 
-def _accept(listener: socket.socket, key: bytes) -> None:
-    while True:
-        sock, _ = listener.accept()
-        threading.Thread(target=_answer, args=(sock, key), daemon=True,
-                         name="subscription-peer-request").start()
+def _accept(server: _Server, key: bytes) -> None:
+    server.listener.settimeout(min(1.0, IDLE_CLOSE_S / 2))
+    with server.listener:
+        while True:
+            try:
+                sock, _ = server.listener.accept()
+            except socket.timeout:
+                if _unused(server, key):
+                    break
+                continue
+            except OSError:  # the process is out of descriptors, say: the tasks read alone
+                log.warning("fan-out subscriptions at %s: cannot accept; no longer served",
+                            server.address, exc_info=True)
+                _forget(server, key)
+                return
+            server.last_used = time.monotonic()
+            threading.Thread(target=_answer, args=(sock, key), daemon=True,
+                             name="subscription-peer-request").start()
+    log.info("stopped serving fan-out subscriptions at %s: no task of its query for %.0f s",
+             server.address, IDLE_CLOSE_S)
+
+
+class _OurClasses(pickle.Unpickler):
+    """Unpickles our records, configs and readings only (see ``_SAFE_GLOBALS``)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith("kinesis_dstream.") or (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a peer's message names {module}.{name}")
+
+
+def _decode(conn: Connection) -> Any:
+    """The next message from an authenticated peer."""
+    return _OurClasses(io.BytesIO(conn.recv_bytes())).load()
 
 
 def _answer(sock: socket.socket, key: bytes) -> None:
@@ -98,7 +170,7 @@ def _answer(sock: socket.socket, key: bytes) -> None:
             log.warning("refused a subscription request that did not know the query's key")
             return
         try:
-            config, shard_id, start, timestamp, bounds = conn.recv()
+            config, shard_id, start, timestamp, bounds = _decode(conn)
         except Exception:  # noqa: BLE001 - the asking task reads on its own instead
             log.warning("a subscription request was cut before it was read", exc_info=True)
             return
@@ -138,7 +210,7 @@ def read_at(address: str, key: bytes, config: ConsumerConfig, shard_id: str,
                 log.warning("%s: %s did not answer within %.0f s; reading here",
                             shard, address, wait_s)
                 return None
-            status, answer = conn.recv()
+            status, answer = _decode(conn)
     except Exception as exc:  # noqa: BLE001 - any failure: the task reads on its own
         log.info("%s: asking %s for its subscription failed (%s); reading here",
                  shard, address, exc)

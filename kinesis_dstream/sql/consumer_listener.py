@@ -10,7 +10,10 @@ options, as the user gave them) and keeps those that are to deregister (see
 ``SourceOptions.deregisters_consumer``). A consumer named after the query id (the Databricks
 default) is known from the offsets the query's progress reports. When the query stops
 without an error (``stop()``, or ``Trigger.AvailableNow`` done), the consumers are
-deregistered; a query that failed keeps its consumer, as the awslabs connector's does.
+deregistered; a query that failed keeps its consumer, as the awslabs connector's does. A
+consumer another running query of this session reads by (the same name on the same
+stream) is kept for it: the last of them to stop deregisters it. What the listener keeps
+of a query is dropped when the query ends, however it ends.
 """
 from __future__ import annotations
 
@@ -112,8 +115,14 @@ class ConsumerDeregistration(StreamingQueryListener):
             if sources:
                 log.info("query %s failed: its fan-out consumers are kept", event.id)
             return
+        in_use = {(stream, other.consumer_name) for others in self._queries.values()
+                  for other in others for stream in other.options.stream_configs}
         for source in sources:
-            for config in source.options.stream_configs.values():  # registered on each
+            for stream, config in source.options.stream_configs.items():  # registered on each
+                if (stream, source.consumer_name) in in_use and source.consumer_name:
+                    log.info("aws-kinesis: fan-out consumer %s of stream %s is kept: another "
+                             "running query reads by it", source.consumer_name, stream)
+                    continue
                 deregister(config, source.consumer_name)
 
 
