@@ -125,7 +125,8 @@ SQL_TESTS := $(sort $(wildcard tests/test_sql_*.py))
 # while `make test` runs, and the venvs below install from them when they are there.
 MATRIX_WHEELS := build/matrix-wheels
 prefetch-matrix:
-	$(PYTHON) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(MATRIX_WHEELS) '$(SPARK35_PIN)' '$(SPARK40_PIN)'
+	$(PYTHON) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(MATRIX_WHEELS) '$(SPARK35_PIN)'
+	$(PYTHON) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(MATRIX_WHEELS) '$(SPARK40_PIN)'
 
 $(SPARK35_VENV)/.kinesis-dstream-setup: setup.cfg pyproject.toml
 	test -x $(SPARK35_VENV)/bin/python || $(PYTHON) -m venv $(SPARK35_VENV)
