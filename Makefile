@@ -41,9 +41,9 @@ $(NPM_STAMP): package.json $(wildcard package-lock.json)
 
 # pytest-xdist workers for `make test` and the matrix, whole files each (--dist loadfile: a
 # module's fixtures and SparkSession stay in one process). The suite mostly waits (on JVMs,
-# emulators, lease periods), so TEST_WORKERS=2 may halve it on a 2-core machine; the default
-# (0: in-process) stays until a quiet fresh-clone run shows the timed tests hold with two.
-TEST_WORKERS ?= 0
+# emulators, lease periods): one process used about 0.4 of this 2-core machine's CPU, so two
+# workers overlap the waits. TEST_WORKERS=0 runs in-process.
+TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 
 test: setup
@@ -119,16 +119,23 @@ SPARK40_PIN := pyspark==4.0.*
 DSTREAM_TESTS := $(sort $(filter-out tests/test_spark_java_interop.py,$(wildcard tests/test_spark_*.py)))
 SQL_TESTS := $(sort $(wildcard tests/test_sql_*.py))
 
-.PHONY: setup-matrix test-matrix test-spark35 test-spark40
+.PHONY: setup-matrix prefetch-matrix test-matrix test-spark35 test-spark40
+
+# The matrix's pyspark wheels, built once into build/ (git ignores it): .ci/run fetches them
+# while `make test` runs, and the venvs below install from them when they are there.
+MATRIX_WHEELS := build/matrix-wheels
+prefetch-matrix:
+	$(PYTHON) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(MATRIX_WHEELS) '$(SPARK35_PIN)'
+	$(PYTHON) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(MATRIX_WHEELS) '$(SPARK40_PIN)'
 
 $(SPARK35_VENV)/.kinesis-dstream-setup: setup.cfg pyproject.toml
 	test -x $(SPARK35_VENV)/bin/python || $(PYTHON) -m venv $(SPARK35_VENV)
-	$(SPARK35_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]' '$(SPARK35_PIN)'
+	$(SPARK35_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat --find-links $(MATRIX_WHEELS) -e '.[test]' '$(SPARK35_PIN)'
 	touch $@
 
 $(SPARK40_VENV)/.kinesis-dstream-setup: setup.cfg pyproject.toml
 	test -x $(SPARK40_VENV)/bin/python || $(PYTHON) -m venv $(SPARK40_VENV)
-	$(SPARK40_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat -e '.[test]' '$(SPARK40_PIN)'
+	$(SPARK40_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat --find-links $(MATRIX_WHEELS) -e '.[test]' '$(SPARK40_PIN)'
 	touch $@
 
 setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-dstream-setup $(NPM_STAMP)
