@@ -248,8 +248,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         cap = self.options.max_fetch_records_per_shard
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = max(1, min(cap, limit.max_rows // len(busy)))
-        if not driver.planned:
-            cap = min(cap, FIRST_READING_MAX_RECORDS)
+        if not driver.planned and ReadMaxRows is not None:  # pyspark < 4.2: availableNow
+            cap = min(cap, FIRST_READING_MAX_RECORDS)     # is one batch, so no small first
         end = self.streams.offset(query, batch + 1, cap, shards)
         lags = [v for v in driver.lag.values() if v is not None]
         log.info("aws-kinesis %s reading %d: %d of %d shards read, up to %d records each, max "
