@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -251,7 +252,6 @@ class DistinctRows:
 def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
         timeout_s: float) -> dict[str, Any]:
     """``readStream.format("aws-kinesis")`` TRIM_HORIZON, 1 s triggers, until every record."""
-    import shutil
     import tempfile
 
     from pyspark.sql import SparkSession
@@ -278,15 +278,29 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
         finished = sc_common.wait_for(lambda: rows.done_at is not None, timeout_s, 0.5)
         batches = len(query.recentProgress)
     finally:
-        query.stop()
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        common.delete_table(dynamodb, f"{table}-kinesis-dstream-ranges")
+        stop_query(query, checkpoint, dynamodb, table)
+    result = query_result(query, rows, 4, started, bool(finished), total)
+    result.update(batches_reported=batches)
+    return result
+
+
+def stop_query(query: Any, checkpoint: str, dynamodb: str, table: str) -> None:
+    """Stops a SQL variant's query and drops its checkpoint and range table."""
+    query.stop()
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    common.delete_table(dynamodb, f"{table}-kinesis-dstream-ranges")
+
+
+def query_result(query: Any, rows: Any, shards: int, started: float, finished: bool,
+                 total: int) -> dict:
+    """A SQL variant's rates from what its rows counted, and whether it counted exactly."""
     with rows.lock:
         distinct, counted = len(rows.seen), sum(rows.seen.values())
-    result = rates(distinct * RECORD_BYTES, 4, started, rows.first, rows.done_at or time.time())
+    result = rates(distinct * RECORD_BYTES, shards, started, rows.first,
+                   rows.done_at or time.time())
     result.update(records=distinct, records_counted=counted,
-                  exact=bool(finished) and counted == distinct == total,
-                  batches_reported=batches, query_failed=str(query.exception() or "") or None)
+                  exact=finished and counted == distinct == total,
+                  query_failed=str(query.exception() or "") or None)
     return result
 
 

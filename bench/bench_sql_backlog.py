@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -67,18 +66,10 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s
                            30, 0.2)
         progress = list(query.recentProgress)
     finally:
-        query.stop()
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        common.delete_table(dynamodb, f"{table}-kinesis-dstream-ranges")
-    with rows.lock:
-        distinct, counted = len(rows.seen), sum(rows.seen.values())
-    result = bench_limits.rates(distinct * bench_limits.RECORD_BYTES, SHARDS, started,
-                                rows.first, rows.done_at or time.time())
+        bench_limits.stop_query(query, checkpoint, dynamodb, table)
+    result = bench_limits.query_result(query, rows, SHARDS, started, bool(finished), total)
     with_rows = [p for p in progress if p.get("numInputRows")]
-    result.update(records=distinct, records_counted=counted,
-                  exact=bool(finished) and counted == distinct == total,
-                  query_failed=str(query.exception() or "") or None,
-                  batches_with_rows=len(with_rows),
+    result.update(batches_with_rows=len(with_rows),
                   first_batch=_batch(with_rows[0]) if with_rows else None,
                   batches=[_batch(p) for p in with_rows[1:]])
     return result
