@@ -156,7 +156,7 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
             stored = waiting_out_dynamodb(config, lambda: clients.ranges.get(
                 planned.stream_key, planned.shard_id, planned.batch_ms), sleep)
             if stored is not None:
-                return _read_recorded(clients, config, stored, sleep, fresh=True)
+                return _read_recorded(clients, config, stored, sleep, True, convert)
         if reading.lost is not None:
             report_data_loss(config, reading.lost)
         return _report(candidate, reading, recorded=False, fresh=True, out=out)
