@@ -204,6 +204,39 @@ def test_a_trimmed_start_read_by_two_computations_is_logged_by_the_one_whose_ran
     assert BatchRangeTable(config).get("stream-t", shard, 2000) is None
 
 
+@pytest.mark.emulator
+@pytest.mark.parametrize("trim_at", [3, 7], ids=["partly", "wholly"])
+def test_a_recorded_range_trimmed_before_it_is_read_again_is_reported_not_read_forever(
+        ten, make_config, make_fault_proxy, caplog, trim_at):
+    """A batch computed again (a restarted query's uncommitted batch, a recovered driver's)
+    after retention trimmed part or all of its recorded range: the read ends, hands out what
+    the shard still holds and logs the loss once, or raises DataLossError with
+    failOnDataLoss. (It used to read on forever for the record at the range's end.)"""
+    from kinesis_dstream.aws.range_table import BatchRangeTable
+    from kinesis_dstream.retrieval import ShardRange, read_shard_range
+
+    stream, put = ten
+    shard = put[0].shard_id
+    proxy = make_fault_proxy(share=0.0)
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint)
+    BatchRangeTable(config).create_table_if_not_exists()
+    start = ESN(put[1].sequence_number)
+    planned = ShardRange("stream-t", shard, 1000, start, None, 0, max_records=3,
+                         time_budget_s=2, start=start)
+    first, report = read_shard_range(config, planned)
+    assert [r.binary_data.decode() for r in first] == ["r2", "r3", "r4"] and report.recorded
+    proxy.trim_horizon = {shard: put[trim_at].sequence_number}
+    caplog.set_level(logging.WARNING, logger="kinesis_dstream")
+    again, report = read_shard_range(config, planned)
+    assert [r.binary_data.decode() for r in again] == [f"r{i}" for i in range(trim_at, 5)]
+    assert report.batch_range.end == ESN(put[4].sequence_number)  # the range stands
+    (warning,) = trimmed_warnings(caplog.messages, shard)
+    assert f"after {start} before {put[trim_at].sequence_number}" in warning, warning
+    failing = make_config(stream, kinesis_endpoint=proxy.endpoint, fail_on_data_loss=True)
+    with pytest.raises(DataLossError, match=put[trim_at].sequence_number):
+        read_shard_range(failing, planned)
+
+
 def seed_checkpoint(config: Any, shard_id: str, sequence_number: str) -> None:
     """A lease whose checkpoint a consumer left long ago (before the stream's retention)."""
     table = LeaseTable(config)
@@ -398,6 +431,10 @@ def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make
     query = start_query(spark, opts, checkpoint, sink)
     try:
         wait_until(lambda: len(sink.rows()) >= 3, 120, "the first records")
+        # Stopped after the batch committed: one stopped before would read its (trimmed)
+        # range again on restart, the recorded-range case tested with the fetcher above.
+        wait_until(lambda: all((Path(checkpoint) / "commits" / str(b)).exists()
+                               for b in list(sink.by_batch)), 60, "the batch committed")
     finally:
         stop(query)
     put += put_records(stream, [(f"k{i}", f"r{i}") for i in range(3, 10)])

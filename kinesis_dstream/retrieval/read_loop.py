@@ -69,6 +69,7 @@ class Reading:
     more_left: bool = False  # stopped at the time budget, the record cap or the byte cap
     bytes_read: int = 0
     waited_s: float = 0.0  # slept between calls: throttle pauses, backoffs and pacing
+    first_seen: str | None = None  # a recorded range's read: the first record Kinesis gave
 
 
 def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
@@ -151,17 +152,18 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             if exact:
                 assert end is not None
                 aligned = False  # a recorded range's read hands no iterator on
-                reading.records.extend(r for r in result.records
-                                       if r.extended_sequence_number <= end)
+                if reading.first_seen is None and result.records:
+                    reading.first_seen = result.records[0].sequence_number
+                kept = [r for r in result.records if r.extended_sequence_number <= end]
+                reading.records.extend(kept)
                 if reading.records and reading.records[-1].extended_sequence_number >= end:
                     break
-                if result.shard_end:
-                    # The recorded end lies beyond what the shard still holds (trimmed?).
-                    got = (reading.records[-1].extended_sequence_number if reading.records
-                           else start)
-                    raise KinesisDStreamError(
-                        f"{shard_name(config.stream_name, shard_id)}: a recorded range "
-                        f"ends at {end}, but the shard ended at {got}")
+                if len(kept) < len(result.records) or result.shard_end \
+                        or result.at_tip(config.max_records):
+                    # Past the recorded end, at the tip or at the shard's end without the
+                    # end's record: the shard no longer holds it (retention trimmed it).
+                    # The caller finds fewer records than the range recorded.
+                    break
                 continue
             reading.records.extend(result.records)
             if max_records and len(reading.records) >= max_records:

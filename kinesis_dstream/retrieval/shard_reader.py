@@ -31,7 +31,7 @@ from ..aws.range_table import BatchRange, range_table_name, start_after
 from ..config import ConsumerConfig
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
 from ..retry import Backoff, wait_out
-from .data_loss import report_data_loss
+from .data_loss import TrimmedRange, report_data_loss
 from .executor_process import ReaderClients, clients_for, fault_log
 from .fetch_pace import FetchPace
 from .model import ReadReport, ShardRange, shard_name
@@ -108,6 +108,10 @@ def _read_recorded(clients: ReaderClients, config: ConsumerConfig, stored: Batch
         reading = read(clients.kinesis, config, stored.shard_id, stored.start,
                        stored.start_timestamp, end=stored.end, sleep=sleep)
         reading.shard_end, reading.child_shard_ids = stored.shard_end, stored.child_shard_ids
+        if len(reading.records) < stored.records:
+            # Trimmed by retention since it was recorded: what is left, as failOnDataLoss says.
+            report_data_loss(config, TrimmedRange(stored.shard_id, stored.start,
+                                                  reading.first_seen))
     return _report(stored, reading, recorded=True, fresh=fresh,
                    out=_converted(convert, reading.records, config)[0])
 
