@@ -39,23 +39,26 @@ $(NPM_STAMP): package.json $(wildcard package-lock.json)
 	test -f node_modules/kinesis-local/main.js
 	touch $@
 
-# pytest-xdist workers for `make test` and the matrix, whole files each (--dist loadfile: a
-# module's fixtures and SparkSession stay in one process). TEST_WORKERS=2 took `make test`
-# from about 34 to 28.5 min on a quiet 2-core machine, but the Spark tests' own durations
-# doubled under the contention and two timing-bound tests failed, so CI runs in-process (0)
-# until those tests hold with two.
-TEST_WORKERS ?= 0
+# `make test` runs in two passes. The unit and emulator tiers first, on pytest-xdist workers
+# (TEST_WORKERS, whole files each: --dist loadfile keeps a module's fixtures in one process);
+# then the spark tier in-process: one SparkContext (local-cluster, two executor JVMs) is all a
+# 2-core machine carries without doubling the Spark tests' own durations. A pass that collects
+# nothing (a PYTEST_ARGS selection of the other tier) is fine; both collecting nothing is 5.
+TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 
 test: setup
-	@rc=0; $(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS) || rc=$$?; \
+	@a=0; b=0; $(PY) -m pytest -q -m "not spark" $(XDIST) $(PYTEST_ARGS) || a=$$?; \
+	$(PY) -m pytest -q -m spark $(PYTEST_ARGS) || b=$$?; \
+	if [ $$a -eq 5 ] && [ $$b -eq 5 ]; then rc=5; \
+	elif [ $$a -ne 0 ] && [ $$a -ne 5 ]; then rc=$$a; \
+	elif [ $$b -ne 5 ]; then rc=$$b; else rc=0; fi; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
 
 # The unit tier (pytest -m unit, setup.cfg's markers): no emulator, no process, no Spark, so
-# it runs on pytest-xdist workers (whole files each: module state stays in one process). The
-# other tiers do not: one SparkContext per session, emulators and daemons on a 2-core machine.
+# it runs on pytest-xdist workers (whole files each: module state stays in one process).
 FAST_WORKERS ?= 2
 test-fast: setup
 	@rc=0; $(PY) -m pytest -q -m unit -n $(FAST_WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=$$?; \
@@ -108,9 +111,13 @@ clean:
 
 # ---- Spark version matrix (README: "Supported Spark versions") ------------------------------
 # The main suite runs on the pyspark that `.[test]` resolves to (the newest). These targets run
-# the DStream tests' spark tier again on pyspark 3.5 (EMR 7) and the SQL tests' on 4.0, each in
-# a venv of its own: the unit and emulator tiers run no Spark, so their outcome is the same on
-# every pyspark and `make test` has run them. .ci/run runs these after `make test`. A target's
+# again, on pyspark 3.5 (EMR 7) for the DStream tests and on 4.0 for the SQL tests, each in a
+# venv of its own, the tests marked `matrix`: those whose outcome can differ between pyspark
+# versions because they touch a pyspark surface our code depends on (the DStream graph and its
+# recovery, listeners and the UI's input info, task retries and recomputation, Python worker
+# reuse, the Python Data Source API's calls, registration, error propagation). The scenario
+# tests (lease loss, several drivers, resharding, outages) run the same Spark calls in another
+# order: `make test` runs them once. .ci/run runs these after `make test`. A target's
 # PYTEST_EXIT_FILE gets pytest's code.
 SPARK35_VENV := .venv-spark35
 SPARK40_VENV := .venv-spark40
@@ -143,7 +150,7 @@ setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-ds
 
 # $(1): venv, $(2): test files
 define run_pytest
-	@rc=0; $(1)/bin/python -m pytest -q -m "spark or matrix" $(XDIST) $(PYTEST_ARGS) $(2) || rc=$$?; \
+	@rc=0; $(1)/bin/python -m pytest -q -m matrix $(PYTEST_ARGS) $(2) || rc=$$?; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; \
 	exit $$rc

@@ -370,7 +370,9 @@ def test_processor_runs_a_child_through_its_lifecycle(child_script, caplog):
 @pytest.mark.emulator
 @pytest.mark.parametrize("mode, match", [("exit", "exit code 3"), ("hang", "no answer")])
 def test_processor_kills_a_failed_child_and_raises(child_script, mode, match):
-    processor = _processor(child_script, mode, timeout_s=1.0)
+    # The action timeout bounds initialize too, and the child's imports take over 1 s on a
+    # loaded machine: a hang is waited out for 5 s, an exit is seen at once.
+    processor = _processor(child_script, mode, timeout_s=5.0 if mode == "hang" else 10.0)
     processor.initialize(InitializeInput("shardId-000000000003", None, None))
     pid = processor.child_pid
     with pytest.raises(ChildFailedError, match=match) as info:

@@ -27,6 +27,7 @@ def test_naming_decoder_passes_good_records_and_names_bad_ones():
         list(decode([good, bad]))
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_an_undecodable_record_fails_its_batch_and_is_never_checkpointed(
         sc, aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name):

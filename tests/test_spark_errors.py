@@ -19,6 +19,7 @@ pytestmark = pytest.mark.spark
 warnings.filterwarnings("ignore", message="DStream is deprecated", category=FutureWarning)
 
 
+@pytest.mark.matrix
 def test_a_missing_stream_fails_await_termination_within_30_s_naming_it(sc, env, unique_app_name):
     ssc = make_ssc(sc)
     kstream = create(ssc, unique_app_name, "no-such-stream-7f3a", env)
@@ -37,6 +38,7 @@ def test_a_missing_stream_fails_await_termination_within_30_s_naming_it(sc, env,
     assert took < 30
 
 
+@pytest.mark.matrix
 def test_missing_credentials_are_named_when_the_stream_is_created(sc, env, unique_app_name,
                                                                   monkeypatch, tmp_path):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
@@ -49,6 +51,7 @@ def test_missing_credentials_are_named_when_the_stream_is_created(sc, env, uniqu
         create(ssc, unique_app_name, "any-stream", env)
 
 
+@pytest.mark.matrix
 def test_a_malformed_endpoint_is_named(sc, env, unique_app_name):
     ssc = make_ssc(sc)
     with pytest.raises(ConfigurationError, match="not a url"):

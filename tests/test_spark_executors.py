@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore", message="DStream is deprecated", category=Futu
 NO_CACHE = StorageLevel(False, False, False, False, 1)
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_records_are_read_on_executors_and_never_in_the_driver(sc, env, make_stream, put_records,
                                                                unique_app_name, monkeypatch):
@@ -74,6 +75,7 @@ def two_output_operations(kstream, between):
     return first, second
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_two_output_operations_get_the_same_records_though_more_arrived(
         sc, env, make_stream, put_records, unique_app_name):
@@ -104,6 +106,7 @@ def test_two_output_operations_get_the_same_records_though_more_arrived(
             sorted([f"a{i}" for i in range(100)] + late)
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_a_batch_whose_read_found_nothing_stays_empty_when_computed_again(
         sc, env, make_stream, put_records, unique_app_name):
@@ -142,6 +145,7 @@ def test_a_batch_whose_read_found_nothing_stays_empty_when_computed_again(
         assert sorted(r for rows in seen.values() for r in rows) == sorted(late)
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_a_task_failing_mid_read_reads_the_same_records_on_retry(
         sc, env, make_stream, put_records, unique_app_name, tmp_path):
@@ -332,6 +336,7 @@ def test_a_range_that_ends_inside_a_kpl_aggregate_is_read_again_exactly(
     assert later_report.get_shard_iterator_calls == 0
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_two_streams_derived_from_one_read_each_batch_once(sc, env, make_stream, put_records,
                                                            unique_app_name):

@@ -63,6 +63,7 @@ def putting(put_records, stream: str, endpoint: str, waves: int, per_wave: int,
     return thread, sent
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_one_second_batches_read_every_record_once_by_subscriptions_held_between_tasks(
         sc, env, make_stream, put_records, make_fanout_front, unique_app_name):

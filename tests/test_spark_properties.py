@@ -27,6 +27,7 @@ def config_of(stream: str):
     return found[0]
 
 
+@pytest.mark.matrix
 def test_properties_file_settings_with_arguments_and_overrides_on_top(
         sc, env, tmp_path, make_stream, put_records, unique_app_name):
     stream = make_stream(1)

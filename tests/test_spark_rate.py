@@ -39,6 +39,7 @@ def test_backpressure_follows_processing_rate() -> None:
     assert rc.batch_limit() < 2000
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_receiver_max_rate_caps_every_batch(sc, env, make_stream, put_records, unique_app_name,
                                             caplog):

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.spark
 # By fan-out (issue 24) this is not shown yet: in two of three runs the recovered driver did
 # not recognise the dead driver's worker id and waited out its leases instead of taking them
 # at once. The fan-out case stays in the parametrization's reach for that work.
+@pytest.mark.matrix
 @pytest.mark.parametrize("fanout", [False], ids=["polling"])
 def test_kill_driver_then_get_or_create(tmp_path, aws_env, kinesis_local, dynamodb, make_stream,
                                         put_records, unique_app_name, make_fanout_front, fanout):

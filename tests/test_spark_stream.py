@@ -29,6 +29,7 @@ def collect_into(stream, sink: list, lock: threading.Lock) -> None:
     stream.foreachRDD(save)
 
 
+@pytest.mark.matrix
 def test_word_count_exact_then_graceful_stop(sc, env, make_stream, put_records, unique_app_name):
     stream = make_stream(2)
     lines = word_lines(600)
@@ -62,6 +63,7 @@ def test_word_count_exact_then_graceful_stop(sc, env, make_stream, put_records, 
         assert item["checkpoint"]["S"] == records[-1]["SequenceNumber"]
 
 
+@pytest.mark.matrix
 def test_failed_batch_is_not_checkpointed_and_comes_again(sc, env, make_stream, put_records,
                                                           unique_app_name):
     stream = make_stream(1)

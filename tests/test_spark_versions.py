@@ -10,6 +10,7 @@ HAS_DATA_SOURCE_API = int(pyspark.__version__.split(".")[0]) >= 4
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.matrix
 def test_create_stream_gives_a_dstream_of_this_pyspark(sc):
     """createStream, called as pyspark.streaming.kinesis' is, gives this pyspark's DStream of
     the StreamingContext it was given, whose records are decoded by the default decoder."""
@@ -29,6 +30,7 @@ def test_create_stream_gives_a_dstream_of_this_pyspark(sc):
     assert KinesisRecord._fields[0] == "data"
 
 
+@pytest.mark.matrix
 def test_register_says_which_pyspark_format_aws_kinesis_needs(sc):
     if HAS_DATA_SOURCE_API:
         from pyspark.sql import SparkSession

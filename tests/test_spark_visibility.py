@@ -34,6 +34,7 @@ def rest_batches(sc) -> list[dict]:
         return json.load(answer)
 
 
+@pytest.mark.matrix
 def test_rest_api_and_listeners_count_the_records_processed(sc, env, make_stream, put_records,
                                                             unique_app_name):
     stream = make_stream(2)

@@ -67,6 +67,7 @@ def start(spark: Any, fmt: str, opts: dict[str, str], checkpoint: str, sink: Bat
             .trigger(**TRIGGER).start())
 
 
+@pytest.mark.matrix
 @pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,

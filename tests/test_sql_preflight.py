@@ -61,6 +61,7 @@ def test_register_makes_the_format_work_from_venv_python_job_py(aws_env, kinesis
     assert sorted(u.binary_data for u in users) == [b"one", b"two"]   # on the executor
 
 
+@pytest.mark.matrix
 def test_register_names_an_executor_python_without_the_package(aws_env, kinesis_local,
                                                                make_stream, tmp_path):
     python = python_without_the_package()
@@ -82,6 +83,7 @@ BLOCK_PYARROW = textwrap.dedent("""
 """)
 
 
+@pytest.mark.matrix
 def test_the_format_names_a_python_without_pyarrow(aws_env, kinesis_local, make_stream,
                                                    tmp_path):
     """PYSPARK_PYTHON has the package but not pyarrow (the [spark] extra only): the write

@@ -40,6 +40,7 @@ def assert_written_once(endpoint: str, stream: str, expected: Counter, max_kines
     assert len(raw) <= max_kinesis, f"{len(raw)} Kinesis records for {len(users)} user records"
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_batch_write_of_ten_thousand_rows(spark, kinesis_local, make_stream):
     stream = make_stream(4)
@@ -51,6 +52,7 @@ def test_batch_write_of_ten_thousand_rows(spark, kinesis_local, make_stream):
     assert_written_once(kinesis_local, stream, expected, max_kinesis=200)
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_streaming_write_from_files_available_now(spark, kinesis_local, make_stream, tmp_path):
     stream = make_stream(2)
@@ -94,6 +96,7 @@ def test_binary_data_plain_mode_and_explicit_hash_key(spark, kinesis_local, make
             assert user.shard_id == last_shard
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_dstream_helper_writes_every_batch(sc, kinesis_local, make_stream):
     from pyspark.streaming import StreamingContext
@@ -121,6 +124,7 @@ def test_dstream_helper_writes_every_batch(sc, kinesis_local, make_stream):
     assert_written_once(kinesis_local, stream, expected, max_kinesis=3 * 2 * 2)
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_missing_column_is_named(spark, kinesis_local, make_stream):
     stream = make_stream(1)
@@ -130,6 +134,7 @@ def test_missing_column_is_named(spark, kinesis_local, make_stream):
             .mode("append").save()
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_invalid_option_value_is_named(spark, kinesis_local, make_stream):
     stream = make_stream(1)
@@ -206,6 +211,7 @@ def test_options_qubole_short_names_are_aliases_and_source_ones_do_not_apply(cap
     assert "is a source option (kinesis.startingPosition)" in caplog.text
 
 
+@pytest.mark.matrix
 @pytest.mark.spark  # a Spark driver in a fresh process
 @pytest.mark.slow
 def test_registered_without_any_call_in_a_fresh_process(kinesis_local, make_stream, tmp_path):
@@ -252,6 +258,7 @@ def test_without_the_data_source_api_the_sql_package_names_the_version():
     assert "needs pyspark >= 4.0" in done.stdout
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis_local,
                                                                    make_stream):
@@ -270,6 +277,7 @@ def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis
     assert proxy.put_entries_failed >= 40 * 10
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_a_batch_read_says_to_read_a_stream(spark):
     with pytest.raises(Exception, match="format 'aws-kinesis' reads as a stream only"):
@@ -277,6 +285,7 @@ def test_a_batch_read_says_to_read_a_stream(spark):
             .load().collect()
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_round_trip_through_the_sink_and_the_source(spark, kinesis_local, dynamodb, aws_env,
                                                     make_stream, unique_app_name, tmp_path):

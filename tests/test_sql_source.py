@@ -122,6 +122,7 @@ if __name__ != "__main__":
 
 
 # -- reading -----------------------------------------------------------------------------------
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_reads_plain_and_aggregated_records_on_executors(spark, env, make_stream, put_records,
                                                           put_aggregated, checkpoint):
@@ -279,6 +280,7 @@ def reader_shards(t: int) -> list[str]:
     return ["shardId-a"] if t % 2 else ["shardId-a", "shardId-b"]
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make_stream,
                                                                 put_records, checkpoint):
@@ -318,6 +320,7 @@ def reading_reported(query: Any) -> dict[str, Any] | None:
 
 
 # -- restart -----------------------------------------------------------------------------------
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_restart_from_checkpoint_while_data_arrives_loses_and_repeats_nothing(
         spark, env, make_stream, checkpoint):
@@ -359,6 +362,7 @@ class FailsFirstBatchOnce(Batches):
         super().__call__(df, batch_id)
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 @pytest.mark.parametrize("position", ["TRIM_HORIZON", "LATEST"])
 def test_a_query_stopped_between_its_first_plan_and_commit_restarts_exactly_once(
@@ -559,6 +563,7 @@ class FaultyReader(KinesisStreamReader):
         yield from batches
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
         spark, env, make_stream, checkpoint, tmp_path):
@@ -595,6 +600,7 @@ def test_task_failing_after_recording_its_range_gives_the_same_records_on_retry(
 
 
 # -- admission control and Trigger.AvailableNow ------------------------------------------------
+@pytest.mark.matrix
 @pytest.mark.spark
 @needs_4_2
 def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, make_stream,
@@ -616,6 +622,7 @@ def test_max_records_per_trigger_splits_the_row_limit_across_shards(spark, env, 
                for o in offsets_logged(checkpoint))
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 @needs_4_2
 def test_available_now_reads_what_was_there_and_stops(spark, env, make_stream, put_records,
@@ -740,6 +747,7 @@ def test_required_options_and_subscribe_to_shard():
         parse_source_options({**BASE, "kinesis.consumerType": "SubscribeToShard"})
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_bad_option_fails_the_load_in_spark_naming_it(spark):
     reader = spark.readStream.format("aws-kinesis").options(
@@ -930,6 +938,7 @@ def failure_within_30_s(spark: Any, fmt: str, opts: dict[str, str], checkpoint: 
     return str(failure.value)
 
 
+@pytest.mark.matrix
 @pytest.mark.spark
 def test_a_missing_stream_fails_the_query_within_30_s_naming_it(spark, env, checkpoint):
     message = failure_within_30_s(spark, "aws-kinesis", options(
