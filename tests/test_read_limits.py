@@ -157,6 +157,33 @@ def test_reads_at_the_limits_wait_throttling_out_and_lose_nothing(
     assert sum(limits.refused.values()) >= 3
 
 
+@pytest.mark.emulator
+def test_a_retry_refused_before_its_first_record_hands_out_the_recorded_range_converted(
+        make_config, make_stream, put_records, make_fault_proxy):
+    """A task retry whose every GetRecords is refused (a throttle; under fan-out the 5 s
+    rule) finds its batch's range recorded by the first computation and hands that out, as
+    the caller converts it (the SQL source's Arrow rows), never the raw records."""
+    stream = make_stream(1)
+    proxy = make_fault_proxy(share=0.0)
+    config = make_config(stream, kinesis_endpoint=proxy.endpoint)
+    BatchRangeTable(config).create_table_if_not_exists()
+    shard = put_records(stream, [("k", f"r{i}") for i in range(5)])[0].shard_id
+    start = ExtendedSequenceNumber("TRIM_HORIZON")
+    planned = ShardRange("stream-c", shard, 1000, start, None, 1000, max_records=1000,
+                         time_budget_s=5, start=start)
+
+    def convert(records: list, _config: object) -> list[str]:
+        return [r.binary_data.decode().upper() for r in records]
+
+    first, report = read_shard_range(config, planned, convert=convert)
+    assert first == [f"R{i}" for i in range(5)] and report.recorded
+    proxy.share = 1.0  # every GetRecords of the retry's own read is refused
+    proxy.max_injections = proxy.injected + 2
+    again, again_report = read_shard_range(config, planned, convert=convert)
+    assert again == first and again_report.recorded
+    assert proxy.injected == proxy.max_injections  # its own read was refused
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("storage", ["default", "NONE"])
 def test_a_dstream_drains_a_backlog_at_the_limits_exactly(
