@@ -64,8 +64,9 @@ CLEANUP_EVERY = 10
 # The first reading a reader plans reads at most this many records a shard (one small
 # GetRecords page): a query started on a backlog shows rows within seconds instead of after
 # a full page per shard (10 MB each, served and converted before any row), and the shards'
-# 2 MiB/s budgets stay nearly whole for the next reading.
-FIRST_READING_MAX_RECORDS = 1_000
+# 2 MiB/s budgets stay nearly whole for the next reading. Its rows only open the query:
+# the smaller its page, the sooner it is served, converted and handed over.
+FIRST_READING_MAX_RECORDS = 100
 
 # pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at. A reader
 # knows it from a batch it planned or committed, but not after a restart: there its next
