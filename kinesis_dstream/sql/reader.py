@@ -176,10 +176,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             shards.update({self.streams.key(stream, s): e for s, e in positions.items()})
         offset = self.streams.offset(query, 0, self.options.max_fetch_records_per_shard,
                                      self._next_shards(shards, None))
-        # The first reading's probes go out now, while Spark logs this offset; latestOffset
-        # takes what they found.
-        self.driver.prober.probe_soon({s: e for s, e in self.streams.flatten(offset).items()
-                                       if is_readable(e)})
+        if not options.fan_out and self._target_ms is None:  # probed while Spark logs it
+            self.driver.prober.probe_soon({s: e for s, e in self.streams.flatten(offset).items()
+                                           if is_readable(e)})
         if not options.start_lease_table:
             log.info("aws-kinesis query %s on stream %s starts %s: %d shards", query,
                      self._what, start.type, len(shards))
@@ -396,7 +395,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         driver = self.driver
         if driver.recorded is not None and driver.recorded[:2] == (query, batch):
             return driver.recorded[2]
-        if not keys:  # the query's first reading: no table asked (it may still be made)
+        if not keys:  # nothing to look up (a first reading): the table may still be in making
             driver.recorded = (query, batch, {})
             return {}
         ranges = driver.ranges  # created once, before the threads share it
