@@ -280,6 +280,69 @@ def reader_shards(t: int) -> list[str]:
     return ["shardId-a"] if t % 2 else ["shardId-a", "shardId-b"]
 
 
+def _unit_reader(monkeypatch: pytest.MonkeyPatch, shards: int = 2) -> tuple[Any, list[str]]:
+    """A reader whose driver lists ``shards`` shards and whose probes are counted (each
+    takes a moment and finds records); no endpoint is called."""
+    from kinesis_dstream.aws.kinesis import Shard
+    from kinesis_dstream.sql.prober import Probe
+
+    reader = KinesisStreamReader(parse_source_options(
+        {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:9",
+         "kinesis.region": "us-east-1", "kinesis.startingPosition": "TRIM_HORIZON"}))
+    driver, probed = reader.driver, []
+    listing = [Shard(f"shardId-{i}", None, None, "0", "1", "1", None) for i in range(shards)]
+    monkeypatch.setattr(driver, "list_shards", lambda: {"s": listing})
+
+    def probe(shard_id: str, entry: dict, target_ms: Any) -> Probe:
+        probed.append(shard_id)
+        time.sleep(0.2)  # a round trip: still under way when latestOffset asks
+        return driver.prober._found(shard_id, entry, Probe(True, 5))
+    monkeypatch.setattr(driver.prober, "_probe", probe)
+    return reader, probed
+
+
+@pytest.mark.unit
+def test_a_query_start_waits_for_its_range_table_only_where_a_reading_needs_it(monkeypatch):
+    """A new DynamoDB table takes seconds to become ACTIVE: the query's start lists its
+    shards and plans its first reading meanwhile, and only the first partitions wait."""
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    reader, _ = _unit_reader(monkeypatch)
+    made, table = threading.Event(), object()
+    monkeypatch.setattr(reader.driver, "_make_ranges", lambda: (made.wait(60), table)[1])
+    caller = ThreadPoolExecutor(max_workers=1)
+    try:
+        start = caller.submit(reader.initialOffset).result(timeout=30)
+        end = caller.submit(reader.latestOffset, start, None).result(timeout=30)
+        assert end["batch"] == 1 and not made.is_set()
+        planned = caller.submit(reader.partitions, start, end)
+        with pytest.raises(FutureTimeout):  # the tasks would write ranges: it waits
+            planned.result(timeout=0.5)
+        made.set()
+        assert len(planned.result(timeout=30)) == 2
+        assert reader.driver.ranges is table
+    finally:
+        made.set()
+        caller.shutdown()
+        reader.stop()
+
+
+@pytest.mark.unit
+def test_the_first_reading_s_probes_go_out_at_the_query_start_and_once(monkeypatch):
+    reader, probed = _unit_reader(monkeypatch, shards=3)
+    monkeypatch.setattr(reader.driver, "_make_ranges", lambda: object())
+    try:
+        start = reader.initialOffset()
+        assert sorted(probed) == ["shardId-0", "shardId-1", "shardId-2"]  # sent, not awaited
+        end = reader.latestOffset(start, None)  # takes their answers: no probe again
+        assert sorted(probed) == ["shardId-0", "shardId-1", "shardId-2"]
+        assert {s for s, e in end["shards"].items() if is_read(e)} == {
+            "shardId-0", "shardId-1", "shardId-2"}
+    finally:
+        reader.stop()
+
+
 @pytest.mark.matrix
 @pytest.mark.spark
 def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make_stream,

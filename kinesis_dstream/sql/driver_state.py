@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -52,6 +53,8 @@ class DriverState:
         # The fan-out consumer registered for the query on each stream: (name, ARN).
         self.consumers: dict[str, tuple[str, str]] = {}
         self._clients: dict[str, KinesisClient] = {}
+        self._ranges_made: Future[BatchRangeTable] | None = None
+        self._lock = threading.Lock()
         # Proves a task to the executor process holding its shard's subscription.
         self.peer_key = secrets.token_bytes(32)
 
@@ -70,8 +73,23 @@ class DriverState:
     def kinesis(self) -> KinesisClient:
         return self.kinesis_of(self.streams.names[0])
 
+    def prepare_ranges(self) -> None:
+        """Start making the batch-range table (its client, the table unless it exists) in
+        the background: the query's start waits for it only where a reading first needs it
+        (planning its partitions), not while it lists the shards, nor while Spark plans the
+        first batch (a new DynamoDB table takes seconds to become ACTIVE)."""
+        with self._lock:
+            if self._ranges_made is None:
+                self._ranges_made = self.pool.submit(self._make_ranges)
+
     @cached_property
     def ranges(self) -> BatchRangeTable:
+        """The batch-range table, created if need be (its error, if that failed)."""
+        self.prepare_ranges()
+        assert self._ranges_made is not None
+        return self._ranges_made.result()
+
+    def _make_ranges(self) -> BatchRangeTable:
         table = BatchRangeTable(self.config)
         table.create_table_if_not_exists()
         return table

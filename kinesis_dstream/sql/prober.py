@@ -15,7 +15,7 @@ import functools
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -92,6 +92,8 @@ class ShardProber:
         self._watch: dict[str, ShardWatch] = {}
         self._lock = threading.Lock()
         self._quiet: dict[str, dict[str, Any]] = {}  # shards sitting out: the thread's work
+        # Probes sent ahead (probe_soon), by shard: the position each asks at, and its answer.
+        self._sent: dict[str, tuple[dict[str, Any], Future[Probe]]] = {}
         self._thread: threading.Thread | None = None
         self._halt = threading.Event()
         self._faults = FaultLog(log, f"probing stream {self.label}")
@@ -131,9 +133,31 @@ class ShardProber:
                     watch.probe, watch.probed_at = Probe(False, 0), time.monotonic() - age
             return watch
 
+    def probe_soon(self, shards: dict[str, dict[str, Any]]) -> None:
+        """Probe these shards at these positions now, in the pool, for a ``probed`` that
+        comes soon after (the query's start sends its first reading's probes while Spark
+        logs the initial offset)."""
+        with self._lock:
+            for shard_id, entry in shards.items():
+                self._sent[shard_id] = (dict(entry), self._pool.submit(
+                    self._probe, shard_id, dict(entry), None))
+
+    def _take_sent(self, shards: dict[str, dict[str, Any]]) -> None:
+        """Wait for the probes sent ahead: an answer at a shard's position is kept in its
+        watch, so no shard is probed twice at once or again at once."""
+        with self._lock:
+            sent, self._sent = self._sent, {}
+        for shard_id, (entry, future) in sent.items():
+            if shard_id in shards and shards[shard_id] == entry:
+                try:
+                    future.result()
+                except Exception as exc:  # noqa: BLE001 - probed again below, which raises
+                    log.debug("probe sent ahead of shard %s failed: %s", shard_id, exc)
+
     def probed(self, shards: dict[str, dict[str, Any]], target_ms: int | None) -> dict[str, Probe]:
         """What the probes found at each shard's position: the background prober's finding
         while it is fresh, else a probe made now (a shard newly quiet, or the first trigger)."""
+        self._take_sent(shards)
         now = time.monotonic()
         found: dict[str, Probe] = {}
         for shard_id, entry in shards.items():

@@ -64,8 +64,9 @@ CLEANUP_EVERY = 10
 # The first reading a reader plans reads at most this many records a shard (one small
 # GetRecords page): a query started on a backlog shows rows within seconds instead of after
 # a full page per shard (10 MB each, served and converted before any row), and the shards'
-# 2 MiB/s budgets stay nearly whole for the next reading.
-FIRST_READING_MAX_RECORDS = 1_000
+# 2 MiB/s budgets stay nearly whole for the next reading. Its rows only open the query:
+# the smaller its page, the sooner it is served, converted and handed over.
+FIRST_READING_MAX_RECORDS = 100
 
 # pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at. A reader
 # knows it from a batch it planned or committed, but not after a restart: there its next
@@ -157,6 +158,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if self._initial is not None:  # pyspark < 4.2 may ask after latestOffset() made it
             return self._initial
         start, options = self.options.starting_position, self.options
+        self.driver.prepare_ranges()  # meanwhile: needed before the first task, not here
         listings = self._shards(force=True) or {}
         pinned = time.time()
         query, shards, checkpointed = uuid.uuid4().hex, {}, 0
@@ -172,9 +174,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                           options.start_lease_table or "",
                                           functools.partial(self.streams.key, stream))
             shards.update({self.streams.key(stream, s): e for s, e in positions.items()})
-        self.driver.ranges  # noqa: B018 - the table exists before any executor needs it
         offset = self.streams.offset(query, 0, self.options.max_fetch_records_per_shard,
                                      self._next_shards(shards, None))
+        if not options.fan_out and self._target_ms is None:  # probed while Spark logs it
+            self.driver.prober.probe_soon({s: e for s, e in self.streams.flatten(offset).items()
+                                           if is_readable(e)})
         if not options.start_lease_table:
             log.info("aws-kinesis query %s on stream %s starts %s: %d shards", query,
                      self._what, start.type, len(shards))
@@ -282,6 +286,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if start == end or int(end["batch"]) <= int(start["batch"]):
             return []
         driver, query = self.driver, end["query"]
+        driver.ranges  # noqa: B018 - the table exists before any task needs it
         batch, cap = int(end["batch"]), int(end["limit"])
         read_now = {s: e for s, e in self.streams.flatten(end).items() if is_read(e)}
         pacing = self._pacing(len(read_now))
@@ -390,6 +395,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         driver = self.driver
         if driver.recorded is not None and driver.recorded[:2] == (query, batch):
             return driver.recorded[2]
+        if not keys:  # nothing to look up (a first reading): the table may still be in making
+            driver.recorded = (query, batch, {})
+            return {}
         ranges = driver.ranges  # created once, before the threads share it
 
         def get(key: str) -> BatchRange | None:
