@@ -158,7 +158,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if self._initial is not None:  # pyspark < 4.2 may ask after latestOffset() made it
             return self._initial
         start, options = self.options.starting_position, self.options
-        self.driver.prepare_ranges()  # meanwhile: needed before the first task, not here
         listings = self._shards(force=True) or {}
         pinned = time.time()
         query, shards, checkpointed = uuid.uuid4().hex, {}, 0
@@ -174,6 +173,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                           options.start_lease_table or "",
                                           functools.partial(self.streams.key, stream))
             shards.update({self.streams.key(stream, s): e for s, e in positions.items()})
+        # The streams and any start table checked out: the range table is made meanwhile
+        # (needed before the first task, not here), so a query that fails to start makes none.
+        self.driver.prepare_ranges()
         offset = self.streams.offset(query, 0, self.options.max_fetch_records_per_shard,
                                      self._next_shards(shards, None))
         if not options.fan_out and self._target_ms is None:  # probed while Spark logs it
