@@ -4,9 +4,11 @@ The wheel is built from the tracked files (a copy, so nothing is written into th
 installed into a fresh virtualenv by the README's "pack" block, and that venv is what
 `spark-submit --master local-cluster[2,1,1024]` ships to the executors in the README's
 "submit" block. The blocks run in bash as the README shows them; only the package (the wheel
-instead of PyPI's), the venv's path, the master and the job are put in. Nothing in the
-environment names a Python for Spark (no PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON, SPARK_HOME),
-and `python3` on PATH is not the venv's: a worker that ran it could not import the package.
+instead of PyPI's), the venv's path, the master and the job are put in. The venv holds no
+pyspark: "the cluster's Spark" is this test run's pip-installed pyspark, its `bin` on PATH
+for `spark-submit`. Nothing in the environment names a Python for Spark (no PYSPARK_PYTHON,
+PYSPARK_DRIVER_PYTHON, SPARK_HOME), and `python3` on PATH is not the venv's: a worker that
+ran it could not import the package.
 """
 from __future__ import annotations
 
@@ -54,6 +56,15 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def cluster_env(**extra: str) -> dict[str, str]:
+    """`clean_env` with the cluster's `spark-submit` on PATH: this run's pyspark's `bin`."""
+    import pyspark
+    spark_bin = Path(pyspark.__file__).parent / "bin"
+    env = clean_env(**extra)
+    env["PATH"] = f"{spark_bin}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
 def run_bash(script: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -82,7 +93,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def packed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The README's pack block, with the wheel for `kinesis-dstream`; returns the venv."""
     pack, _ = cluster_blocks()
-    script = put_in(pack, "'kinesis-dstream[sql]'", shlex.quote(f"{wheel}[sql]"))
+    script = put_in(pack, "install kinesis-dstream pyarrow", f"install {shlex.quote(str(wheel))} pyarrow")
     where = tmp_path_factory.mktemp("pack")
     done = run_bash(script, where, clean_env(), timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
@@ -136,11 +147,17 @@ def test_wheel_holds_the_package_the_registrations_and_the_command(wheel: Path):
 
 
 @pytest.mark.spark
-@pytest.mark.slow  # builds and packs a venv (the module fixture `packed`): 2 minutes
+@pytest.mark.slow  # builds and packs a venv (the module fixture `packed`): a minute
 def test_installed_wheel_runs_its_command_and_spark_finds_aws_kinesis(packed: Path, tmp_path):
-    """In the fresh venv the pack block made (outside the checkout): the console script, and
-    Spark's own lookup of `aws-kinesis` / `kinesis` through the pyspark_* top-level modules."""
-    env = clean_env(PYSPARK_PYTHON=str(packed / "bin" / "python"))
+    """In the fresh venv the pack block made (outside the checkout, without pyspark): the
+    console script, and the cluster's Spark looking `aws-kinesis` / `kinesis` up through the
+    pyspark_* top-level modules, with the venv's Python as the driver's."""
+    python = str(packed / "bin" / "python")
+    env = cluster_env(PYSPARK_PYTHON=python)   # where Spark looks data sources up
+    done = subprocess.run([python, "-c",
+                           "import importlib.util; print(importlib.util.find_spec('pyspark'))"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "None", done.stdout + done.stderr   # the archive's size
     done = subprocess.run([str(packed / "bin" / "kinesis-dstream"), "--help"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "multilang" in done.stdout, done.stderr
@@ -164,8 +181,9 @@ def test_installed_wheel_runs_its_command_and_spark_finds_aws_kinesis(packed: Pa
                 print("FORMAT", name, "reads as a stream only" in str(exc))
         spark.stop()
     """)
-    done = subprocess.run([str(packed / "bin" / "python"), "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    (tmp_path / "lookup.py").write_text(code)
+    done = subprocess.run(["spark-submit", "--master", "local[1]", "lookup.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"FILE {packed}" in done.stdout, done.stdout   # the wheel's copy, not the checkout
     # our "reads as a stream only" message: Spark found our DefaultSource under both names
@@ -204,8 +222,8 @@ def test_dstream_example_submitted_with_the_packed_venv(packed: Path, local_env,
     job = " ".join(shlex.quote(a) for a in (
         str(REPO / "samples" / "kinesis_wordcount_asl.py"), unique_app_name, stream,
         local_env["AWS_ENDPOINT_URL_KINESIS"], "us-east-1"))
-    env = clean_env(**local_env, KINESIS_INITIAL_POSITION="TRIM_HORIZON",
-                    WORDCOUNT_SECONDS="30")
+    env = cluster_env(**local_env, KINESIS_INITIAL_POSITION="TRIM_HORIZON",
+                      WORDCOUNT_SECONDS="15")
     done = submit(packed, job, tmp_path, env)
     assert done.returncode == 0, done.stderr[-5000:]
     assert summed_counts(done.stdout) == Counter(WORDS), done.stdout[-3000:]
@@ -221,7 +239,7 @@ def test_sql_source_and_sink_submitted_with_the_packed_venv(packed: Path, local_
         local_env["AWS_ENDPOINT_URL_KINESIS"], "us-east-1", str(tmp_path / "checkpoint")))
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
-    done = submit(packed, job, run_dir, clean_env(**local_env))
+    done = submit(packed, job, run_dir, cluster_env(**local_env))
     assert done.returncode == 0, done.stderr[-5000:]
     _, users = read_back(local_env["AWS_ENDPOINT_URL_KINESIS"], target)
     assert Counter(u.binary_data.decode() for u in users) == Counter(WORDS)
