@@ -127,7 +127,7 @@ SPARK40_PIN := pyspark==4.0.*
 DSTREAM_TESTS := $(sort $(filter-out tests/test_spark_java_interop.py,$(wildcard tests/test_spark_*.py)))
 SQL_TESTS := $(sort $(wildcard tests/test_sql_*.py))
 
-.PHONY: setup-matrix prefetch-matrix test-matrix test-spark35 test-spark40
+.PHONY: setup-matrix prefetch-matrix matrix-venvs test-matrix test-spark35 test-spark40
 
 # The matrix's pyspark wheels, built once into build/ (git ignores it): .ci/run fetches them
 # while `make test` runs, and the venvs below install from them when they are there.
@@ -145,6 +145,9 @@ $(SPARK40_VENV)/.kinesis-dstream-setup: setup.cfg pyproject.toml
 	test -x $(SPARK40_VENV)/bin/python || $(PYTHON) -m venv $(SPARK40_VENV)
 	$(SPARK40_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --config-settings editable_mode=compat --find-links $(MATRIX_WHEELS) -e '.[test]' '$(SPARK40_PIN)'
 	touch $@
+
+# The two venvs alone (no npm): .ci/run builds them beside `make test`, after `make setup`.
+matrix-venvs: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-dstream-setup
 
 setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-dstream-setup $(NPM_STAMP)
 
