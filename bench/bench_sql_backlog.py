@@ -6,8 +6,10 @@ GetShardIterator 5 calls/s per shard, a process of its own), read on ``local[2]`
 
 * ``sql``: ``readStream.format("aws-kinesis")`` TRIM_HORIZON, 1 s processing-time trigger,
   foreachBatch collecting each record's index, as a user starts it: the query defined, then
-  measured from ``start()``; the SparkContext warmed by an RDD job, the Python workers Spark
-  SQL reads through left cold (``--warm-sql`` warms them first);
+  measured from ``start()``; the SparkContext warmed by an RDD job, the formats registered
+  by ``register(spark)`` as the README does (its executor probe, a Python data source read,
+  leaves the workers Spark SQL reads through started; ``--plain-register`` uses
+  ``spark.dataSource.register`` and leaves them cold, ``--warm-sql`` warms them explicitly);
 * ``dstream``: ``createStream`` TRIM_HORIZON, 1 s batches, foreachRDD collecting each
   record's index, measured from ``ssc.start()``, after the SQL query in the same run (the
   proxy's byte budgets refilled in between).
@@ -39,16 +41,22 @@ SHARDS = 4
 
 
 def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s: float,
-        warm: bool) -> dict[str, Any]:
+        warm: bool, plain_register: bool) -> dict[str, Any]:
     """The SQL query from ``start()`` until it had every record, and batch 0's progress."""
     from pyspark.sql import SparkSession
 
     import bench_sql_source
 
-    from kinesis_dstream.sql.datasource import KinesisDataSource
+    from kinesis_dstream.sql.datasource import KinesisDataSource, register
 
     spark = SparkSession(sc)
-    spark.dataSource.register(KinesisDataSource)
+    began = time.time()
+    if plain_register:  # Spark's own registration: no probe, the SQL workers left cold
+        spark.dataSource.register(KinesisDataSource)
+    else:               # the README's: the probe read leaves the SQL workers started
+        register(spark)
+    registered_s = time.time() - began
+    common.progress(f"registered in {registered_s:.1f} s")
     if warm:
         common.progress(f"SQL workers warmed: {sc_common.warm_up_sql(spark):.1f} s")
     table = common.helpers().unique_name("bench-sql-backlog")
@@ -68,6 +76,8 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s
     finally:
         bench_limits.stop_query(query, checkpoint, dynamodb, table)
     result = bench_limits.query_result(query, rows, SHARDS, started, bool(finished), total)
+    result["register"] = {"how": "spark.dataSource.register" if plain_register
+                          else "kinesis_dstream register(spark)", "s": round(registered_s, 2)}
     with_rows = [p for p in progress if p.get("numInputRows")]
     result.update(batches_with_rows=len(with_rows),
                   first_batch=_batch(with_rows[0]) if with_rows else None,
@@ -104,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["sql", "dstream"], action="append")
     parser.add_argument("--warm-sql", action="store_true",
                         help="warm the Python workers Spark SQL reads through first")
+    parser.add_argument("--plain-register", action="store_true",
+                        help="register with spark.dataSource.register, not register(spark) "
+                             "(whose executor probe warms the SQL workers)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -132,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 before = proxy.stats()
                 if name == "sql":
                     variants[name] = sql(sc, proxy.endpoint, dynamodb, stream, args.records,
-                                         args.timeout_s, args.warm_sql)
+                                         args.timeout_s, args.warm_sql,
+                                         args.plain_register)
                 else:
                     variants[name] = dstream(sc, proxy.endpoint, dynamodb, stream,
                                              args.records, args.timeout_s)

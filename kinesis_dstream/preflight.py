@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import ExecutorEnvironmentError
 
@@ -88,12 +88,32 @@ def fix_hint() -> str:
             "cluster\")")
 
 
+# How a probe runs: given the probe function (partition -> reports), the reports of its tasks.
+ProbeJob = Callable[[Callable[[Any], Iterator[dict[str, Any]]]], list[dict[str, Any]]]
+
+
+def rdd_probe_job(sc: Any, python: str) -> ProbeJob:
+    """The probe as one RDD task in ``python``: the workers DStream reads run in."""
+    def run(probe: Callable[[Any], Iterator[dict[str, Any]]]) -> list[dict[str, Any]]:
+        previous = sc.pythonExec
+        sc.pythonExec = python
+        try:
+            rdd = sc.parallelize([0], 1).mapPartitions(probe)
+            rdd._jrdd  # noqa: B018 - the Python function is wrapped (with its interpreter) here
+        finally:
+            sc.pythonExec = previous
+        return list(rdd.collect())
+    return run
+
+
 def check_executors(sc: Any, modules: Iterable[str] = DSTREAM_MODULES, *,
                     purpose: str = "the Kinesis reads", python: str | None = None,
-                    timeout_s: float = PROBE_TIMEOUT_S) -> None:
+                    timeout_s: float = PROBE_TIMEOUT_S, job: ProbeJob | None = None) -> None:
     """Raise ExecutorEnvironmentError unless a Python worker imports every module.
 
-    ``python`` overrides the interpreter for the probe (the SQL side's). Once per context,
+    ``python`` overrides the interpreter for the probe (the SQL side's); ``job`` runs the
+    probe where the reads will run (an RDD task by default; the SQL formats' runs it as a
+    Python data source read, which also leaves those workers started). Once per context,
     interpreter and module list. A probe that gets no executor within ``timeout_s`` is
     cancelled with a warning: a busy cluster is no reason to refuse to start.
     """
@@ -105,18 +125,12 @@ def check_executors(sc: Any, modules: Iterable[str] = DSTREAM_MODULES, *,
             return
     outcome: dict[str, Any] = {}
     group = f"kinesis-dstream-preflight-{id(outcome)}"
+    run_probe = job or rdd_probe_job(sc, python)
 
     def run() -> None:
-        previous = sc.pythonExec
         try:
             sc.setJobGroup(group, f"kinesis-dstream: can executors import {', '.join(modules)}?")
-            sc.pythonExec = python
-            try:
-                rdd = sc.parallelize([0], 1).mapPartitions(_probe_function(modules))
-                rdd._jrdd  # noqa: B018 - the Python function is wrapped (with its interpreter) here
-            finally:
-                sc.pythonExec = previous
-            outcome["result"] = rdd.collect()
+            outcome["result"] = run_probe(_probe_function(modules))
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
             outcome["error"] = exc
 

@@ -41,6 +41,7 @@ from .options import parse_options, parse_source_options
 from .partition_reader import spark_schema
 from .reader import KinesisStreamReader
 from .sink import KinesisBatchWriter, KinesisStreamWriter
+from .worker_probe import data_source_probe_job
 
 
 def _no_batch_read(format_name: str) -> NoReturn:
@@ -111,18 +112,27 @@ def register(spark: Any) -> None:
     package: it is running this), the executors' reads and writes in the interpreter Spark's
     Python workers use (``PYSPARK_PYTHON`` / ``spark.pyspark.python``; on a local master with
     neither, this one), recorded as ``spark.sql.execution.pyspark.python`` unless that is
-    set. One probe task checks that those workers import the package, boto3, protobuf and
-    pyarrow, and raises ``ExecutorEnvironmentError`` naming the interpreter if not.
+    set. A probe read (``worker_probe``) checks that those workers import the package,
+    boto3, protobuf and pyarrow, and raises ``ExecutorEnvironmentError`` naming the
+    interpreter if not; it leaves them started for the first batch of a query.
 
     It also adds the query listener that deregisters a fan-out consumer when its query
     stops (``consumer_listener``; a source has no stop hook of its own that PySpark keeps).
     """
     sc = spark.sparkContext
     use_driver_python_on_local_master(sc)
-    executor_python = spark.conf.get(SQL_WORKER_PYTHON, None) or sc.pythonExec
-    check_executors(sc, SQL_MODULES, python=executor_python,
-                    purpose="format(\"aws-kinesis\")'s reads and writes")
-    spark.conf.set(SQL_WORKER_PYTHON, executor_python)
+    chosen = spark.conf.get(SQL_WORKER_PYTHON, None)
+    executor_python = chosen or sc.pythonExec
+    spark.conf.set(SQL_WORKER_PYTHON, executor_python)  # the probe's read runs there too
+    try:
+        check_executors(sc, SQL_MODULES, python=executor_python,
+                        purpose="format(\"aws-kinesis\")'s reads and writes",
+                        job=data_source_probe_job(spark, executor_python,
+                                                  sc.defaultParallelism))
+    except BaseException:
+        if chosen is None:
+            spark.conf.unset(SQL_WORKER_PYTHON)
+        raise
     previous = sc.pythonExec
     sc.pythonExec = sys.executable
     try:
