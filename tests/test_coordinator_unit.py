@@ -307,6 +307,51 @@ def test_with_storage_level_none_the_next_batch_waits_for_the_previous_ones_comp
     assert not planner.unread.wait(5000, 600)  # at once: a stop waits for nothing
 
 
+class _LocalExecutors:
+    """``sc._jsc``'s executor list in local mode: the driver's only, so no executor."""
+
+    def sc(self) -> "_LocalExecutors":
+        return self
+
+    def statusStore(self) -> "_LocalExecutors":  # noqa: N802
+        return self
+
+    def executorList(self, active: bool) -> Any:  # noqa: N802
+        return type("Seq", (), {"size": lambda self: 0})()
+
+
+def test_under_fan_out_a_range_names_its_shards_subscription_holder_and_the_drivers_key(
+        coordinator) -> None:
+    """A shard's range carries the process its previous read named as holding the shard's
+    subscription, for the task to ask wherever it runs (another Python worker of an executor
+    with several cores, say), and the driver's key that proves the task to that process."""
+    from pyspark import StorageLevel
+
+    from kinesis_dstream.spark.planner import BatchPlanner, StreamSpec
+
+    fan_out = coordinator.config.replace(
+        retrieval_mode="FANOUT", consumer_arn="arn:aws:kinesis:us-east-1:1:stream/s/consumer/app:1")
+    sc = _SparkContext()
+    sc._jsc = _LocalExecutors()  # type: ignore[attr-defined]
+    key = b"k" * 32
+    planner = BatchPlanner(StreamSpec("m1", fan_out.to_dict(), storage_level=StorageLevel.NONE),
+                           coordinator, key)
+    planner.attached = True
+    planner.batch_rdd(sc, 1000, None)
+    first = sc.ranges[1000]
+    assert {(r.subscriber, r.peer_key) for r in first} == {(None, key)}  # held nowhere yet
+    holders = {r.shard_id: f"10.0.0.{n}:4000" for n, r in enumerate(first)}
+    planner.reports.value.update({("m1", r.shard_id, 1000): ReadReport(BatchRange(
+        "m1", r.shard_id, 1000, TRIM, end=ESN("7"), records=1, subscriber=holders[r.shard_id]))
+        for r in first})
+    planner.batch_completed(1000, True, 10, 0, None)
+    planner.batch_rdd(sc, 2000, None)
+    assert {r.shard_id: (r.subscriber, r.peer_key) for r in sc.ranges[2000]} == \
+        {shard_id: (holder, key) for shard_id, holder in holders.items()}
+    assert BatchPlanner(StreamSpec("m2", fan_out.to_dict()), coordinator).peer_key  # its own
+    assert _unstored_planner(coordinator).peer_key is None  # polling: nothing to find
+
+
 class _ReadAheadContext:
     """Just what BatchPlanner._build asks of a SparkContext when batches are cached: the
     read-ahead's ``count`` stands for the tasks, reporting each planned range as read (one

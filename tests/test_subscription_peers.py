@@ -1,7 +1,8 @@
 """retrieval.subscription_peers: a task asks the process holding its shard's subscription.
 
 Pure sockets in this process: the read a peer makes is replaced by a stub that says what it
-was asked (the real read is exercised through Spark in test_sql_fanout)."""
+was asked (the real read is exercised through Spark in test_sql_fanout and
+test_spark_fanout)."""
 from __future__ import annotations
 
 import socket
@@ -76,6 +77,38 @@ def test_a_range_keeps_the_process_holding_its_subscription():
     r = BatchRange("s/q", "shardId-0", 3, START, subscriber="10.0.0.7:40123")
     assert _range(_item(r)).subscriber == "10.0.0.7:40123"
     assert _range(_item(BatchRange("s/q", "shardId-0", 3, START))).subscriber is None
+
+
+def test_a_task_whose_start_the_driver_does_not_know_asks_the_holder_its_previous_range_names(
+        monkeypatch):
+    """A DStream batch planned before its shard's previous read reported (no start, no
+    subscriber in the plan): the task looks the previous range up for its start, as ever,
+    and asks the process that range names, not its own."""
+    from kinesis_dstream.retrieval import ShardRange, read_shard_range, shard_reader
+
+    previous = BatchRange("m1", "shardId-0", 1000, START, end=START, records=1,
+                          subscriber="10.0.0.7:40123")
+    recorded: list[BatchRange] = []
+    ranges = type("Ranges", (), {
+        "get": lambda self, *key: None,
+        "latest_before": lambda self, *key: previous,
+        "put_if_absent": lambda self, r: recorded.append(r) or r})()
+    monkeypatch.setattr(shard_reader, "clients_for", lambda config: type(
+        "Clients", (), {"kinesis": None, "ranges": ranges})())
+    monkeypatch.setattr(shard_reader, "serve", lambda key: "10.0.0.8:40999")
+    asked: list[str] = []
+
+    def read_at(address: str, key: bytes, *args: Any, **bounds: Any) -> Reading:
+        asked.append(address)
+        return Reading(records=[Record(b"pushed", "pk", "5", 0, 0.0, "shardId-0")], calls=1)
+
+    monkeypatch.setattr(shard_reader, "read_at", read_at)
+    fan_out = config().replace(retrieval_mode="FANOUT", consumer_arn="arn:consumer")
+    planned = ShardRange("m1", "shardId-0", 2000, ExtendedSequenceNumber("TRIM_HORIZON"),
+                         None, 1000, 100, 1.0, peer_key=b"k" * 32)
+    records, report = read_shard_range(fan_out, planned)
+    assert asked == ["10.0.0.7:40123"] and [r.binary_data for r in records] == [b"pushed"]
+    assert recorded == [report.batch_range] and report.batch_range.subscriber == "10.0.0.7:40123"
 
 
 touched: list[str] = []

@@ -14,7 +14,10 @@ through this package; it reads Kinesis through ``aws/``. Its parts, one role eac
   the same records every time a partition is computed; ``shard_groups``: which shards a
   task reads, concurrently;
 - ``executor_process``: what an executor's Python worker keeps between tasks (clients,
-  logging, garbage-collection set-up).
+  logging, garbage-collection set-up);
+- ``fanout``: the source that is pushed to (SubscribeToShard); ``subscriptions``: a
+  worker's subscriptions held between tasks; ``subscription_peers``: a held subscription
+  read for a task that runs in another process.
 """
 from .fetch_pace import FetchPace
 from .model import (

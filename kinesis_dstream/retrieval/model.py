@@ -59,8 +59,8 @@ class ShardRange:
     max_bytes: int = 0  # a new range stops once it read this many bytes (0: no cap)
     max_bytes_per_s: float = 0.0  # pacing of the read's GetRecords calls (0: none)
     min_fetch_period_s: float = 0.0
-    # Under fan-out (SQL): the process holding the shard's subscription after the previous
-    # batch, asked to read this range, and the query's key that process serves (see
+    # Under fan-out: the process holding the shard's subscription after the previous
+    # batch, asked to read this range, and the driver's key that process serves (see
     # ``subscription_peers``).
     subscriber: str | None = None
     peer_key: bytes | None = field(default=None, repr=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
 from ..aws.range_table import BatchRange, range_table_name, start_after
@@ -214,6 +215,8 @@ def read_shard_range(config: ConsumerConfig, planned: ShardRange, *, fresh: bool
     previous = waiting_out_dynamodb(config, lambda: clients.ranges.latest_before(
         planned.stream_key, planned.shard_id, planned.batch_ms, planned.since_ms), sleep)
     start, timestamp = start_after(previous, planned.floor, planned.floor_timestamp)
+    if previous is not None and planned.subscriber is None:  # who holds it, if anyone
+        planned = replace(planned, subscriber=previous.subscriber)
     if previous is not None and previous.shard_end:
         ended = BatchRange(planned.stream_key, planned.shard_id, planned.batch_ms, start,
                            timestamp, None, 0, True, previous.child_shard_ids)

@@ -1,25 +1,29 @@
-"""A shard's subscription found by the task wherever the task lands (SQL fan-out).
+"""A shard's subscription found by the task wherever the task lands (fan-out, both APIs).
 
-A Python data source's partitions carry no executor location (PySpark's input partitions
-have none to give), so Spark places a shard's task on any free executor, batch after batch.
-A subscription held by one executor's Python worker (``subscriptions``) would be given up
-for another's every time the task moves. Instead the process that holds it serves it: each
-executor process that reads by fan-out listens on a port of its host (``serve``), every range
-it records names it (``BatchRange.subscriber``), and the next batch's task of that shard,
-wherever it runs, asks that process to read its new range (``read_at``). The records come
-back to the task, executor to executor; the range is recorded by the task as any other.
-Nothing passes through the driver.
+A subscription held by one Python worker process (``subscriptions``) would be given up for
+another's every time a shard's task runs in another process: the SQL source's partitions
+carry no executor location (PySpark's input partitions have none to give), so Spark places a
+shard's task on any free executor, batch after batch; a DStream's tasks keep their executor
+(``spark.locality``), but an executor with several cores runs them in any of its Python
+workers. Instead the process that holds it serves it: each process that reads by fan-out
+listens on a port of its host (``serve``), every range it records names it
+(``BatchRange.subscriber``), and the next batch's task of that shard, wherever it runs, asks
+that process to read its new range (``read_at``). The records come back to the task,
+process to process; the range is recorded by the task as any other. Nothing passes through
+the driver.
 
 A peer that cannot be reached or fails (its executor is gone, its worker was restarted)
-answers None: the task reads on its own executor, which then holds the subscription.
-Peers prove to each other that they know the query's key (``multiprocessing.connection``'s
-HMAC challenge, both ways) before a request is read: only the query's tasks, which the
-driver gives the key, are served. Nothing is unpickled before that, and then only our own
-record and config classes (``_decode``): a message cannot name any other callable.
+answers None: the task reads in its own process, which then holds the subscription.
+Peers prove to each other that they know the driver's key (``new_peer_key``: one per query,
+or per DStream driver; ``multiprocessing.connection``'s HMAC challenge, both ways) before a
+request is read: only the tasks the driver gives the key are served. Nothing is unpickled
+before that, and then only our own record and config classes (``_decode``): a message
+cannot name any other callable.
 
-A server ends with its query: the executor is not told when a query stops, so a server no
-task of its query has used for ``IDLE_CLOSE_S`` (as long as an unused subscription is held)
-closes its port and its thread ends. A daemon thread, it also ends with the process.
+A server ends with its query or driver: the executor is not told when either stops, so a
+server no task with its key has used for ``IDLE_CLOSE_S`` (as long as an unused
+subscription is held) closes its port and its thread ends. A daemon thread, it also ends
+with the process.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import io
 import logging
 import os
 import pickle
+import secrets
 import socket
 import struct
 import threading
@@ -67,6 +72,12 @@ class _Server:
 
 _servers: dict[bytes, _Server] = {}  # key -> this process's server for it
 _servers_lock = threading.Lock()
+
+
+def new_peer_key() -> bytes:
+    """A driver's key (random, made in the driver, given to its tasks in their planned
+    ranges): it proves a task to the processes holding its shards' subscriptions."""
+    return secrets.token_bytes(32)
 
 
 def advertised_host() -> str:

@@ -109,6 +109,9 @@ class PlannedShard:
     start_timestamp: float | None
     iterator: str | None
     weight: float  # records its previous batch read: heavy shards get tasks of their own
+    # Under fan-out, the executor process holding the shard's subscription, as the period's
+    # newest read named it: the task asks it to read (``retrieval.subscription_peers``).
+    subscriber: str | None = None
 
 
 @dataclass
@@ -212,14 +215,16 @@ class ShardState:
         if self.since_ms is None:
             self.since_ms = batch_ms
         start, timestamp, iterator = self._next_read(now)
-        weight = self.last_read.batch_range.records if self.last_read else 0
+        last = self.last_read.batch_range if self.last_read is not None else None
+        weight = last.records if last is not None else 0
         assert self.floor is not None
         self.last_planned_ms = self.unsettled_ms = batch_ms
         self.planned.add((member, batch_ms))
         if self.track is not None:  # the batch joins the shard's checkpoint progress
             self.track.batch_generated(batch_ms)
         return PlannedShard(self.shard_id, self.floor, self.floor_timestamp, self.since_ms,
-                            start, timestamp, iterator, weight)
+                            start, timestamp, iterator, weight,
+                            last.subscriber if last is not None else None)
 
     def _next_read(self, now: float) -> tuple[ExtendedSequenceNumber | None, float | None, str | None]:
         """(start, its timestamp, an iterator at it) of the shard's next batch; start None

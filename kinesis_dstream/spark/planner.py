@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import ConsumerConfig
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, group_shards
+from ..retrieval.subscription_peers import new_peer_key
 from .input_info import InputInfoReporter
 from .locality import ShardPlacement, live_executors, located_groups, located_rdd
 from .planning import BatchCoordinator
@@ -52,7 +53,8 @@ class StreamSpec:
 
 
 class BatchPlanner:
-    def __init__(self, spec: StreamSpec, coordinator: BatchCoordinator) -> None:
+    def __init__(self, spec: StreamSpec, coordinator: BatchCoordinator,
+                 peer_key: bytes | None = None) -> None:
         self.spec = spec
         self.config = spec.consumer_config
         self.coordinator = coordinator
@@ -77,8 +79,12 @@ class BatchPlanner:
         self._counts: dict[int, int] = {}
         self._record_empty = False
         self._taking_leases = False  # as of the last plan
-        # Fan-out: a shard's tasks stay on one executor, which holds its subscription.
-        self.placement = ShardPlacement() if self.config.retrieval_mode == "FANOUT" else None
+        # Fan-out: a shard's tasks stay on one executor, and the Python worker there that
+        # holds its subscription reads for them, whichever worker runs them; the driver's
+        # key proves them to it (``retrieval.subscription_peers``).
+        fan_out = self.config.retrieval_mode == "FANOUT"
+        self.placement = ShardPlacement() if fan_out else None
+        self.peer_key = (peer_key or new_peer_key()) if fan_out else None
 
     @property
     def stopping(self) -> bool:
@@ -181,7 +187,7 @@ class BatchPlanner:
         ranges = [ShardRange(self.spec.key, p.shard_id, batch_ms, p.floor, p.floor_timestamp,
                              p.since_ms, per_shard, budget, p.start, p.start_timestamp,
                              plan.owner, p.iterator, self._record_empty or unread,
-                             weight=p.weight)
+                             weight=p.weight, subscriber=p.subscriber, peer_key=self.peer_key)
                   for p in planned]
         rdd = self._read_rdd(sc, values, ranges)
         if unread:

@@ -2,7 +2,8 @@
 
 Spark's checkpoint holds configuration only (``StreamSpec``); a recovered driver finds fresh
 ones here, keyed by what identifies them: one coordinator per (application, stream, region,
-endpoints), one planner per input stream.
+endpoints), one planner per input stream. Fan-out's peer key is one per driver process
+(never in the checkpoint): each executor process serves this driver's tasks on one port.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import threading
 
 from ..config import ConsumerConfig
+from ..retrieval.subscription_peers import new_peer_key
 from ..worker_id import default_worker_id, made_by_another_process
 from .coordinator import ShardCoordinator
 from .planner import BatchPlanner, StreamSpec
@@ -19,6 +21,7 @@ _planners: dict[str, BatchPlanner] = {}
 _lock = threading.Lock()
 _planners_lock = threading.Lock()
 _worker_ids: dict[int, str] = {}
+_peer_keys: dict[int, bytes] = {}
 
 
 def coordinator_for(config: ConsumerConfig) -> ShardCoordinator:
@@ -50,6 +53,15 @@ def _process_worker_id() -> str:
     return _worker_ids.setdefault(os.getpid(), default_worker_id())
 
 
+def _driver_peer_key() -> bytes:
+    """The key this driver process's tasks prove themselves with to the executor processes
+    holding their shards' subscriptions."""
+    key = _peer_keys.get(os.getpid())
+    if key is None:
+        key = _peer_keys[os.getpid()] = new_peer_key()
+    return key
+
+
 def coordinators() -> list[ShardCoordinator]:
     with _lock:
         return list(_coordinators.values())
@@ -62,7 +74,7 @@ def planner_for(spec: StreamSpec) -> BatchPlanner:
         if planner is None or planner.coordinator.stopped:
             coordinator = coordinator_for(spec.consumer_config)
             coordinator.add_member(spec.key)
-            planner = _planners[spec.key] = BatchPlanner(spec, coordinator)
+            planner = _planners[spec.key] = BatchPlanner(spec, coordinator, _driver_peer_key())
         return planner
 
 

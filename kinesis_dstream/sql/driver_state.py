@@ -9,7 +9,6 @@ are flat whatever the number of streams.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
@@ -20,6 +19,7 @@ from ..aws.range_table import BatchRange, BatchRangeTable
 from ..aws.stream_consumer import register_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import StreamNotFoundError
+from ..retrieval.subscription_peers import new_peer_key
 from ..worker.stall import StallWatch
 from .offsets import StreamSet
 from .prober import ShardProber
@@ -56,7 +56,7 @@ class DriverState:
         self._ranges_made: Future[BatchRangeTable] | None = None
         self._lock = threading.Lock()
         # Proves a task to the executor process holding its shard's subscription.
-        self.peer_key = secrets.token_bytes(32)
+        self.peer_key = new_peer_key()
 
     def locate(self, key: str) -> tuple[ConsumerConfig, str]:
         """A shard key's stream config and shard id."""
