@@ -115,9 +115,11 @@ clean:
 # venv of its own, the tests marked `matrix`: those whose outcome can differ between pyspark
 # versions because they touch a pyspark surface our code depends on (the DStream graph and its
 # recovery, listeners and the UI's input info, task retries and recomputation, Python worker
-# reuse, the Python Data Source API's calls, registration, error propagation). The scenario
-# tests (lease loss, several drivers, resharding, outages) run the same Spark calls in another
-# order: `make test` runs them once. .ci/run runs these after `make test`. A target's
+# reuse and its per-task cost, the Python Data Source API's calls, registration, error
+# propagation). The scenario tests (lease loss, several drivers, resharding, outages) run the
+# same Spark calls in another order: `make test` runs them once, except the leases reset one,
+# which runs long enough to show a per-batch cost that grows into a backlog (pyspark 3.5 on
+# Python 3.11: docs/operations.md). .ci/run runs these after `make test`. A target's
 # PYTEST_EXIT_FILE gets pytest's code.
 SPARK35_VENV := .venv-spark35
 SPARK40_VENV := .venv-spark40

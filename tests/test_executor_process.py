@@ -46,6 +46,39 @@ def test_an_executor_process_logs_with_time_level_and_logger() -> None:
                     lines[0]), lines[0]
 
 
+def test_an_executor_process_reads_a_zip_archive_again_only_when_it_changed(tmp_path) -> None:
+    """PySpark 3.5's worker invalidates the import caches before every task; on Python 3.10
+    and 3.11 that re-read pyspark.zip's directory a dozen times a task, and DStream batches
+    fell behind. An unchanged archive is read no more; a changed one still is."""
+    archive = tmp_path / "lib.zip"
+    out = _in_a_fresh_reader_process(f"""
+import importlib, sys, zipfile, zipimport
+archive = {str(archive)!r}
+with zipfile.ZipFile(archive, "w") as z:
+    z.writestr("zpkg/__init__.py", "")
+    z.writestr("zpkg/first.py", "X = 1")
+sys.path.insert(0, archive)
+import zpkg.first
+""", """
+reads = []
+eager_read = zipimport._read_directory
+zipimport._read_directory = lambda path: reads.append(path) or eager_read(path)
+importlib.invalidate_caches()  # as a task's worker does
+reads.clear()
+for _ in range(3):
+    importlib.invalidate_caches()
+unchanged = len(reads)
+with zipfile.ZipFile(archive, "a") as z:
+    z.writestr("zpkg/second.py", "X = 2")
+importlib.invalidate_caches()
+import zpkg.second
+print(unchanged, zpkg.second.X)
+""")
+    unchanged, second = out.stdout.split()
+    assert unchanged == "0", f"{unchanged} reads of an unchanged archive in 3 invalidations"
+    assert second == "2"  # a module added to the archive is found after an invalidation
+
+
 def _in_a_fresh_reader_process(before: str, after: str):
     """Run ``before``, an executor reader's clients being made, then ``after``, in a new
     Python process (as a Spark Python worker starts); its completed process."""

@@ -143,6 +143,9 @@ def test_lease_taken_away_is_never_checkpointed_by_us_until_given_back(
     assert item["checkpoint"]["S"] == shard_records(env, stream, victim)[-1]["SequenceNumber"]
 
 
+# In the matrix: it runs long enough for the per-batch cost to show (on pyspark 3.5 with
+# Python 3.11, every task re-read pyspark.zip, and its batches fell a minute behind).
+@pytest.mark.matrix
 def test_leases_reset_while_a_dstream_application_runs(sc, env, make_stream, unique_app_name):
     """``kinesis-dstream leases reset`` on a running StreamingContext (local-cluster): a dry
     run changes nothing; a reset of one shard to a sequence number makes the driver read

@@ -2,15 +2,19 @@
 
 PySpark reuses its Python workers, so a reader's clients live as long as the process, made
 once per configuration (per stream read) and kept out of the per-task garbage collection.
-The process also gets a log handler (it has none of its own), and one fault log per shard
+The process also gets a log handler (it has none of its own), one fault log per shard
 (of a stream: a process may read shardId-000000000000 of two streams) or table pair, so that
-a lasting fault is logged once a minute whichever task meets it.
+a lasting fault is logged once a minute whichever task meets it, and zip archives that are
+not read again at every task (``skip_unchanged_zip_invalidation``).
 """
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import sys
 import threading
+import zipimport
 from dataclasses import dataclass, replace
 
 from ..aws.kinesis import KinesisClient
@@ -69,6 +73,7 @@ def clients_for(config: ConsumerConfig) -> ReaderClients:
         clients = _clients.get(config)
         if clients is None:
             log_to_stderr_unless_configured()
+            skip_unchanged_zip_invalidation()
             kinesis = KinesisClient(config, policy=reader_policy(config))
             clients = _clients[config] = ReaderClients(kinesis, BatchRangeTable(config), config)
             freeze_long_lived_objects()
@@ -94,6 +99,40 @@ def freeze_long_lived_objects() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+# Set on a zipimporter: its archive's (mtime, size) when it last read the archive's directory.
+_ZIP_STAMP = "_kinesis_dstream_zip_stamp"
+_zip_invalidation_patched = False
+
+
+def skip_unchanged_zip_invalidation() -> None:
+    """Have ``importlib.invalidate_caches()`` re-read only the zip archives that changed.
+
+    PySpark's Python worker (3.5, 4.0) calls it before every task (4.3's only when its path
+    changed: SPARK-54744), and on Python 3.10 and 3.11 each zipimporter then re-reads
+    its archive's whole directory (CPython gh-103200; lazy from 3.12 on): a dozen reads of
+    pyspark.zip, most of a small task's time, so a streaming job's batches fall behind. An
+    archive whose modification time and size are unchanged keeps its directory; a changed
+    one is read again, as before. Nothing changes on other Pythons.
+    """
+    global _zip_invalidation_patched
+    eager = getattr(zipimport.zipimporter, "invalidate_caches", None)
+    if _zip_invalidation_patched or eager is None or sys.version_info >= (3, 12):
+        return
+
+    def invalidate_caches(importer: zipimport.zipimporter) -> None:
+        try:
+            status = os.stat(importer.archive)
+            stamp: tuple[int, int] | None = (status.st_mtime_ns, status.st_size)
+        except OSError:
+            stamp = None
+        if stamp is None or getattr(importer, _ZIP_STAMP, None) != stamp:
+            eager(importer)
+            setattr(importer, _ZIP_STAMP, stamp)
+
+    zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign, assignment]
+    _zip_invalidation_patched = True
 
 
 _faults: dict[str, FaultLog] = {}  # per stream/shard (or table pair), in this process
