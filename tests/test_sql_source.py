@@ -280,9 +280,10 @@ def reader_shards(t: int) -> list[str]:
     return ["shardId-a"] if t % 2 else ["shardId-a", "shardId-b"]
 
 
-def _unit_reader(monkeypatch: pytest.MonkeyPatch, shards: int = 2) -> tuple[Any, list[str]]:
+def _unit_reader(monkeypatch: pytest.MonkeyPatch, shards: int = 2,
+                 gate: threading.Event | None = None) -> tuple[Any, list[str]]:
     """A reader whose driver lists ``shards`` shards and whose probes are counted (each
-    takes a moment and finds records); no endpoint is called."""
+    takes a moment, or waits for ``gate``, and finds records); no endpoint is called."""
     from kinesis_dstream.aws.kinesis import Shard
     from kinesis_dstream.sql.prober import Probe
 
@@ -295,7 +296,10 @@ def _unit_reader(monkeypatch: pytest.MonkeyPatch, shards: int = 2) -> tuple[Any,
 
     def probe(shard_id: str, entry: dict, target_ms: Any) -> Probe:
         probed.append(shard_id)
-        time.sleep(0.2)  # a round trip: still under way when latestOffset asks
+        if gate is not None:
+            assert gate.wait(30)
+        else:
+            time.sleep(0.2)  # a round trip: still under way when latestOffset asks
         return driver.prober._found(shard_id, entry, Probe(True, 5))
     monkeypatch.setattr(driver.prober, "_probe", probe)
     return reader, probed
@@ -330,16 +334,24 @@ def test_a_query_start_waits_for_its_range_table_only_where_a_reading_needs_it(m
 
 @pytest.mark.unit
 def test_the_first_reading_s_probes_go_out_at_the_query_start_and_once(monkeypatch):
-    reader, probed = _unit_reader(monkeypatch, shards=3)
+    from concurrent.futures import ThreadPoolExecutor
+
+    gate = threading.Event()  # the probes' answers are held back until it is set
+    reader, probed = _unit_reader(monkeypatch, shards=3, gate=gate)
     monkeypatch.setattr(reader.driver, "_make_ranges", lambda: object())
+    caller = ThreadPoolExecutor(max_workers=1)
     try:
-        start = reader.initialOffset()
-        assert sorted(probed) == ["shardId-0", "shardId-1", "shardId-2"]  # sent, not awaited
+        # initialOffset sends the probes and returns without their answers
+        start = caller.submit(reader.initialOffset).result(timeout=20)
+        wait_until(lambda: probed, 10, "a probe under way")
+        gate.set()
         end = reader.latestOffset(start, None)  # takes their answers: no probe again
         assert sorted(probed) == ["shardId-0", "shardId-1", "shardId-2"]
         assert {s for s, e in end["shards"].items() if is_read(e)} == {
             "shardId-0", "shardId-1", "shardId-2"}
     finally:
+        gate.set()
+        caller.shutdown(wait=False)
         reader.stop()
 
 
