@@ -25,10 +25,12 @@ from test_spark_chaos import executors_alive
 from test_sql_source import (
     PYSPARK_4_2,
     Batches,
+    FailsFirstBatchOnce,
     FaultySource,
     KeyedProducer,
     ancestors_of,
     assert_parents_first,
+    offsets_logged,
     open_shards,
     options,
     read_on_exactly_once,
@@ -38,6 +40,7 @@ from test_sql_source import (
 )
 
 from kinesis_dstream.aws.range_table import range_table_name
+from kinesis_dstream.sql.options import QUERY_CONSUMER_PREFIX
 
 pytestmark = pytest.mark.spark
 
@@ -168,6 +171,58 @@ def test_kinesis_format_keeps_its_query_named_consumer_across_a_restart(
     wait_deregistered(lambda: consumers(kinesis_local, stream).get(named[0])
                       in (None, "DELETING"),
                       "the consumer deregistered (requireConsumerDeregistration)")
+
+
+def query_named(endpoint: str, stream: str) -> set[str]:
+    """The stream's consumers named after a query id (consumerMode efo, no consumerName)."""
+    return {n for n, status in consumers(endpoint, stream).items()
+            if n.startswith(QUERY_CONSUMER_PREFIX) and status != "DELETING"}
+
+
+@pytest.mark.timeout(300)
+def test_a_query_stopped_between_its_first_plan_and_commit_keeps_its_one_query_named_consumer(
+        spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
+        make_fanout_front, tmp_path: Path):
+    """The window the restart test above may stop in by luck, held open: batch 0 is in the
+    offset log and not in the commit log. Spark then asks the restarted source for an initial
+    offset again, whose new query id must not name (and register) a consumer: the restart
+    reads by the one named after the query id the offset log keeps, and deregisters it."""
+    stream = make_stream(2)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    opts = {"streamName": stream, "endpointUrl": front.endpoint, "region": "us-east-1",
+            "kinesis.dynamodb.endpointUrl": dynamodb,
+            "kinesis.dynamodb.tableName": unique_app_name,
+            "initialPosition": "TRIM_HORIZON", "consumerMode": "efo",
+            "kinesis.clientRetryIntervalsMs": "100"}
+    checkpoint = str(tmp_path / "cp")
+    sink = FailsFirstBatchOnce()
+    producer = KeyedProducer(front.endpoint, stream, prefix="held", every_s=PRODUCER_EVERY_S)
+    producer.start()
+    query = start(spark, "kinesis", opts, checkpoint, sink)
+    try:
+        wait_until(lambda: not query.isActive, 120, "batch 0 to fail the query")
+    finally:
+        query.stop()
+    assert "batch 0 held back" in str(query.exception()), query.exception()
+    folder = Path(checkpoint)
+    assert (folder / "offsets" / "0").exists() and not (folder / "commits" / "0").exists()
+    named = {QUERY_CONSUMER_PREFIX + o["query"] for o in offsets_logged(checkpoint)}
+    assert len(named) == 1 and query_named(kinesis_local, stream) == named
+    query = start(spark, "kinesis", {**opts, "requireConsumerDeregistration": "true"},
+                  checkpoint, sink)
+    try:
+        wait_until(lambda: 0 in sink.by_batch or not query.isActive, 120,
+                   "batch 0 run again")
+    except BaseException:
+        producer.halt.set()
+        stop(query)
+        raise
+    assert query_named(kinesis_local, stream) == named  # no second consumer
+    read_on_exactly_once(query, producer, sink, len(producer.sent) + 30, read_within_s=60)
+    assert {o["query"] for o in offsets_logged(checkpoint)} == {n[len(QUERY_CONSUMER_PREFIX):]
+                                                                for n in named}
+    wait_deregistered(lambda: not query_named(kinesis_local, stream),
+                      "the query's one consumer deregistered (requireConsumerDeregistration)")
 
 
 @pytest.mark.timeout(90)

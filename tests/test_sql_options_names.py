@@ -159,6 +159,55 @@ def test_fan_out_names_of_both_connectors_and_their_lifecycles():
     assert not polling.fan_out and polling.config.retrieval_mode == "POLLING"
 
 
+def test_a_query_named_consumer_is_registered_only_under_the_query_id_spark_logged(
+        monkeypatch):
+    """consumerMode efo without consumerName: the consumer is named after the query id, so it
+    is registered only once Spark's offset log holds that id (planning the reading it ends).
+    A stop before that registers nothing, and a restart that re-runs the first reading asks
+    initialOffset() again (a new id): it reads by the consumer of the logged id, not a new one.
+    A consumer given by name is registered as the query starts, as the connectors do."""
+    from kinesis_dstream.aws.kinesis import Shard
+    from kinesis_dstream.sql.driver_state import DriverState
+
+    registered: list[tuple[str, str]] = []
+
+    def a_reader(**extra: str) -> KinesisStreamReader:
+        options = parse_source_options({**DATABRICKS, "consumerMode": "efo", **extra})
+        reader = KinesisStreamReader(options)
+        reader._driver = driver = DriverState(options.config)
+        shard = Shard("shardId-0", None, None, "0", "1", "1", None)
+        monkeypatch.setattr(driver, "list_shards", lambda: {"orders": [shard]})
+        monkeypatch.setattr(driver, "prepare_ranges", lambda: None)
+        driver.__dict__["ranges"] = None  # the range table is not needed to plan
+        monkeypatch.setattr(driver, "consumer_arn",
+                            lambda stream, name, query: registered.append((stream, name)) or "arn")
+        monkeypatch.setattr(reader, "_recorded_ranges", lambda query, batch, keys: {})
+        return reader
+
+    first = a_reader()
+    try:
+        end = first.latestOffset(first.initialOffset(), None)
+        assert int(end["batch"]) == 1
+        assert registered == []  # a stop here leaves no consumer behind
+    finally:
+        first.stop()
+    restarted = a_reader()
+    try:
+        again = restarted.initialOffset()  # Spark re-runs reading 1, logged and not committed
+        assert again["query"] != end["query"] and registered == []
+        assert restarted.partitions(again, end)
+        assert registered == [("orders", f"kinesis-dstream-sql-{end['query']}")]
+    finally:
+        restarted.stop()
+    registered.clear()
+    named = a_reader(consumerName="c1")
+    try:
+        named.initialOffset()
+        assert registered == [("orders", "c1")]
+    finally:
+        named.stop()
+
+
 def test_subscription_knobs_of_awslabs_are_warned_about_by_name(caplog, monkeypatch):
     monkeypatch.setattr(other_connectors, "_WARNED", set())
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):

@@ -120,17 +120,19 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             return driver.listing
         return None
 
-    def _consumer_arn(self, query: str) -> None:
-        """The query's fan-out consumer on each stream, registered (and ACTIVE) on the driver
-        before any task subscribes: at the query's start, or at its first trigger after a
-        restart (the consumer name may come from the query id the offsets keep)."""
-        name = self.options.consumer_name_for(query)
-        for stream in self.streams.names:
-            self.driver.consumer_arn(stream, name, query)
+    def _register_named_consumer(self, query: str) -> None:
+        """A fan-out consumer given by name is registered as the query starts, as the
+        connectors do; one named after the query id waits for ``_read_configs``."""
+        if self.options.fan_out and self.options.consumer_name is not None:
+            for stream in self.streams.names:
+                self.driver.consumer_arn(stream, self.options.consumer_name, query)
 
     def _read_configs(self, query: str) -> dict[str, ConsumerConfig]:
-        """What the executors read each stream with: by fan-out as the registered consumer,
-        or polling."""
+        """What the executors read each stream with: by fan-out as the consumer, registered
+        (and ACTIVE) before any task subscribes, or polling. Spark's offset log holds
+        ``query`` here, so a consumer named after it is the one every restart reads by; an
+        id not logged yet (one ``initialOffset()`` makes again as a restart re-runs the first
+        batch, or one a stop cuts off) would name a consumer nothing reads by again."""
         configs = self.options.stream_configs
         if not self.options.fan_out:
             return configs
@@ -189,8 +191,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                      "%d of them checkpointed there (the others start as %s says)", query,
                      self._what, options.start_lease_table, len(shards), checkpointed,
                      STARTING_POSITION)
-        if self.options.fan_out:  # registered as the query starts, as the connectors do
-            self._consumer_arn(offset["query"])
+        self._register_named_consumer(offset["query"])
         self._initial = offset
         return offset
 
@@ -227,7 +228,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if self.options.fan_out and self._target_ms is None:
             # By fan-out every readable shard is read: its held subscription knows what
             # came, and no probe (GetRecords) is made. Lag is the events' MillisBehindLatest.
-            self._consumer_arn(query)
             going = {s: stored.get(s) for s in readable}
         else:
             going = {s: r for s in readable if self._target_ms is None
