@@ -181,7 +181,7 @@ def test_a_query_named_consumer_is_registered_only_under_the_query_id_spark_logg
         driver.__dict__["ranges"] = None  # the range table is not needed to plan
         monkeypatch.setattr(driver, "consumer_arn",
                             lambda stream, name, query: registered.append((stream, name)) or "arn")
-        monkeypatch.setattr(reader, "_recorded_ranges", lambda query, batch, keys: {})
+        monkeypatch.setattr(reader.driver, "recorded_ranges", lambda query, batch, keys: {})
         return reader
 
     first = a_reader()

@@ -69,7 +69,7 @@ def test_the_first_reading_a_reader_plans_is_small_and_the_next_ones_are_not(mon
     reader._driver = driver = DriverState(options.config)
     try:
         monkeypatch.setattr(reader, "_shards", lambda force=False: None)
-        monkeypatch.setattr(reader, "_recorded_ranges", lambda query, batch, keys: {})
+        monkeypatch.setattr(reader.driver, "recorded_ranges", lambda query, batch, keys: {})
         monkeypatch.setattr(driver.prober, "probed",
                             lambda shards, target: {s: Probe(True, 5) for s in shards})
         start = make_offset("q", 0, 100_000, {"shardId-0": {"at": "TRIM_HORIZON"},

@@ -2,7 +2,8 @@
 
 Clients (made on first use, one per stream read), the thread pool for per-shard calls, the
 prober, the fan-out consumers registered for the query (one per stream), and what the
-planned readings left to the next ones. Pickling the reader for the executors leaves all of
+planned readings left to the next ones: their recorded ranges (looked up, where a shard's
+subscription is held, deleted once old). Pickling the reader for the executors leaves all of
 it behind. Shards are known by the ``StreamSet``'s keys (see ``offsets``), so the maps here
 are flat whatever the number of streams.
 """
@@ -12,17 +13,18 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..aws.kinesis import KinesisClient, Shard
 from ..aws.range_table import BatchRange, BatchRangeTable
 from ..aws.stream_consumer import register_stream_consumer
 from ..config import ConsumerConfig
-from ..errors import StreamNotFoundError
+from ..errors import KinesisDStreamError, StreamNotFoundError
+from ..retrieval import waiting_out_dynamodb
 from ..retrieval.subscription_peers import new_peer_key
 from ..worker.stall import StallWatch
-from .offsets import StreamSet
-from .prober import ShardProber
+from .offsets import StreamSet, stream_key
+from .prober import ShardProber, each_shard
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,57 @@ class DriverState:
                      "(%s)", query, stream, name, arn)
             known = self.consumers[stream] = (name, arn)
         return known[1]
+
+    def recorded_ranges(self, query: str, batch: int,
+                        keys: Sequence[str]) -> dict[str, BatchRange | None]:
+        """The ranges reading ``batch`` recorded (it completed: they no longer change), by
+        shard key, looked up once however many triggers find nothing new to read."""
+        if self.recorded is not None and self.recorded[:2] == (query, batch):
+            return self.recorded[2]
+        if not keys:  # nothing to look up (a first reading): the table may still be in making
+            self.recorded = (query, batch, {})
+            return {}
+        ranges = self.ranges  # created once, before the threads share it
+
+        def get(key: str) -> BatchRange | None:
+            stream, shard_id = self.streams.split(key)
+            return ranges.get(stream_key(stream, query), shard_id, batch)
+
+        # A DynamoDB outage holds the trigger back (the tasks wait it out too), not the query.
+        stored = each_shard(self.pool, lambda k: waiting_out_dynamodb(
+            self.config, lambda: get(k)), keys)
+        self.recorded = (query, batch, stored)
+        return stored
+
+    def subscribers(self, query: str, batch: int) -> Callable[[str], dict[str, Any]]:
+        """Under fan-out, where each shard's subscription is held after reading ``batch``
+        (its recorded range says), for the next task to ask wherever it runs."""
+        recorded = self.recorded[2] if self.recorded is not None and \
+            self.recorded[:2] == (query, batch) else {}
+
+        def held_at(key: str) -> dict[str, Any]:
+            previous = recorded.get(key)
+            return {"peer_key": self.peer_key,
+                    "subscriber": previous.subscriber if previous is not None else None}
+        return held_at
+
+    def forget_readings(self, query: str, readings: Iterable[int],
+                        everyone: list[str]) -> None:
+        """Delete the ranges of these readings, each once and only of the shards each read
+        (``everyone`` for a reading this process did not plan), off the query's path."""
+        doomed = [(stream_key(stream, query), shard_id, t) for t in readings
+                  for stream, shard_id in map(self.streams.split,
+                                              self.read_in.pop(t, everyone))]
+
+        def delete() -> None:
+            try:
+                self.ranges.delete(doomed)
+            except KinesisDStreamError as exc:
+                log.warning("could not delete old batch ranges of query %s (TTL will): %s",
+                            query, exc)
+
+        if doomed:
+            self.pool.submit(delete)
 
     def stop(self) -> None:
         self.prober.stop()

@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
@@ -33,10 +33,9 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 from ..aws.kinesis import Shard
-from ..aws.range_table import BatchRange
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
-from ..retrieval import ShardRange, group_shards, waiting_out_dynamodb
+from ..retrieval import ShardRange, group_shards
 from .driver_state import DriverState
 from .initial_positions import child_start, initial_positions, read_checkpoints
 from .offsets import (
@@ -54,7 +53,7 @@ from .option_table import STARTING_POSITION
 from .options import SourceOptions
 from .other_connectors import MB
 from .partition_reader import ShardPartition, read_partition
-from .prober import Probe, each_shard
+from .prober import Probe
 from .progress import progress_report, reading_line, reading_metrics
 
 log = logging.getLogger(__name__)
@@ -211,7 +210,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         query, batch = start["query"], int(start["batch"])
         started = self.streams.flatten(start)
         read_last = [s for s, e in started.items() if is_read(e)] if batch > 0 else []
-        stored = self._recorded_ranges(query, batch, read_last)
+        stored = self.driver.recorded_ranges(query, batch, read_last)
         if stored:
             driver.last_reading = reading_metrics(batch, stored)
         shards = {s: advance(without_quiet(e), stored.get(s)) for s, e in started.items()}
@@ -292,7 +291,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         batch, cap = int(end["batch"]), int(end["limit"])
         read_now = {s: e for s, e in self.streams.flatten(end).items() if is_read(e)}
         pacing = self._pacing(len(read_now))
-        held_at = self._subscribers(query, batch - 1)
+        held_at = self.driver.subscribers(query, batch - 1) if self.options.fan_out \
+            else (lambda key: {})
         ranges, keys = [], {}
         weight = dict(driver.weight)
         for key, entry in read_now.items():
@@ -315,21 +315,6 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                () if self.streams.single else tuple(
                                    configs[keys[(r.stream_key, r.shard_id)][0]] for r in group))
                 for group in groups]
-
-    def _subscribers(self, query: str, batch: int) -> Callable[[str], dict[str, Any]]:
-        """Under fan-out, where each shard's subscription is held after reading ``batch``
-        (its recorded range says), for the next task to ask wherever it runs."""
-        driver = self.driver
-        if not self.options.fan_out:
-            return lambda key: {}
-        recorded = driver.recorded[2] if driver.recorded is not None and \
-            driver.recorded[:2] == (query, batch) else {}
-
-        def held_at(key: str) -> dict[str, Any]:
-            previous = recorded.get(key)
-            return {"peer_key": driver.peer_key,
-                    "subscriber": previous.subscriber if previous is not None else None}
-        return held_at
 
     def _pacing(self, shards_read: int) -> dict[str, Any]:
         """A reading's byte cap (fetchBufferSize, split over the shards it reads) and the
@@ -365,22 +350,9 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         batch = int(end["batch"])
         if batch % CLEANUP_EVERY:
             return
-        driver, query = self.driver, end["query"]
         old = range(max(1, batch - 2 * CLEANUP_EVERY), max(1, batch - CLEANUP_EVERY))
-        everyone = list(self.streams.flatten(end))  # a reading planned before a restart
-        doomed = [(stream_key(stream, query), shard_id, t) for t in old
-                  for stream, shard_id in map(self.streams.split,
-                                              driver.read_in.pop(t, everyone))]
-
-        def delete() -> None:
-            try:
-                driver.ranges.delete(doomed)
-            except KinesisDStreamError as exc:
-                log.warning("could not delete old batch ranges of query %s (TTL will): %s",
-                            query, exc)
-
-        if doomed:
-            driver.pool.submit(delete)
+        # every shard, for a reading planned before a restart (which read_in does not know)
+        self.driver.forget_readings(end["query"], old, list(self.streams.flatten(end)))
 
     def stop(self) -> None:
         """The query stopped (PySpark calls this as the source's process ends, if it gets
@@ -389,25 +361,3 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         driver, self._driver = self._driver, None
         if driver is not None:
             driver.stop()
-
-    def _recorded_ranges(self, query: str, batch: int,
-                         keys: Sequence[str]) -> dict[str, BatchRange | None]:
-        """The ranges reading ``batch`` recorded (it completed: they no longer change), by
-        shard key, looked up once however many triggers find nothing new to read."""
-        driver = self.driver
-        if driver.recorded is not None and driver.recorded[:2] == (query, batch):
-            return driver.recorded[2]
-        if not keys:  # nothing to look up (a first reading): the table may still be in making
-            driver.recorded = (query, batch, {})
-            return {}
-        ranges = driver.ranges  # created once, before the threads share it
-
-        def get(key: str) -> BatchRange | None:
-            stream, shard_id = self.streams.split(key)
-            return ranges.get(stream_key(stream, query), shard_id, batch)
-
-        # A DynamoDB outage holds the trigger back (the tasks wait it out too), not the query.
-        stored = each_shard(driver.pool, lambda k: waiting_out_dynamodb(
-            self.config, lambda: get(k)), keys)
-        driver.recorded = (query, batch, stored)
-        return stored
