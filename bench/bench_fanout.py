@@ -81,6 +81,7 @@ def _front_classes() -> tuple[type, type]:
     from fanout_faults import FaultyFanOutFront
 
     from kinesis_dstream.fanout_front import Refused
+    from kinesis_dstream.fanout_front.upstream import send_body
 
     class CountingFront(FaultyFanOutFront):
         """The tests' front (calls counted by operation and shard), its own refusals counted."""
@@ -120,8 +121,8 @@ def _front_classes() -> tuple[type, type]:
             with self._fault_lock:
                 self.calls[(operation, "")] += 1
                 status, answer = self._answer(operation, call)
-            handler.send_body(status, [("Content-Type", "application/x-amz-json-1.1")],
-                              json.dumps(answer).encode())
+            send_body(handler, status, [("Content-Type", "application/x-amz-json-1.1")],
+                      json.dumps(answer).encode())
 
         def _find(self, call: dict[str, Any]) -> dict[str, Any] | None:
             if call.get("ConsumerARN"):

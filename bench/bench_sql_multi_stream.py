@@ -247,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                 loads.append(os.getloadavg()[0])
                 common.progress(f"run {i + 1}: {variant}: {json.dumps(runs[variant][-1])}, "
                                 f"load {loads[-1]:.1f}")
-                for stream in streams:
-                    h.delete_stream(kinesis, stream)
+                for stream in streams:  # clean-up only: the figures are taken
+                    try:
+                        h.delete_stream(kinesis, stream)
+                    except Exception as exc:  # noqa: BLE001
+                        common.progress(f"could not delete stream {stream}: {exc}")
     finally:
         sc.stop()
     common.emit({
