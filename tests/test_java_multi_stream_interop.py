@@ -20,7 +20,7 @@ import pytest
 
 from java_kcl import JVM_FLAGS, KCL3_SETTINGS, kcl3_jars
 from processes import reap
-from test_kclrs_interop import checkpoints, put, run_ours
+from test_kclrs_interop import checkpoints, ours_first, put, run_ours
 from test_scheduler import lease_items
 from waiting import wait_for
 
@@ -63,15 +63,9 @@ def java_worker(worker_classes: Path, tmp_path: Path) -> Iterator[Any]:
 @pytest.mark.timeout(300)
 def test_java_kcl3_takes_over_our_table_and_we_take_it_back(
         local_env, kinesis_local, dynamodb, make_stream, make_config, java_worker, tmp_path):
-    streams = [make_stream(2), make_stream(1)]
-    config = make_config("unused-in-multi-stream-mode")
+    streams, config, first, identifiers, ours_done = ours_first(
+        kinesis_local, dynamodb, make_stream, make_config)
     table = config.application_name
-
-    first = put(kinesis_local, streams, "first", 10)
-    _, _, identifiers = run_ours(config, streams, set(first), "ours-1")
-    ours_done = checkpoints(dynamodb, table)
-    assert len(ours_done) == 3 and all(parse_lease_key(k) for k in ours_done)
-    assert all(not c.is_sentinel for c in ours_done.values())
 
     second = put(kinesis_local, streams, "second", 10)
     out = tmp_path / "java.jsonl"

@@ -77,19 +77,27 @@ def checkpoints(dynamodb: str, table: str) -> dict[str, ESN]:
     return {k: item_checkpoint(v) for k, v in lease_items(dynamodb, table).items()}
 
 
+def ours_first(kinesis: str, dynamodb: str, make_stream: Any, make_config: Any
+               ) -> tuple[list[str], Any, dict[str, str], list[str], dict[str, ESN]]:
+    """Two streams (2 and 1 shards) read and checkpointed by our multi-stream worker first:
+    the streams, the config, the records put, the stream identifiers, the checkpoints."""
+    streams = [make_stream(2), make_stream(1)]
+    config = make_config("unused-in-multi-stream-mode")
+    first = put(kinesis, streams, "first", 10)
+    _, _, identifiers = run_ours(config, streams, set(first), "ours-1")
+    ours_done = checkpoints(dynamodb, config.application_name)
+    assert len(ours_done) == 3 and all(parse_lease_key(k) for k in ours_done)
+    assert all(not c.is_sentinel for c in ours_done.values())
+    return streams, config, first, identifiers, ours_done
+
+
 @pytest.mark.emulator
 @pytest.mark.timeout(300)
 def test_kclrs_takes_over_our_table_and_we_take_it_back(
         local_env, kinesis_local, dynamodb, make_stream, make_config, tmp_path):
-    streams = [make_stream(2), make_stream(1)]
-    config = make_config("unused-in-multi-stream-mode")
+    streams, config, first, identifiers, ours_done = ours_first(
+        kinesis_local, dynamodb, make_stream, make_config)
     table = config.application_name
-
-    first = put(kinesis_local, streams, "first", 10)
-    seen, _, identifiers = run_ours(config, streams, set(first), "ours-1")
-    ours_done = checkpoints(dynamodb, table)
-    assert len(ours_done) == 3 and all(parse_lease_key(k) for k in ours_done)
-    assert all(not c.is_sentinel for c in ours_done.values())
 
     second = put(kinesis_local, streams, "second", 10)
     out = tmp_path / "kclrs.jsonl"
