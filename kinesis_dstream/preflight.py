@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import threading
+from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import ExecutorEnvironmentError
@@ -92,16 +93,24 @@ def fix_hint() -> str:
 ProbeJob = Callable[[Callable[[Any], Iterator[dict[str, Any]]]], list[dict[str, Any]]]
 
 
+@contextmanager
+def python_exec(sc: Any, python: str) -> Iterator[None]:
+    """``sc.pythonExec`` set to ``python`` meanwhile: the interpreter a Python function (an
+    RDD's, a data source's) wrapped meanwhile runs in."""
+    previous = sc.pythonExec
+    sc.pythonExec = python
+    try:
+        yield
+    finally:
+        sc.pythonExec = previous
+
+
 def rdd_probe_job(sc: Any, python: str) -> ProbeJob:
     """The probe as one RDD task in ``python``: the workers DStream reads run in."""
     def run(probe: Callable[[Any], Iterator[dict[str, Any]]]) -> list[dict[str, Any]]:
-        previous = sc.pythonExec
-        sc.pythonExec = python
-        try:
+        with python_exec(sc, python):
             rdd = sc.parallelize([0], 1).mapPartitions(probe)
             rdd._jrdd  # noqa: B018 - the Python function is wrapped (with its interpreter) here
-        finally:
-            sc.pythonExec = previous
         return list(rdd.collect())
     return run
 

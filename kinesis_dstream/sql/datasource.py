@@ -34,6 +34,7 @@ from ..preflight import (
     SQL_MODULES,
     check_executors,
     check_local_imports,
+    python_exec,
     use_driver_python_on_local_master,
 )
 from .consumer_listener import ConsumerDeregistration
@@ -133,13 +134,9 @@ def register(spark: Any) -> None:
         if chosen is None:
             spark.conf.unset(SQL_WORKER_PYTHON)
         raise
-    previous = sc.pythonExec
-    sc.pythonExec = sys.executable
-    try:
+    with python_exec(sc, sys.executable):
         for source in (KinesisDataSource, KinesisShortNameDataSource):
             _register_unless_found(spark, source)
-    finally:
-        sc.pythonExec = previous
     _listen_for_stops(spark)
 
 

@@ -126,8 +126,9 @@ class DriverState:
                         keys: Sequence[str]) -> dict[str, BatchRange | None]:
         """The ranges reading ``batch`` recorded (it completed: they no longer change), by
         shard key, looked up once however many triggers find nothing new to read."""
-        if self.recorded is not None and self.recorded[:2] == (query, batch):
-            return self.recorded[2]
+        known = self._recorded_of(query, batch)
+        if known is not None:
+            return known
         if not keys:  # nothing to look up (a first reading): the table may still be in making
             self.recorded = (query, batch, {})
             return {}
@@ -143,11 +144,16 @@ class DriverState:
         self.recorded = (query, batch, stored)
         return stored
 
+    def _recorded_of(self, query: str, batch: int) -> dict[str, BatchRange | None] | None:
+        """What ``recorded_ranges`` kept, if it was for this reading."""
+        if self.recorded is not None and self.recorded[:2] == (query, batch):
+            return self.recorded[2]
+        return None
+
     def subscribers(self, query: str, batch: int) -> Callable[[str], dict[str, Any]]:
         """Under fan-out, where each shard's subscription is held after reading ``batch``
         (its recorded range says), for the next task to ask wherever it runs."""
-        recorded = self.recorded[2] if self.recorded is not None and \
-            self.recorded[:2] == (query, batch) else {}
+        recorded = self._recorded_of(query, batch) or {}
 
         def held_at(key: str) -> dict[str, Any]:
             previous = recorded.get(key)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from ..preflight import ProbeJob, rdd_probe_job
+from ..preflight import ProbeJob, python_exec, rdd_probe_job
 
 PROBE_FORMAT = "kinesis-dstream-preflight"
 
@@ -46,12 +46,8 @@ def data_source_probe_job(spark: Any, python: str, tasks: int) -> ProbeJob:
                 return ProbeReader()
 
         sc = spark.sparkContext
-        previous = sc.pythonExec
-        sc.pythonExec = sys.executable  # its planning in the driver's Python, as ours
-        try:
+        with python_exec(sc, sys.executable):  # its planning in the driver's Python, as ours
             spark.dataSource.register(ProbeSource)
-        finally:
-            sc.pythonExec = previous
         try:
             rows = spark.read.format(PROBE_FORMAT).load().collect()
         except Exception:
