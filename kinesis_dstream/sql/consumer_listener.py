@@ -14,6 +14,10 @@ deregistered; a query that failed keeps its consumer, as the awslabs connector's
 consumer another running query of this session reads by (the same name on the same
 stream) is kept for it: the last of them to stop deregisters it. What the listener keeps
 of a query is dropped when the query ends, however it ends.
+
+A query is known by its run id: a restarted query keeps its id, and Spark tells the restart's
+start (synchronously, in the query's thread) before it may tell the previous run's end (on its
+listener bus), which must not take the restart's sources with it.
 """
 from __future__ import annotations
 
@@ -95,10 +99,10 @@ class ConsumerDeregistration(StreamingQueryListener):
                         "not be deregistered on stop()", event.id, exc_info=True)
             return
         if sources:
-            self._queries[str(event.id)] = [_Source(o) for o in sources]
+            self._queries[str(event.runId)] = [_Source(o) for o in sources]
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - PySpark's name
-        sources = self._queries.get(str(event.progress.id))
+        sources = self._queries.get(str(event.progress.runId))
         if not sources:
             return
         keys = query_keys(event.progress)
@@ -110,7 +114,7 @@ class ConsumerDeregistration(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - PySpark's name
-        sources = self._queries.pop(str(event.id), [])
+        sources = self._queries.pop(str(event.runId), [])
         if event.exception is not None:
             if sources:
                 log.info("query %s failed: its fan-out consumers are kept", event.id)
