@@ -12,7 +12,10 @@ GetShardIterator 5 calls/s per shard, a process of its own), read on ``local[2]`
   ``spark.dataSource.register`` and leaves them cold, ``--warm-sql`` warms them explicitly);
 * ``dstream``: ``createStream`` TRIM_HORIZON, 1 s batches, foreachRDD collecting each
   record's index, measured from ``ssc.start()``, after the SQL query in the same run (the
-  proxy's byte budgets refilled in between).
+  proxy's byte budgets refilled in between);
+* ``kcl_boto3``: bench_limits' KCL-style boto3 reader (a thread a shard, one GetRecords of up
+  to 10,000 a second), last: what this machine reads of the same backlog with no Spark at
+  all, the ceiling the other two are judged against.
 
 Per variant: the seconds from start to the first rows and to the last, the whole backlog's
 share of 2 MiB/s per shard counted from start (``of_limit``), the proxy's refusals, exact
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=80_000,
                         help="backlog records of 1,000 bytes over 4 shards (issue 25: 80,000)")
-    parser.add_argument("--only", choices=["sql", "dstream"], action="append")
+    parser.add_argument("--only", choices=["sql", "dstream", "kcl_boto3"], action="append")
     parser.add_argument("--warm-sql", action="store_true",
                         help="warm the Python workers Spark SQL reads through first")
     parser.add_argument("--plain-register", action="store_true",
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=300.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    wanted = args.only or ["sql", "dstream"]
+    wanted = args.only or ["sql", "dstream", "kcl_boto3"]
     h = common.helpers()
     load = os.getloadavg()
     result: dict[str, Any] = {"benchmark": "bench_sql_backlog", "records": args.records,
@@ -143,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(5.0)  # the proxy's byte budgets refill (a 10 MB page: 4 s of debt)
                 common.progress(name)
                 before = proxy.stats()
-                if name == "sql":
+                if name == "kcl_boto3":  # the machine's own ceiling on this backlog: no Spark
+                    variants[name] = bench_limits.kcl_boto3(
+                        proxy.endpoint, stream, result["records_per_shard"], args.timeout_s)
+                elif name == "sql":
                     variants[name] = sql(sc, proxy.endpoint, dynamodb, stream, args.records,
                                          args.timeout_s, args.warm_sql,
                                          args.plain_register)
