@@ -694,8 +694,12 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
                              "puts straight into kinesalite",
                   "fanout": "spark.streaming.kinesis.consumerType = SubscribeToShard; the "
                             "front in front of kinesalite (consumers kept in the front), "
-                            "counting every call; the producer puts straight into "
-                            "kinesalite (the front polls a busy shard every 0.1 s)",
+                            "counting every call; " + (
+                                "the producer puts straight into kinesalite (the front polls "
+                                "a busy shard every 0.1 s)" if args.wide_put_upstream else
+                                "the producer puts through the front, which pushes a put at "
+                                "once, as Kinesis does"),
+                  "front_idle_poll_s": args.wide_idle_poll_s,
                   "settle_s": wide_args.settle, "measured_s": wide_args.duration}}
     for mode in args.wide_modes:
         common.progress(f"wide: {mode}")
@@ -717,14 +721,21 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
                         run = bench_wide.run_dstream(sc, emu, kproxy, dproxy, stream,
                                                      args.wide_shards, busy_keys, wide_args)
                 else:
-                    with FrontProcess(emu["kinesalite"].endpoint,
-                                      consumers_in_front=True) as front:
-                        # the producer puts straight into kinesalite, as for polling (at
-                        # load 40 the front could not take 1,000 puts/s beside 200
-                        # subscriptions); the front finds the records within its 0.1 s poll
+                    # The front emulates pushing by polling kinesalite for each open
+                    # subscription: an idle one every --wide-idle-poll-s at most (and at
+                    # each heartbeat), a busy one every 0.1 s. Kinesis pushes without that
+                    # cost, which on 2 cores competes with ours: the producer puts through
+                    # the front, which wakes a shard's subscriptions at each put, so idle
+                    # shards need polling only for their heartbeats. --wide-put-upstream puts
+                    # straight into kinesalite instead (the front finds records by polling).
+                    with FrontProcess(emu["kinesalite"].endpoint, consumers_in_front=True,
+                                      idle_poll_interval_s=args.wide_idle_poll_s) as front:
                         with_front = dict(emu, front=types.SimpleNamespace(pid=front.pid))
+                        fan_args = argparse.Namespace(**vars(wide_args), put_endpoint=None
+                                                      if args.wide_put_upstream
+                                                      else front.endpoint)
                         run = bench_wide.run_dstream(sc, with_front, front, dproxy, stream,
-                                                     args.wide_shards, busy_keys, wide_args)
+                                                     args.wide_shards, busy_keys, fan_args)
                         run["front"] = {k: v for k, v in front.calls().items()
                                         if k in ("refusals", "upstream_calls", "open")}
         finally:
@@ -759,6 +770,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide-shards", type=int, default=200)
     parser.add_argument("--wide-busy", type=int, default=8)
     parser.add_argument("--wide-s", type=float, default=40.0)
+    parser.add_argument("--wide-idle-poll-s", type=float, default=5.0,
+                        help="wide: the front's longest poll of an idle subscription's shard")
+    parser.add_argument("--wide-put-upstream", action="store_true",
+                        help="wide: the producer puts straight into kinesalite, not through "
+                             "the front")
     parser.add_argument("--wide-modes", nargs="+", choices=("polling", "fanout"),
                         default=["polling", "fanout"])
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

@@ -335,7 +335,8 @@ def measure(sc: Any, emu: dict[str, Any], kproxy: Any, dproxy: Any, stream: str,
     """The measured window: producer on, settle, counters and CPU before and after."""
     shards = args.current_shards
     cpu = ClusterCpu(sc)
-    producer = Producer(emu["kinesalite"].endpoint, stream, busy_keys, args.rate,
+    put_to = getattr(args, "put_endpoint", None) or emu["kinesalite"].endpoint
+    producer = Producer(put_to, stream, busy_keys, args.rate,
                         args.settle + args.duration) if busy_keys else None
     emulator_cpu0 = {k: common.process_cpu_seconds(e.pid) for k, e in emu.items()}
     try:

@@ -19,7 +19,7 @@ from kinesis_dstream.errors import (
     TransientServiceError,
 )
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
-from kinesis_dstream.retrieval import open_source
+from kinesis_dstream.retrieval import fanout, open_source
 from kinesis_dstream.retrieval.fanout import BUFFER_EVENTS, FanOutRecordsPublisher
 from kinesis_dstream.retry import is_throttling
 
@@ -55,17 +55,21 @@ class FakeStream:
     """boto3's EventStream: iterates events, then ends (or raises ``error``)."""
 
     def __init__(self, events: list[dict], error: Exception | None = None,
-                 endless: bool = False) -> None:
+                 endless: bool = False, ends_when: threading.Event | None = None) -> None:
         self.events = events
         self.error = error
         self.endless = endless
+        self.ends_when = ends_when  # its events given, it ends only once this is set
         self.pulled = 0
         self.closed = threading.Event()
 
     def __iter__(self) -> Iterator[dict]:
+        self.reader = threading.current_thread()
         for item in self.events:
             self.pulled += 1
             yield item
+        if self.ends_when is not None:
+            assert self.ends_when.wait(30)
         while self.endless and not self.closed.is_set():
             self.pulled += 1
             yield event([], str(1000 + self.pulled))
@@ -84,6 +88,7 @@ class FakeKinesis:
     def __init__(self, *answers: FakeStream | Exception, consumer: str | None = "ACTIVE") -> None:
         self.answers = list(answers)
         self.calls: list[dict] = []
+        self.threads: list[threading.Thread] = []  # the thread of each call
         self.consumer = consumer  # its status; None: deregistered
 
     def describe_stream_consumer(self, **kwargs: Any) -> dict:
@@ -93,6 +98,7 @@ class FakeKinesis:
 
     def subscribe_to_shard(self, **kwargs: Any) -> dict:
         self.calls.append(kwargs)
+        self.threads.append(threading.current_thread())
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -229,6 +235,56 @@ def test_errors_reach_the_caller_as_ours_and_the_next_read_resubscribes():
     assert fake.calls[-1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
                                                   "SequenceNumber": "1"}
     assert (publisher.subscriptions, publisher.resubscriptions) == (2, 1)
+
+
+def wait_for(condition: Any, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_subscription_that_ends_while_read_is_renewed_by_its_reader_at_once(monkeypatch):
+    """Its lifetime up, a subscription a caller is reading is renewed by the reader thread,
+    after the last event's continuation and once Kinesis' 1 s and 5 s rules allow (shortened
+    here): the next records are queued before the caller asks again."""
+    monkeypatch.setattr(fanout, "CALL_INTERVAL_S", 0.1)
+    monkeypatch.setattr(fanout, "TAKEOVER_AFTER_S", 0.3)
+    up = threading.Event()
+    fake = FakeKinesis(FakeStream([event([record(1)], "1"), event([], "4")], ends_when=up),
+                       FakeStream([event([record(5)], "5")], endless=True))
+    publisher = source(fake)
+    assert read_until(publisher, 1) == ["1/0"]
+    subscribed = time.monotonic()
+    publisher.get_records()  # the caller reads on: this subscription is in use
+    up.set()
+    wait_for(lambda: len(fake.calls) == 2, "the renewal")
+    assert time.monotonic() - subscribed >= 0.3 - 0.05  # the 5 s rule (here 0.3 s) waited out
+    assert fake.threads[1] is not threading.current_thread()  # the reader's, not the caller's
+    assert fake.calls[1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
+                                                 "SequenceNumber": "4"}
+    assert read_until(publisher, 1) == ["5/0"]
+    assert (publisher.subscriptions, publisher.resubscriptions) == (2, 1)
+    publisher.close()
+
+
+def test_a_subscription_nobody_read_while_it_lasted_is_not_renewed(monkeypatch):
+    """A held source whose shard is read elsewhere now must not take the subscription
+    over every time it ends: unread through a whole subscription, it lets go, and the
+    caller, if it comes back, subscribes itself."""
+    monkeypatch.setattr(fanout, "TAKEOVER_AFTER_S", 0.0)
+    up = threading.Event()
+    first = FakeStream([event([record(1)], "1")], ends_when=up)
+    fake = FakeKinesis(first, FakeStream([event([record(2)], "2")]))
+    publisher = source(fake)
+    assert read_until(publisher, 1) == ["1/0"]
+    up.set()
+    wait_for(lambda: not first.reader.is_alive(), "the reader's end")
+    assert len(fake.calls) == 1
+    assert read_until(publisher, 1) == ["2/0"]
+    assert fake.threads[1] is threading.current_thread()
+    assert fake.calls[1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
+                                                 "SequenceNumber": "1"}
 
 
 def test_a_slow_reader_stops_the_reading_and_close_ends_it():

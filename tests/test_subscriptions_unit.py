@@ -3,12 +3,16 @@ test_fanout_unit: the position rule (go on, or reopen at the start), the records
 inside an event, a shard's end, and the idle close (no emulator, no Spark)."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from test_fanout_unit import ARN, CONFIG, FakeKinesis, FakeStream, event, record
 
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
+from kinesis_dstream.records import GetRecordsResult
 from kinesis_dstream.retrieval.fanout import FanOutRecordsPublisher
 from kinesis_dstream.retrieval.subscriptions import HeldSource, SubscriptionRegistry
 
@@ -140,3 +144,45 @@ def test_two_tasks_of_one_shard_at_once_hold_the_last_checked_in():
     assert first.publisher._subscription is None  # noqa: SLF001 - closed
     registry.close_all()
 
+
+
+def test_a_task_takes_what_its_flowing_subscription_pushed_and_waits_only_for_a_first_event():
+    """An idle shard among a task's many must not hold the task for the source's wait every
+    batch: once its subscription has pushed an event, a read takes what is queued and
+    returns. A new subscription's first event is still waited for (here up to 30 s: the
+    test's bound would fail if the idle read waited as long)."""
+    up = threading.Event()
+    fake = FakeKinesis(FakeStream([event([record(1)], "1")], ends_when=up))
+    registry = SubscriptionRegistry(sweep=False)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, lambda: FanOutRecordsPublisher(
+        KinesisClient(CONFIG, client=fake), CONFIG, "shardId-0", ARN, wait_s=30.0))  # type: ignore[arg-type]
+    assert take(source, 1) == ["1/0"]  # the first event, waited for
+    began = time.monotonic()
+    assert source.get_records().records == []  # nothing queued: at once, not in 30 s
+    assert time.monotonic() - began < 10.0
+    up.set()
+    registry.close_all()
+
+
+class RecordingPublisher:
+    """Says how each read would wait: the caller's choice, not a timing."""
+
+    def __init__(self, flowing: bool, millis_behind_latest: int | None) -> None:
+        self.flowing, self.millis_behind_latest = flowing, millis_behind_latest
+        self.waits: list[float | None] = []
+
+    def get_records(self, wait_s: float | None = None) -> GetRecordsResult:
+        self.waits.append(wait_s)
+        return GetRecordsResult(millis_behind_latest=self.millis_behind_latest)
+
+
+@pytest.mark.parametrize("flowing, behind, wait", [
+    (True, 0, 0.0),  # at the tip: what is queued, at once
+    (True, None, 0.0),
+    (True, 4000, None),  # behind its tip: the next event is coming; wait for it, not spin
+    (False, 0, None),  # a new subscription: its first event
+])
+def test_how_long_a_task_waits_for_its_subscription(flowing, behind, wait):
+    publisher = RecordingPublisher(flowing, behind)
+    HeldSource(KEY, publisher).get_records()  # type: ignore[arg-type]
+    assert publisher.waits == [wait]

@@ -12,11 +12,20 @@ checkpoint (dropping the user records at or before it, sub-sequence numbers of K
 aggregates included) or at the TRIM_HORIZON/LATEST/AT_TIMESTAMP position; when a
 subscription ends (after 5 minutes, cut, failed) the next starts AFTER_SEQUENCE_NUMBER the
 ContinuationSequenceNumber of the last event taken. Events are taken in order and a
-subscription's end is queued after its events, so none is skipped or read twice. A null
-continuation is the shard's end, with its ChildShards (without them the event is invalid, as
-the KCL judges it, and read again); ResourceNotFound on a subscribe is the end too, without
-children, as the KCL reads it (the shard or the stream gone), unless our consumer is what is
-gone: then the source raises, and the caller waits, rather than end an open shard.
+subscription's end is queued after its events, so none is skipped or read twice.
+
+A null continuation is the shard's end, with its ChildShards (without them the event is
+invalid, as the KCL judges it, and read again); ResourceNotFound on a subscribe is the end
+too, without children, as the KCL reads it (the shard or the stream gone), unless our
+consumer is what is gone: then the source raises, and the caller waits, rather than end an
+open shard.
+
+A subscription that simply ends (its 5 minutes are up) is renewed at once by its reader
+thread, AFTER the last event it queued, into the same queue, if a caller read it meanwhile:
+the records pushed meanwhile wait for no caller (a Spark task comes once a batch), as with
+the KCL's publisher, and a source left unread (its shard read elsewhere now) lets go. A
+renewal that fails, and a subscription that fails, go to the caller, which subscribes again
+on its own thread as at the start.
 """
 from __future__ import annotations
 
@@ -24,6 +33,7 @@ import logging
 import queue
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +58,10 @@ log = logging.getLogger(__name__)
 # Events held per shard between the reader thread and the caller (the KCL: 10, and one
 # terminal signal). An event holds at most what a shard pushes in a second or so.
 BUFFER_EVENTS = 10
+# Kinesis refuses a SubscribeToShard within 1 s of the last call and within 5 s of the last
+# successful one (same consumer and shard); a renewal waits them out before it calls.
+CALL_INTERVAL_S = 1.0
+TAKEOVER_AFTER_S = 5.0
 # The longest ``get_records`` waits for an event before it answers with nothing, so a
 # caller's loop still looks at its shutdown flags.
 WAIT_S = 0.5
@@ -62,6 +76,8 @@ class _Subscription:
     stream: Any
     events: queue.Queue = field(default_factory=lambda: queue.Queue(BUFFER_EVENTS + 1))
     closed: threading.Event = field(default_factory=threading.Event)
+    renewals: int = 0  # the subscriptions its reader renewed it with
+    flowing: bool = False  # an event was taken from it
 
     def put(self, item: tuple[str, Any]) -> bool:
         """Queue ``item``, blocking while the queue is full; False once closed."""
@@ -118,6 +134,9 @@ class FanOutRecordsPublisher:
         self._child_shard_ids: list[str] = []
         self.subscriptions = 0  # successful SubscribeToShard calls
         self.resubscriptions = 0  # of those, the ones after a subscription ended
+        self._asked = 0  # get_records calls: a renewal needs one during the subscription
+        self._called_at: float | None = None  # the last SubscribeToShard call (monotonic)
+        self._succeeded_at: float | None = None  # the last successful one
 
     @property
     def iterator(self) -> str | None:
@@ -155,21 +174,33 @@ class FanOutRecordsPublisher:
         assert self._start is not None
         return StartingPosition.at(self._start, self._timestamp, self.name)
 
-    def get_records(self) -> GetRecordsResult:
-        """The records of the next pushed event (none if nothing came within the wait);
-        ``shard_end`` with ``child_shard_ids`` once the shard is read."""
+    @property
+    def flowing(self) -> bool:
+        """The current subscription has pushed its first event: what was pushed is queued,
+        so a reader that wants only that need not wait for more."""
+        subscription = self._subscription
+        return subscription is not None and subscription.flowing
+
+    def get_records(self, wait_s: float | None = None) -> GetRecordsResult:
+        """The records of the next pushed event (none if nothing came within ``wait_s``,
+        by default the source's wait); ``shard_end`` with ``child_shard_ids`` once the shard
+        is read."""
         if self._start is None:
             raise RuntimeError(f"source for {self.name} used before initialize()")
         if self._shard_end:
             return self._end_result()
+        self._asked += 1
         subscription = self._subscription or self._subscribe()
         if subscription is None:
             return self._end_result()
         try:
-            kind, item = subscription.events.get(timeout=self._wait_s)
+            wait = self._wait_s if wait_s is None else wait_s
+            kind, item = subscription.events.get(timeout=wait) if wait > 0 else \
+                subscription.events.get_nowait()
         except queue.Empty:
             return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
         if kind == _EVENT:
+            subscription.flowing = True
             return self._take(item)
         self._close_subscription()
         if kind == _ERROR:
@@ -179,11 +210,21 @@ class FanOutRecordsPublisher:
         return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
 
     # -- subscriptions ----------------------------------------------------------------------------
+    def _call_subscribe(self, position: StartingPosition) -> Any:
+        """One SubscribeToShard call, timed for the renewals' waits; counted if it succeeds."""
+        self._called_at = time.monotonic()
+        stream = self._kinesis.subscribe_to_shard(self._consumer_arn, self.shard_id,
+                                                  position.as_request())
+        self._succeeded_at = time.monotonic()
+        if self.subscriptions:
+            self.resubscriptions += 1
+        self.subscriptions += 1
+        return stream
+
     def _subscribe(self) -> _Subscription | None:
         position = self.starting_position()
         try:
-            stream = self._kinesis.subscribe_to_shard(self._consumer_arn, self.shard_id,
-                                                      position.as_request())
+            stream = self._call_subscribe(position)
         except StreamNotFoundError as exc:
             if consumer_status(self._kinesis, self._consumer_arn) in (None, "DELETING"):
                 # Not the shard: our consumer. Ending the shard here (the KCL does) would
@@ -196,9 +237,6 @@ class FanOutRecordsPublisher:
                         self.name, exc)
             self._shard_end = True
             return None
-        if self.subscriptions:
-            self.resubscriptions += 1
-        self.subscriptions += 1
         subscription = _Subscription(self.subscriptions, stream)
         self._subscription = subscription
         threading.Thread(target=self._read, args=(subscription,), daemon=True,
@@ -208,18 +246,57 @@ class FanOutRecordsPublisher:
         return subscription
 
     def _read(self, subscription: _Subscription) -> None:
-        """The reader thread: every event into the queue, then the end (or the error)."""
-        what = f"reading subscription {subscription.number} of {self.name}"
+        """The reader thread: every event into the queue, renewing the subscription each
+        time it ends; then the end (or the error)."""
+        after: str | None = None  # the continuation of the last event queued
+        while True:
+            asked = self._asked
+            what = f"reading subscription {subscription.number + subscription.renewals} " \
+                   f"of {self.name}"
+            ended = False  # the shard's end (or an invalid event, which the caller judges)
+            try:
+                for message in subscription.stream:
+                    event = message.get("SubscribeToShardEvent")
+                    if event is None:
+                        continue
+                    if not subscription.put((_EVENT, event)):
+                        return
+                    after = event.get("ContinuationSequenceNumber")
+                    ended = after is None
+            except Exception as exc:  # noqa: BLE001 - handed to the caller as our error
+                if not subscription.closed.is_set():
+                    subscription.put((_ERROR, subscription_error(exc, what)))
+                return
+            # Renewed only while read: a source nobody asked during a whole subscription
+            # (its shard read elsewhere now) must not take the shard's subscription over.
+            if ended or after is None or self._asked == asked \
+                    or not self._renew(subscription, after):
+                subscription.put((_END, None))
+                return
+
+    def _renew(self, subscription: _Subscription, after: str) -> bool:
+        """On the reader thread: subscribe again AFTER ``after`` once Kinesis' call rules
+        allow it, and read on into the same queue. False (the caller subscribes itself, and
+        meets the refusal on its thread) if closed meanwhile or the call fails."""
+        now = time.monotonic()
+        wait = max(0.0, (self._called_at or 0.0) + CALL_INTERVAL_S - now,
+                   (self._succeeded_at or 0.0) + TAKEOVER_AFTER_S - now)
+        if subscription.closed.wait(wait):
+            return False
         try:
-            for message in subscription.stream:
-                event = message.get("SubscribeToShardEvent")
-                if event is not None and not subscription.put((_EVENT, event)):
-                    return
-        except Exception as exc:  # noqa: BLE001 - handed to the caller as our error
-            if not subscription.closed.is_set():
-                subscription.put((_ERROR, subscription_error(exc, what)))
-            return
-        subscription.put((_END, None))
+            stream = self._call_subscribe(StartingPosition.after(after))
+        except Exception as exc:  # noqa: BLE001 - the caller's own subscribe reports it
+            log.debug("%s: renewing subscription %d failed (%s); the reader subscribes "
+                      "again", self.name, subscription.number, exc)
+            return False
+        subscription.stream = stream
+        subscription.renewals += 1
+        if subscription.closed.is_set():  # closed while subscribing: close() missed it
+            subscription.close()
+            return False
+        log.debug("%s: subscription %d renewed after %s", self.name, subscription.number,
+                  after)
+        return True
 
     def _close_subscription(self) -> None:
         subscription, self._subscription = self._subscription, None

@@ -73,9 +73,15 @@ class HeldSource:
         self.initialize(start)
 
     def get_records(self) -> GetRecordsResult:
+        """The next records. At the shard's tip a task takes what its subscription has
+        pushed so far and does not wait for more (an idle shard among a task's many would
+        otherwise hold it for the source's wait every batch); it waits for a new
+        subscription's first event, and for the next event of a shard behind its tip."""
         result, self._pending = self._pending, None
         if result is None:
-            result = self.publisher.get_records()
+            publisher = self.publisher
+            at_tip = publisher.flowing and not publisher.millis_behind_latest
+            result = publisher.get_records(0.0 if at_tip else None)
         self._last = result
         return result
 
