@@ -705,6 +705,8 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
         common.progress(f"wide: {mode}")
         settings = {"spark.streaming.kinesis.consumerType": "SubscribeToShard"} \
             if mode == "fanout" else {}
+        if args.wide_shards_per_task:
+            settings["spark.streaming.kinesis.shardsPerTask"] = str(args.wide_shards_per_task)
         load = os.getloadavg()
         sc = sc_common.spark_context(sc_common.CLUSTER, settings)
         try:
@@ -772,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide-s", type=float, default=40.0)
     parser.add_argument("--wide-idle-poll-s", type=float, default=5.0,
                         help="wide: the front's longest poll of an idle subscription's shard")
+    parser.add_argument("--wide-shards-per-task", type=int, default=None,
+                        help="wide: spark.streaming.kinesis.shardsPerTask (default: ours, 32)")
     parser.add_argument("--wide-put-upstream", action="store_true",
                         help="wide: the producer puts straight into kinesalite, not through "
                              "the front")

@@ -211,8 +211,9 @@ class ConsumerConfig:
 
     checkpoint_interval_ms: int = 10000
     shutdown_grace_ms: int = 20000
-    # Spark tasks: how many shards one task reads, concurrently (``shardsPerTask``). An idle
-    # wide stream then needs few tasks a batch; busy shards still get tasks of their own.
+    # Spark tasks: how many shards one task reads, concurrently (``shardsPerTask``; an idle
+    # shard counts a quarter). An idle wide stream then needs few tasks a batch; busy shards
+    # still get tasks of their own.
     shards_per_task: int = 32
     metrics_level: str = "DETAILED"
     # CloudWatch publishing period (the KCL's metricsBufferTimeMillis).

@@ -50,7 +50,8 @@ SPARK_CONF = FrontEnd(
                "before the error is raised (kinesis-asl's key).", "3",
                field="retry_max_attempts"),
         Option(SPARK_SHARDS_PER_TASK, Whole(1), "How many shards one Spark task reads, "
-               "concurrently (the Databricks connector's shardsPerTask).", "32",
+               "concurrently (the Databricks connector's shardsPerTask); a shard that read "
+               "nothing in its last batch counts as a quarter.", "32",
                field="shards_per_task"),
         Option(SPARK_FAIL_ON_DATA_LOSS, BOOLEAN, "A batch whose start was trimmed by the "
                "stream's retention fails (true) or goes on from the oldest record Kinesis "

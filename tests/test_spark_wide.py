@@ -94,16 +94,19 @@ def _ranges(n: int) -> list[ShardRange]:
 
 @pytest.mark.unit
 def test_shards_are_grouped_into_few_tasks_and_busy_shards_spread_over_the_cores() -> None:
-    wide = group_shards(_ranges(64), shards_per_task=16, parallelism=2)
+    read = [replace(r, weight=10) for r in _ranges(64)]  # every shard read records last time
+    wide = group_shards(read, shards_per_task=16, parallelism=2)
     assert [len(g) for g in wide] == [16, 16, 16, 16]
     assert sorted(r.shard_id for g in wide for r in g) == [f"shardId-{i:012d}" for i in range(64)]
+    idle = group_shards(_ranges(256), shards_per_task=16, parallelism=2)  # a quarter each
+    assert [len(g) for g in idle] == [16 * 4] * 4
     narrow = group_shards(_ranges(4), shards_per_task=16, parallelism=2)
     assert [len(g) for g in narrow] == [2, 2]  # a backlog on 4 shards uses both cores
     busy = {"shardId-000000000003", "shardId-000000000007", "shardId-000000000011",
             "shardId-000000000015"}
     groups = group_shards([replace(r, weight=1000 if r.shard_id in busy else 0)
-                           for r in _ranges(32)], shards_per_task=8, parallelism=2)
-    assert len(groups) == 4
+                           for r in _ranges(32)], shards_per_task=3, parallelism=2)
+    assert len(groups) == 4  # 4 busy shards and 28 idle ones (7 shards' worth): 11 / 3
     assert [sum(r.shard_id in busy for r in g) for g in groups] == [1, 1, 1, 1]
     assert group_shards(_ranges(3), shards_per_task=16, parallelism=8) == \
         [(r,) for r in _ranges(3)]

@@ -22,17 +22,24 @@ from .shard_reader import Convert, read_shard_range
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 MAX_READ_THREADS = 64
+# A shard that read nothing in its last batch (weight 0) costs its task little: one empty
+# GetRecords, or by fan-out a look at its subscription's queue. It counts as this much of a
+# shard against ``shards_per_task``, so a wide, mostly idle stream needs few tasks (each task
+# costs Spark's scheduler and a Python worker round trip a batch).
+IDLE_SHARD_SHARE = 0.25
 
 
 def group_shards(ranges: Sequence[ShardRange], shards_per_task: int, parallelism: int,
                  ) -> list[tuple[ShardRange, ...]]:
-    """The batch's tasks: at most ``shards_per_task`` shards each, and at least as many tasks
-    as there are cores (``parallelism``) while there are shards to spread. The heaviest
-    shards (by their ``weight``: what they read last time) are dealt out first, one per task, so a
-    backlog never queues behind another in one task."""
+    """The batch's tasks: at most ``shards_per_task`` shards each, an idle shard counting as
+    ``IDLE_SHARD_SHARE`` of one, and at least as many tasks as there are cores
+    (``parallelism``) while there are shards to spread. The heaviest shards (by their
+    ``weight``: what they read last time) are dealt out first, one per task, so a backlog
+    never queues behind another in one task."""
     if not ranges:
         return []
-    tasks = max(math.ceil(len(ranges) / max(1, shards_per_task)), max(1, parallelism))
+    load = sum(1.0 if r.weight > 0 else IDLE_SHARD_SHARE for r in ranges)
+    tasks = max(math.ceil(load / max(1, shards_per_task)), max(1, parallelism))
     tasks = min(tasks, len(ranges))
     groups: list[list[ShardRange]] = [[] for _ in range(tasks)]
     ordered = sorted(ranges, key=lambda r: (-r.weight, r.shard_id))

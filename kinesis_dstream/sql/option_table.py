@@ -185,7 +185,8 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "AWS call (doubling).", "1000", aliases=("kinesis.client.retryIntervalMs",),
            field="retry_wait_time_ms"),
     Option(SHARDS_PER_TASK, Whole(1), "How many shards one Spark task reads, concurrently "
-           "(the Databricks connector's name).", "32", aliases=("shardsPerTask",),
+           "(the Databricks connector's name); a shard that read nothing in its last "
+           "reading counts as a quarter.", "32", aliases=("shardsPerTask",),
            field="shards_per_task"),
     Option(STARTING_POSITION, _STARTING_POSITION, "Where a new query starts; an "
            "unreadable value is refused, never taken as LATEST.", "LATEST",
