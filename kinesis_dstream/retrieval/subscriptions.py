@@ -58,6 +58,7 @@ class HeldSource:
         self._pending: GetRecordsResult | None = None
         self._last: GetRecordsResult | None = None
         self.shard_end = False  # handed out through the shard's end
+        self._looked = False  # the current task has read the publisher
 
     @property
     def millis_behind_latest(self) -> int | None:
@@ -73,15 +74,18 @@ class HeldSource:
         self.initialize(start)
 
     def get_records(self) -> GetRecordsResult:
-        """The next records. At the shard's tip a task takes what its subscription has
-        pushed so far and does not wait for more (an idle shard among a task's many would
-        otherwise hold it for the source's wait every batch); it waits for a new
-        subscription's first event, and for the next event of a shard behind its tip."""
+        """The next records. A task's first look at a subscription at its shard's tip does
+        not wait when nothing was pushed since the last task (an idle shard among a task's
+        many would otherwise hold it for the source's wait every batch). Every other look
+        waits as usual: for a new subscription's first event, for the next event of a shard
+        behind its tip, and for the events in flight behind the ones a busy shard's task
+        just took (Kinesis may still say 0 ms behind while they are on their way)."""
         result, self._pending = self._pending, None
         if result is None:
-            publisher = self.publisher
-            at_tip = publisher.flowing and not publisher.millis_behind_latest
-            result = publisher.get_records(0.0 if at_tip else None)
+            publisher, first = self.publisher, not self._looked
+            self._looked = True
+            idle_look = first and publisher.flowing and not publisher.millis_behind_latest
+            result = publisher.get_records(0.0 if idle_look else None)
         self._last = result
         return result
 
@@ -89,6 +93,7 @@ class HeldSource:
         """The task handed out the records through ``position``: keep the last result's
         records after it for the next task."""
         self.position = position
+        self._looked = False  # the next task's first look
         last, self._last = self._last, None
         if last is None:
             return
