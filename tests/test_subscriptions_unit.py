@@ -14,7 +14,11 @@ from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.records import GetRecordsResult
 from kinesis_dstream.retrieval.fanout import FanOutRecordsPublisher
-from kinesis_dstream.retrieval.subscriptions import HeldSource, SubscriptionRegistry
+from kinesis_dstream.retrieval.subscriptions import (
+    IN_FLIGHT_WAIT_S,
+    HeldSource,
+    SubscriptionRegistry,
+)
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -178,13 +182,13 @@ class RecordingPublisher:
         return GetRecordsResult(millis_behind_latest=self.millis_behind_latest)
 
 
-@pytest.mark.parametrize("flowing, behind, wait", [
-    (True, 0, 0.0),  # at the tip: what is queued, at once
-    (True, None, 0.0),
-    (True, 4000, None),  # behind its tip: the next event is coming; wait for it, not spin
-    (False, 0, None),  # a new subscription: its first event
+@pytest.mark.parametrize("flowing, behind, first, later", [
+    (True, 0, 0.0, IN_FLIGHT_WAIT_S),  # at the tip: what is queued, at once; then what is
+    (True, None, 0.0, IN_FLIGHT_WAIT_S),  # in flight behind it
+    (True, 4000, None, None),  # behind its tip: the next event is coming; wait, not spin
+    (False, 0, None, None),  # a new subscription: its first event
 ])
-def test_how_long_a_task_waits_for_its_subscription(flowing, behind, wait):
+def test_how_long_a_task_waits_for_its_subscription(flowing, behind, first, later):
     """Only a task's first look at a flowing subscription at its tip skips the wait: a
     busy shard's events in flight behind the ones just taken are waited for (the shard
     may say 0 ms behind while they are on their way), and so is the next task's."""
@@ -194,4 +198,4 @@ def test_how_long_a_task_waits_for_its_subscription(flowing, behind, wait):
     source.get_records()
     source.hand_out_through(ESN("5"))  # the task is done; the next one looks
     source.get_records()
-    assert publisher.waits == [wait, None, wait]
+    assert publisher.waits == [first, later, first]

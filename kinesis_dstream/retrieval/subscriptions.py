@@ -31,6 +31,9 @@ from .fanout import FanOutRecordsPublisher
 
 log = logging.getLogger(__name__)
 
+# At a shard's tip, how long a task waits for the events in flight behind those it took
+# (milliseconds away when they are); an idle shard's event may be seconds away.
+IN_FLIGHT_WAIT_S = 0.2
 # A held source unused for this long is closed: longer than a batch interval, so a shard
 # read batch after batch keeps its subscription, short beside the 5 minutes it lasts.
 IDLE_CLOSE_S = 60.0
@@ -76,16 +79,18 @@ class HeldSource:
     def get_records(self) -> GetRecordsResult:
         """The next records. A task's first look at a subscription at its shard's tip does
         not wait when nothing was pushed since the last task (an idle shard among a task's
-        many would otherwise hold it for the source's wait every batch). Every other look
-        waits as usual: for a new subscription's first event, for the next event of a shard
-        behind its tip, and for the events in flight behind the ones a busy shard's task
-        just took (Kinesis may still say 0 ms behind while they are on their way)."""
+        many would otherwise hold it for the source's wait every batch). Its later looks
+        wait ``IN_FLIGHT_WAIT_S`` for the events in flight behind those it took (Kinesis may
+        still say 0 ms behind while they are on their way); a new subscription's first
+        event, and the next event of a shard behind its tip, are waited for as usual."""
         result, self._pending = self._pending, None
         if result is None:
             publisher, first = self.publisher, not self._looked
             self._looked = True
-            idle_look = first and publisher.flowing and not publisher.millis_behind_latest
-            result = publisher.get_records(0.0 if idle_look else None)
+            wait: float | None = None
+            if publisher.flowing and not publisher.millis_behind_latest:
+                wait = 0.0 if first else IN_FLIGHT_WAIT_S
+            result = publisher.get_records(wait)
         self._last = result
         return result
 
