@@ -27,7 +27,7 @@ import pytest
 from spark_helpers import wait_until
 
 if __name__ != "__main__":  # the subprocess driver needs none of the emulator helpers
-    from emulators import client
+    from emulators import client, list_shard_ids
     from emulators import put_records as put_at
 
 import pyspark  # noqa: E402
@@ -919,14 +919,27 @@ def batch_files(out_dir: Path) -> dict[int, list[list]]:
 
 @pytest.mark.spark  # Spark drivers in processes of their own
 @pytest.mark.slow
-def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_stream, tmp_path):
+@pytest.mark.parametrize("mode", ["polling", "fanout"])
+def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_stream, tmp_path,
+                                                                  mode, request):
+    """kill -9 of the driver (its JVM, executors and Python workers): a new driver restarts
+    the query from its checkpointLocation; a batch run again reads the same records, and
+    every record comes once. By fan-out the dead driver's subscriptions die with it, and the
+    new one's tasks subscribe again (within the 5 s rule: waited out)."""
     stream = make_stream(2)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     checkpoint = str(tmp_path / "checkpoint")
-    opts = options(stream, env["kinesis"], env["dynamodb"], env["app"])
+    kinesis = env["kinesis"]
+    extra: dict[str, str] = {}
+    if mode == "fanout":
+        front = request.getfixturevalue("make_fanout_front")(lifetime_s=20.0)
+        kinesis = front.endpoint
+        extra = {"kinesis.consumerType": "SubscribeToShard",
+                 "kinesis.consumerName": f"{env['app']}-c"}
+    opts = options(stream, kinesis, env["dynamodb"], env["app"], **extra)
     log_path = tmp_path / "driver.log"
-    producer = KeyedProducer(env["kinesis"], stream)
+    producer = KeyedProducer(kinesis, stream)
     producer.start()
     driver = spawn_driver(out_dir, checkpoint, opts, log_path)
     try:
@@ -963,6 +976,9 @@ def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_strea
     for batch_id, files in batches.items():  # a batch run again read the same records
         assert all(f == files[0] for f in files), batch_id
     assert delivered() == Counter(s.decode() for s in sent)
+    if mode == "fanout":  # read by subscription, before the kill and after the restart
+        shards = list_shard_ids(env["kinesis"], stream)
+        assert all(front.count("SubscribeToShard", s) >= 2 for s in shards), front.calls
 
 
 def _driver_main(out_dir: str, checkpoint: str, opts_json: str) -> None:
