@@ -10,6 +10,8 @@
   ``code`` (ResourceInUseException, LimitExceededException, ...) as Kinesis answers them;
 - counts the front's own calls to the emulator by operation in ``upstream_calls`` (what a
   subscription costs the emulator);
+- notes when it pushed records (``pushed``: the time and the shard of each event that
+  carried any), so a test knows when a subscriber could first have read a put;
 - ``deregister_behind(consumer_arn)``: deregisters a consumer on the emulator directly, not
   through the front, as another client elsewhere would: a running subscription learns of it
   within a heartbeat and ends with ResourceNotFoundException.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -39,6 +42,7 @@ class FaultyFanOutFront(FanOutFront):
         self._iterators: dict[str, str] = {}  # iterator -> shard id
         self._fault_lock = threading.Lock()
         self.upstream_calls: Counter[str] = Counter()
+        self.pushed: list[tuple[float, str]] = []  # (epoch s, shard id) of events with records
         call = self.upstream.call
 
         def counted(operation: str, payload: dict[str, Any], auth: dict[str, str]) -> Any:
@@ -90,6 +94,16 @@ class FaultyFanOutFront(FanOutFront):
                     self.cuts += 1
                     raise ConnectionResetError("cut by the fan-out fault")
         super().send(subscription, message)
+        if b"SubscribeToShardEvent" in message[:200] and b'"Data"' in message:
+            with self._fault_lock:
+                self.pushed.append((time.time(), subscription.request.shard_id))
+
+    def pushed_since(self, since: float, shards: set[str]) -> float:
+        """When every one of ``shards`` had its first event with records after ``since``
+        pushed (what was put on them then, if it fitted one event each)."""
+        with self._fault_lock:
+            return max(min(at for at, s in self.pushed if at >= since and s == shard)
+                       for shard in shards)
 
     def exchange(self, operation: str, method: str, path: str, body: bytes,
                  headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
