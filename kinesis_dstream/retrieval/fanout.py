@@ -194,9 +194,8 @@ class FanOutRecordsPublisher:
         if subscription is None:
             return self._end_result()
         try:
-            wait = self._wait_s if wait_s is None else wait_s
-            kind, item = subscription.events.get(timeout=wait) if wait > 0 else \
-                subscription.events.get_nowait()
+            kind, item = subscription.events.get(
+                timeout=self._wait_s if wait_s is None else wait_s)  # 0: what is queued
         except queue.Empty:
             return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
         if kind == _EVENT:
