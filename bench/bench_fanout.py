@@ -31,8 +31,10 @@ Records are put through the front, which pushes them at once, as Kinesis pushes 
   batch time and the lag behind the clock at the window's end; the Spark conf
   ``spark.streaming.kinesis.consumerType = SubscribeToShard`` for fan-out. kinesalite has no
   consumer API, so the front in front of it keeps the consumers itself
-  (``ConsumersInFront``, below); everything else passes through to kinesalite. Goals: fan-out
-  median <= 0.5 s, within 2 s of the clock.
+  (``ConsumersInFront``, below); everything else passes through to kinesalite. The lease and
+  range tables are on ``--wide-dynamodb`` (dynalite; moto's server costs about six times the
+  CPU a call, which on 2 cores is taken from Spark). Goals: fan-out median <= 0.5 s, within
+  2 s of the clock.
 
 Not a timed test: it prints figures, the goals beside them.
 """
@@ -700,6 +702,8 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
                                 "the producer puts through the front, which pushes a put at "
                                 "once, as Kinesis does"),
                   "front_idle_poll_s": args.wide_idle_poll_s,
+                  "front_wake_only": not args.wide_put_upstream,
+                  "dynamodb": args.wide_dynamodb,
                   "settle_s": wide_args.settle, "measured_s": wide_args.duration}}
     for mode in args.wide_modes:
         common.progress(f"wide: {mode}")
@@ -711,8 +715,8 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
         sc = sc_common.spark_context(sc_common.CLUSTER, settings)
         try:
             sc_common.warm_up(sc)
-            with common.running_emulators("kinesalite", "moto") as emu, \
-                    counting_proxy.CountingProxy(emu["moto"].endpoint,
+            with common.running_emulators("kinesalite", args.wide_dynamodb) as emu, \
+                    counting_proxy.CountingProxy(emu[args.wide_dynamodb].endpoint,
                                                  split_renewals=True) as dproxy:
                 stream = h.unique_name("bench-fanout-wide")
                 h.create_stream(emu["kinesalite"].endpoint, stream, args.wide_shards)
@@ -724,14 +728,15 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
                                                      args.wide_shards, busy_keys, wide_args)
                 else:
                     # The front emulates pushing by polling kinesalite for each open
-                    # subscription: an idle one every --wide-idle-poll-s at most (and at
-                    # each heartbeat), a busy one every 0.1 s. Kinesis pushes without that
-                    # cost, which on 2 cores competes with ours: the producer puts through
-                    # the front, which wakes a shard's subscriptions at each put, so idle
-                    # shards need polling only for their heartbeats. --wide-put-upstream puts
-                    # straight into kinesalite instead (the front finds records by polling).
+                    # subscription. Kinesis pushes without that cost, which on 2 cores
+                    # competes with ours: the producer puts through the front, which wakes a
+                    # shard's subscriptions at each put and reads a shard only then
+                    # (wake_only: an idle shard's heartbeats need no GetRecords).
+                    # --wide-put-upstream puts straight into kinesalite instead, and the
+                    # front finds records by polling (an idle shard every --wide-idle-poll-s).
                     with FrontProcess(emu["kinesalite"].endpoint, consumers_in_front=True,
-                                      idle_poll_interval_s=args.wide_idle_poll_s) as front:
+                                      idle_poll_interval_s=args.wide_idle_poll_s,
+                                      wake_only=not args.wide_put_upstream) as front:
                         with_front = dict(emu, front=types.SimpleNamespace(pid=front.pid))
                         fan_args = argparse.Namespace(**vars(wide_args), put_endpoint=None
                                                       if args.wide_put_upstream
@@ -773,9 +778,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide-busy", type=int, default=8)
     parser.add_argument("--wide-s", type=float, default=40.0)
     parser.add_argument("--wide-idle-poll-s", type=float, default=5.0,
-                        help="wide: the front's longest poll of an idle subscription's shard")
+                        help="wide, with --wide-put-upstream: the front's longest poll of an "
+                             "idle subscription's shard")
     parser.add_argument("--wide-shards-per-task", type=int, default=None,
                         help="wide: spark.streaming.kinesis.shardsPerTask (default: ours, 32)")
+    parser.add_argument("--wide-dynamodb", choices=("moto", "dynalite"), default="dynalite",
+                        help="wide: the DynamoDB emulator of the lease and range tables (moto "
+                             "spends about 13 ms of CPU a call, dynalite about 2)")
     parser.add_argument("--wide-put-upstream", action="store_true",
                         help="wide: the producer puts straight into kinesalite, not through "
                              "the front")

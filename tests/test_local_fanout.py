@@ -336,6 +336,40 @@ def test_a_put_through_the_front_is_pushed_at_once(fanout):
 
 
 @pytest.mark.emulator
+def test_a_shard_read_to_its_tip_is_not_polled_again_at_once(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
+                                              poll_interval_s=3.0, idle_poll_interval_s=3.0)
+    reader = _subscribe(kinesis, consumer, Type="LATEST")
+    reader.wait(lambda: front.upstream_calls["GetRecords"] >= 1)
+    time.sleep(0.5)  # the first poll is behind it: the next one is 3 s away
+    before = front.upstream_calls["GetRecords"]
+    emulators.put_records(front.endpoint, stream, [b"one", b"two"])
+    reader.wait(lambda: reader.data() == [b"one", b"two"], timeout=2)
+    time.sleep(0.5)
+    # the page that brought them reached the tip: no second GetRecords until the interval
+    assert front.upstream_calls["GetRecords"] - before == 1
+
+
+@pytest.mark.emulator
+def test_wake_only_reads_a_shard_only_when_a_put_wakes_it(fanout):
+    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=0.5,
+                                              poll_interval_s=0.1, wake_only=True)
+    emulators.put_records(front.endpoint, stream, [b"before"])
+    reader = _subscribe(kinesis, consumer)  # TRIM_HORIZON: what is there is read at once
+    reader.wait(lambda: reader.data() == [b"before"])
+    polled = front.upstream_calls["GetRecords"]
+    reader.wait(lambda: len(reader.events) >= 5)  # heartbeats, every 0.5 s
+    assert front.upstream_calls["GetRecords"] == polled
+    assert {e["ContinuationSequenceNumber"] for e in reader.events} == {
+        reader.records[-1]["SequenceNumber"]}
+    put_at = time.monotonic()
+    emulators.put_records(front.endpoint, stream, [b"woken"])
+    reader.wait(lambda: reader.data() == [b"before", b"woken"], timeout=2)
+    assert reader.arrived[-1] - put_at < 1.0
+    assert front.upstream_calls["GetRecords"] == polled + 1
+
+
+@pytest.mark.emulator
 def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
     first = _subscribe(kinesis, consumer)

@@ -43,17 +43,21 @@ class FanOutFront:
     through the front wakes its shard's subscriptions at once),
     ``read_bytes_per_s`` paces each consumer's reads of a shard.
     ``call_interval_s`` and ``takeover_after_s`` are SubscribeToShard's 1 s and 5 s rules.
+    ``wake_only``: every put comes through the front and the stream is not resharded, so a
+    shard is read only when a put wakes it and an idle one costs the emulator nothing.
     """
 
     def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0,
                  lifetime_s: float = 300.0, heartbeat_s: float = 5.0,
                  poll_interval_s: float = 0.1, idle_poll_interval_s: float = 1.0,
                  read_bytes_per_s: float = 2 * MiB,
-                 call_interval_s: float = 1.0, takeover_after_s: float = 5.0) -> None:
+                 call_interval_s: float = 1.0, takeover_after_s: float = 5.0,
+                 wake_only: bool = False) -> None:
         self.upstream = Upstream(upstream)
         self.settings = FrontSettings(lifetime_s=lifetime_s, heartbeat_s=heartbeat_s,
                                       poll_interval_s=poll_interval_s,
-                                      idle_poll_interval_s=idle_poll_interval_s)
+                                      idle_poll_interval_s=idle_poll_interval_s,
+                                      wake_only=wake_only)
         self.rules: SubscribeRules[Subscription] = SubscribeRules(
             call_interval_s=call_interval_s, takeover_after_s=takeover_after_s)
         self.pacer = ReadPacer(read_bytes_per_s)

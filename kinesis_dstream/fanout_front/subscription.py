@@ -1,13 +1,14 @@
 """One SubscribeToShard stream, fed from the emulator's GetShardIterator and GetRecords.
 
 The stream polls its shard at once when the front sees records put on it (``wake``), and
-every ``poll_interval_s`` while records come; on a shard without new records the interval
-doubles up to ``idle_poll_interval_s``, so many idle subscriptions cost the emulator little
-and records put on the emulator directly still arrive. An idle
-shard gets an empty event (a heartbeat) every ``heartbeat_s``, inside boto3's 60 s read
-timeout. Every event carries the ContinuationSequenceNumber to resubscribe AFTER: the last
-record's, else the one before. At the shard's end the last event has no continuation and
-names the ChildShards.
+every ``poll_interval_s`` while records come (at once again while a page leaves it behind the
+tip); on a shard without new records the interval doubles up to ``idle_poll_interval_s``, so
+many idle subscriptions cost the emulator little and records put on the emulator directly
+still arrive. With ``wake_only`` (every put goes through the front) a shard is polled only
+when woken: an idle one costs the emulator nothing. An idle shard gets an empty event (a
+heartbeat) every ``heartbeat_s``, inside boto3's 60 s read timeout. Every event carries the
+ContinuationSequenceNumber to resubscribe AFTER: the last record's, else the one before. At
+the shard's end the last event has no continuation and names the ChildShards.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 # How far back (seconds) a heartbeat's continuation looks for the record before a LATEST or
 # AT_TIMESTAMP start, before it reads the shard from its start.
 _LOOK_BACK_S = (1.0, 30.0, 900.0, 86400.0)
+_PAGE = 10000  # records a GetRecords asks for
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class FrontSettings:
     poll_interval_s: float = 0.1
     idle_poll_interval_s: float = 1.0
     max_event_bytes: int = 1024 * 1024
+    # Records reach the emulator only through the front, and the stream is not resharded:
+    # a shard is read only when a put wakes it (a benchmark's wide stream of idle shards)
+    wake_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,13 @@ class Subscription:
         self._pacer, self._send, self._consumer_gone = pacer, send, consumer_gone
         self.write = write  # where ``send`` puts this stream's chunks
         self._wake = threading.Event()  # new records, or the end: poll now
+        self._wake.set()  # the first poll reads what is there already
         self._ended = threading.Event()
         self._ending: tuple[str, str] | None = None  # (exception type, message)
         self.continuation: str | None = self._known_start()
         self._child_shards_seen: list[dict[str, Any]] | None = None
+        self._behind = 0  # the last page's MillisBehindLatest, for a heartbeat not polled
+        self._caught_up = True
         self.events_sent = 0
         self.records_sent = 0
 
@@ -128,7 +136,10 @@ class Subscription:
                     interval = self._settings.poll_interval_s
                 try:
                     beat = now - last_event >= self._settings.heartbeat_s
-                    pushed = self._poll_once(heartbeat=beat)
+                    # wake_only: nothing put since a poll that reached the tip, nothing to read
+                    fetch = (woken or not self._settings.wake_only or not self._caught_up
+                             or self.continuation is None)
+                    pushed = self._poll_once(heartbeat=beat, fetch=fetch)
                 except UpstreamError as exc:
                     log.warning("fan-out front: %s on %s: %s", exc.code, self.key, exc.message)
                     self._send(self, frames.exception("InternalFailureException", exc.message))
@@ -142,37 +153,43 @@ class Subscription:
                     self._event({"Records": [], "ContinuationSequenceNumber": None,
                                  "MillisBehindLatest": 0, "ChildShards": self._child_shards()})
                     return "shard-end"
-                if not pushed or pushed == "heartbeat":
+                if pushed != "records" or self._caught_up:
                     due = min(deadline, last_event + self._settings.heartbeat_s)
-                    self._wake.wait(min(interval, max(due - time.monotonic(), 0.0)))
+                    wait = max(due - time.monotonic(), 0.0)
+                    self._wake.wait(wait if self._settings.wake_only else min(interval, wait))
         except OSError:  # the client left (or a test cut the connection)
             return "client-gone"
 
-    def _poll_once(self, heartbeat: bool) -> str:
-        """One GetRecords: its records as events ("records"), else a heartbeat if due."""
+    def _poll_once(self, heartbeat: bool, fetch: bool = True) -> str:
+        """One GetRecords (unless ``fetch`` is false): its records as events ("records"), else
+        a heartbeat if due."""
         assert self._iterator is not None
         before = None
         if heartbeat and self.continuation is None:
             before = self._position_before_start()  # probe first: see _position_before_start
-        page = self._get_records()
-        records = page.get("Records") or []
-        self._iterator = page.get("NextShardIterator")
-        behind = int(page.get("MillisBehindLatest", 0))
-        self._child_shards_seen = page.get("ChildShards") or self._child_shards_seen
+        records: list[dict[str, Any]] = []
+        if fetch:
+            page = self._get_records()
+            records = page.get("Records") or []
+            self._iterator = page.get("NextShardIterator")
+            self._behind = int(page.get("MillisBehindLatest", 0))
+            # behind the tip, or a full page: poll again at once, not after an interval
+            self._caught_up = self._behind == 0 and len(records) < _PAGE
+            self._child_shards_seen = page.get("ChildShards") or self._child_shards_seen
         if records:
-            self._push(records, behind)
+            self._push(records, self._behind)
             return "records"
         if heartbeat and self._iterator is not None:
             if self.continuation is None:
                 self.continuation = before
             self._event({"Records": [], "ContinuationSequenceNumber": self.continuation,
-                         "MillisBehindLatest": behind})
+                         "MillisBehindLatest": self._behind})
             return "heartbeat"
         return ""
 
     def _get_records(self) -> dict[str, Any]:
         try:
-            return self._call("GetRecords", ShardIterator=self._iterator, Limit=10000)
+            return self._call("GetRecords", ShardIterator=self._iterator, Limit=_PAGE)
         except UpstreamError as exc:
             if exc.code != "ExpiredIteratorException" or self.continuation is None:
                 raise
@@ -180,7 +197,7 @@ class Subscription:
                 "GetShardIterator", StreamName=self.request.stream_name,
                 ShardId=self.request.shard_id, ShardIteratorType="AFTER_SEQUENCE_NUMBER",
                 StartingSequenceNumber=self.continuation)["ShardIterator"]
-            return self._call("GetRecords", ShardIterator=self._iterator, Limit=10000)
+            return self._call("GetRecords", ShardIterator=self._iterator, Limit=_PAGE)
 
     def _push(self, records: list[dict[str, Any]], behind: int) -> None:
         """Records in events of at most a fifth of a second's reads (and max_event_bytes),
@@ -250,7 +267,7 @@ class Subscription:
                               ShardId=self.request.shard_id, **kwargs).get("ShardIterator")
         last = None
         while iterator:
-            page = self._call("GetRecords", ShardIterator=iterator, Limit=10000)
+            page = self._call("GetRecords", ShardIterator=iterator, Limit=_PAGE)
             for record in page.get("Records") or []:
                 if stop(record):
                     return last
