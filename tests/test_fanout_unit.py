@@ -20,7 +20,12 @@ from kinesis_dstream.errors import (
 )
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.retrieval import fanout, open_source
-from kinesis_dstream.retrieval.fanout import BUFFER_EVENTS, FanOutRecordsPublisher
+from kinesis_dstream.retrieval.fanout import (
+    BUFFER_BYTES,
+    BUFFER_EVENTS,
+    EventBuffer,
+    FanOutRecordsPublisher,
+)
 from kinesis_dstream.retry import is_throttling
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
@@ -55,10 +60,12 @@ class FakeStream:
     """boto3's EventStream: iterates events, then ends (or raises ``error``)."""
 
     def __init__(self, events: list[dict], error: Exception | None = None,
-                 endless: bool = False, ends_when: threading.Event | None = None) -> None:
+                 endless: bool = False, ends_when: threading.Event | None = None,
+                 endless_data: bytes = b"") -> None:
         self.events = events
         self.error = error
         self.endless = endless
+        self.endless_data = endless_data  # each endless event: one record of this data
         self.ends_when = ends_when  # its events given, it ends only once this is set
         self.pulled = 0
         self.closed = threading.Event()
@@ -72,7 +79,8 @@ class FakeStream:
             assert self.ends_when.wait(30)
         while self.endless and not self.closed.is_set():
             self.pulled += 1
-            yield event([], str(1000 + self.pulled))
+            records = [record(1000 + self.pulled, self.endless_data)] if self.endless_data else []
+            yield event(records, str(1000 + self.pulled))
         if self.error is not None:
             raise self.error
 
@@ -285,6 +293,46 @@ def test_a_subscription_nobody_read_while_it_lasted_is_not_renewed(monkeypatch):
     assert fake.threads[1] is threading.current_thread()
     assert fake.calls[1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
                                                  "SequenceNumber": "1"}
+
+
+def test_the_buffer_is_bounded_by_bytes_and_events_and_always_takes_the_end():
+    never = threading.Event()
+    buffer = EventBuffer(max_bytes=100, max_events=3)
+    sixty = ("event", event([record(1, b"x" * 60)], "1")["SubscribeToShardEvent"])
+    assert buffer.put(sixty, never) and not buffer.full
+    assert buffer.put(sixty, never) and buffer.full  # 120 bytes: let in, and now full
+    assert buffer.put(("end", None), never)  # the end is never held back
+    assert buffer.get(0) == sixty and not buffer.full
+    small = ("event", event([record(2)], "2")["SubscribeToShardEvent"])
+    counted = EventBuffer(max_bytes=100, max_events=3)
+    assert counted.put(small, never) and counted.put(small, never) and not counted.full
+    assert counted.put(small, never) and counted.full  # three events, whatever their size
+    closed = threading.Event()
+    closed.set()
+    assert not counted.put(small, closed)  # full, and its subscription closed: not added
+    assert len(counted) == 3
+
+
+def test_a_batch_of_small_events_waits_in_the_buffer_for_the_next_task():
+    """A Spark task takes a busy shard's events once a batch: the buffer holds many small
+    events, where the KCL's 10 would stop the reading between tasks."""
+    stream = FakeStream([], endless=True, endless_data=b"x" * 100)
+    publisher = source(FakeKinesis(stream))
+    publisher.get_records()
+    buffered = publisher._subscription.events  # type: ignore[union-attr]
+    wait_for(lambda: len(buffered) >= 500, "a second's small events of 500 puts buffered")
+    publisher.close()
+
+
+def test_large_events_stop_the_reading_at_the_byte_bound():
+    stream = FakeStream([], endless=True, endless_data=b"x" * (1024 * 1024))
+    publisher = source(FakeKinesis(stream))
+    publisher.get_records()  # subscribes; the reader fills the buffer, then blocks
+    wait_for(lambda: stream.pulled >= BUFFER_BYTES // (1024 * 1024), "the buffer full")
+    time.sleep(0.3)  # a reader not held by the bound would pull hundreds more meanwhile
+    assert stream.pulled <= BUFFER_BYTES // (1024 * 1024) + 3
+    publisher.close()
+    assert stream.closed.wait(5)
 
 
 def test_a_slow_reader_stops_the_reading_and_close_ends_it():

@@ -2,9 +2,9 @@
 
 One subscription per shard at a time. The subscribe call runs on the caller's thread, so a
 refusal (the 5 s rule, a throttle) is raised to the caller as polling's errors are, and its
-pacer waits it out; a reader thread then moves the pushed events into a bounded queue, and
-blocks when the queue is full, so a slow caller stops the reading (TCP holds the rest) and
-memory stays bounded. Each subscription has its own queue: a closed one's late events
+pacer waits it out; a reader thread then moves the pushed events into a buffer bounded by
+bytes, and blocks when it is full, so a slow caller stops the reading (TCP holds the rest)
+and memory stays bounded. Each subscription has its own buffer: a closed one's late events
 cannot reach the next.
 
 Positions, as the KCL's publisher: the first subscription starts AT_SEQUENCE_NUMBER the
@@ -34,6 +34,7 @@ import queue
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,9 +56,13 @@ from .model import StartingPosition, records_after, shard_name
 
 log = logging.getLogger(__name__)
 
-# Events held per shard between the reader thread and the caller (the KCL: 10, and one
-# terminal signal). An event holds at most what a shard pushes in a second or so.
-BUFFER_EVENTS = 10
+# What is held per shard between the reader thread and the caller: the reader blocks once
+# the held events' records reach BUFFER_BYTES (two seconds of a shard's 2 MiB/s push) or
+# their count BUFFER_EVENTS. The KCL holds 10 events for a consumer that reads all the time;
+# a Spark task comes once a batch and takes what was pushed since the last, so the buffer
+# holds a batch's events (a busy shard pushes many small ones a second), bounded by bytes.
+BUFFER_BYTES = 4 * 1024 * 1024
+BUFFER_EVENTS = 1000
 # Kinesis refuses a SubscribeToShard within 1 s of the last call and within 5 s of the last
 # successful one (same consumer and shard); a renewal waits them out before it calls.
 CALL_INTERVAL_S = 1.0
@@ -68,31 +73,87 @@ WAIT_S = 0.5
 _EVENT, _END, _ERROR = "event", "end", "error"
 
 
+class EventBuffer:
+    """A FIFO of (kind, item) bounded by its events' record bytes and count: ``put`` blocks
+    while it is full, ``get`` waits for an item. The item that crosses the bound is let in
+    (an event is never split), and the end or an error always is."""
+
+    def __init__(self, max_bytes: int = BUFFER_BYTES, max_events: int = BUFFER_EVENTS) -> None:
+        self.max_bytes, self.max_events = max_bytes, max_events
+        self._items: deque[tuple[tuple[str, Any], int]] = deque()
+        self._bytes = 0
+        self._changed = threading.Condition()
+
+    def put(self, item: tuple[str, Any], closed: threading.Event) -> bool:
+        """Add ``item`` once there is room (at once for the end or an error); False if
+        ``closed`` is set first."""
+        size = event_bytes(item[1]) if item[0] == _EVENT else 0
+        with self._changed:
+            while item[0] == _EVENT and self.full:
+                if closed.is_set():
+                    return False
+                self._changed.wait(WAIT_S)
+            if closed.is_set():
+                return False
+            self._items.append((item, size))
+            self._bytes += size
+            self._changed.notify_all()
+            return True
+
+    def get(self, timeout: float) -> tuple[str, Any]:
+        """The oldest item, waiting up to ``timeout`` (0: only what is held); queue.Empty
+        if none came."""
+        with self._changed:
+            if not self._items and (timeout <= 0 or not self._changed.wait_for(
+                    lambda: bool(self._items), timeout)):
+                raise queue.Empty
+            item, size = self._items.popleft()
+            self._bytes -= size
+            self._changed.notify_all()
+            return item
+
+    @property
+    def full(self) -> bool:
+        """An event put now would wait."""
+        return self._bytes >= self.max_bytes or len(self._items) >= self.max_events
+
+    def wake(self) -> None:
+        """Wake a blocked ``put`` (its subscription was closed)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._items)
+
+
+def event_bytes(event: Any) -> int:
+    """What a pushed event's records hold: their data."""
+    return sum(len(r.get("Data") or b"") for r in event.get("Records") or ()) \
+        if isinstance(event, dict) else 0
+
+
 @dataclass
 class _Subscription:
-    """One SubscribeToShard call's stream, its reader thread and its own queue."""
+    """One SubscribeToShard call's stream, its reader thread and its own buffer."""
 
     number: int
     stream: Any
-    events: queue.Queue = field(default_factory=lambda: queue.Queue(BUFFER_EVENTS + 1))
+    events: EventBuffer = field(default_factory=EventBuffer)
     closed: threading.Event = field(default_factory=threading.Event)
     renewals: int = 0  # the subscriptions its reader renewed it with
     flowing: bool = False  # an event was taken from it
 
     def put(self, item: tuple[str, Any]) -> bool:
-        """Queue ``item``, blocking while the queue is full; False once closed."""
-        while not self.closed.is_set():
-            try:
-                self.events.put(item, timeout=WAIT_S)
-                return True
-            except queue.Full:
-                continue
-        return False
+        """Buffer ``item``, blocking while the buffer is full; False once closed."""
+        return self.events.put(item, self.closed)
 
     def close(self) -> None:
-        """Stop the reader: the flag for a reader blocked on the queue, the socket for one
-        blocked on a read (closing a response from another thread does not wake it)."""
+        """Stop the reader: the flag (and a wake) for a reader blocked on the buffer, the
+        socket for one blocked on a read (closing a response from another thread does not
+        wake it)."""
         self.closed.set()
+        self.events.wake()
         raw = getattr(self.stream, "_raw_stream", None)
         connection = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
         sock = getattr(connection, "sock", None)

@@ -43,10 +43,11 @@ EXACT_READ_PATIENCE_S = 600.0
 # A new range refused before its first record waits for at most this long in all (one
 # ``throttle_wait_s`` pause), then hands out nothing: the next batch tries again.
 NEW_READ_THROTTLE_PATIENCE_S = 1.0
-# A pushed event at the tip (MillisBehindLatest 0) may be one of several already queued: a
-# new range under fan-out takes the events pushed in this long, or until none comes in the
-# source's wait, rather than one event a batch.
-PUSH_TIP_S = 0.2
+# A pushed event at the tip (MillisBehindLatest 0) may be one of several already buffered: a
+# new range under fan-out takes what its subscription buffered since the last task, and the
+# events that follow without a pause, for this long at most (a shard pushed to without a
+# pause would hold its task to the time budget; what comes later is the next batch's).
+PUSH_TIP_S = 0.05
 
 
 @dataclass

@@ -32,8 +32,9 @@ from .fanout import FanOutRecordsPublisher
 log = logging.getLogger(__name__)
 
 # At a shard's tip, how long a task waits for the events in flight behind those it took
-# (milliseconds away when they are); an idle shard's event may be seconds away.
-IN_FLIGHT_WAIT_S = 0.2
+# (milliseconds away when they are: the buffer holds what was pushed since the last task);
+# an idle shard's event may be seconds away.
+IN_FLIGHT_WAIT_S = 0.03
 # A held source unused for this long is closed: longer than a batch interval, so a shard
 # read batch after batch keeps its subscription, short beside the 5 minutes it lasts.
 IDLE_CLOSE_S = 60.0
