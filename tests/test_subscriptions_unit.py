@@ -199,3 +199,65 @@ def test_how_long_a_task_waits_for_its_subscription(flowing, behind, first, late
     source.hand_out_through(ESN("5"))  # the task is done; the next one looks
     source.get_records()
     assert publisher.waits == [first, later, first]
+
+
+def test_a_pushed_read_at_the_tip_takes_the_next_events_and_says_so_once():
+    """A fresh range's read at the shard's tip under fan-out takes the events that follow
+    within the push window (not a batch later), and tells its caller once, when it starts
+    to wait, so the lease check runs meanwhile; a read that found nothing never tells."""
+    from dataclasses import replace
+
+    from kinesis_dstream.retrieval.read_loop import read
+    from kinesis_dstream.retrieval.subscriptions import subscriptions
+
+    config = replace(CONFIG, consumer_arn=ARN)
+    up = threading.Event()
+    fake = FakeKinesis(FakeStream([event([record(1)], "1"), event([record(2)], "2")],
+                                  ends_when=up))
+    told: list[float] = []
+    try:
+        reading = read(KinesisClient(config, client=fake), config, "shardId-0",  # type: ignore[arg-type]
+                       ESN.TRIM_HORIZON, None, time_budget_s=5.0,
+                       at_tip_with_records=lambda: told.append(time.monotonic()))
+        assert [r.sequence_number for r in reading.records] == ["1", "2"]
+        assert len(told) == 1
+        nothing = read(KinesisClient(config, client=fake), config, "shardId-0",  # type: ignore[arg-type]
+                       ESN("2"), None, time_budget_s=5.0,
+                       at_tip_with_records=lambda: told.append(time.monotonic()))
+        assert nothing.records == [] and len(told) == 1
+    finally:
+        up.set()
+        subscriptions().close_all()
+
+
+def test_the_lease_check_runs_on_its_own_thread_once_started_and_raises_where_asked(
+        monkeypatch):
+    from kinesis_dstream.retrieval import shard_reader
+
+    threads: list[threading.Thread] = []
+    answers: list[bool | Exception] = [True, RuntimeError("DynamoDB down")]
+
+    def lease_moved(clients, planned) -> bool:
+        threads.append(threading.current_thread())
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(shard_reader, "_lease_moved", lease_moved)
+
+    class Planned:
+        owner, shard_id = "worker-1", "shardId-0"
+
+    started = shard_reader._LeaseCheck(None, Planned())  # type: ignore[arg-type]
+    started.start()
+    assert started.moved() is True
+    assert threads[-1] is not threading.current_thread()
+    failing = shard_reader._LeaseCheck(None, Planned())  # type: ignore[arg-type]
+    failing.start()
+    with pytest.raises(RuntimeError, match="DynamoDB down"):
+        failing.moved()
+    answers.append(False)
+    asked_at_the_end = shard_reader._LeaseCheck(None, Planned())  # type: ignore[arg-type]
+    assert asked_at_the_end.moved() is False
+    assert threads[-1] is threading.current_thread()

@@ -45,9 +45,10 @@ EXACT_READ_PATIENCE_S = 600.0
 NEW_READ_THROTTLE_PATIENCE_S = 1.0
 # A pushed event at the tip (MillisBehindLatest 0) may be one of several already buffered: a
 # new range under fan-out takes what its subscription buffered since the last task, and the
-# events that follow without a pause, for this long at most (a shard pushed to without a
-# pause would hold its task to the time budget; what comes later is the next batch's).
-PUSH_TIP_S = 0.05
+# events that follow (``subscriptions.IN_FLIGHT_WAIT_S`` apart at most), for this long at
+# most: records pushed while the batch reads are in it, not a batch later (lower latency),
+# while a shard pushed to all the time cannot hold its task to the time budget.
+PUSH_TIP_S = 0.1
 
 
 @dataclass
@@ -78,13 +79,16 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
          end: ExtendedSequenceNumber | None = None, iterator: str | None = None,
          max_records: int = 0, time_budget_s: float = 0.0, max_bytes: int = 0,
          pace: FetchPace | None = None,
-         sleep: Callable[[float], None] = time.sleep) -> Reading:
+         sleep: Callable[[float], None] = time.sleep,
+         at_tip_with_records: Callable[[], None] | None = None) -> Reading:
     """From ``start`` (exclusive), either exactly through ``end`` (a recorded range), or until
     ``max_records``, ``max_bytes`` (reached, not bounded: a page is kept whole), the shard's
     end, its tip or ``time_budget_s`` (a new range). ``pace`` spaces the GetRecords calls; a
     new range whose next call would wait past its time budget stops there. A new polling
     range's GetRecords asks for no more records than its cap (a page beyond it would spend the
-    shard's 2 MiB/s on records the next batch reads again)."""
+    shard's 2 MiB/s on records the next batch reads again). ``at_tip_with_records`` is
+    called once when a pushed read has records at the tip and waits for the events that
+    follow (the caller's lease check runs meanwhile)."""
     exact = end is not None
     if max_records and not exact and max_records < config.max_records and \
             config.retrieval_mode != "FANOUT":
@@ -101,6 +105,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     held: HeldSource | None = None
     aligned = True
     done = False
+    told = at_tip_with_records is None
     try:
         while True:
             try:
@@ -175,10 +180,13 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             if result.shard_end:
                 reading.shard_end, reading.child_shard_ids = True, tuple(result.child_shard_ids)
                 break
-            if result.at_tip(config.max_records) and (
-                    not source.pushes or not result.records
-                    or time.monotonic() - began >= PUSH_TIP_S):
-                break
+            if result.at_tip(config.max_records):
+                if not source.pushes or not result.records \
+                        or time.monotonic() - began >= PUSH_TIP_S:
+                    break
+                if not told and at_tip_with_records is not None:
+                    told = True
+                    at_tip_with_records()
             if max_bytes and reading.bytes_read >= max_bytes:
                 reading.more_left = True
                 break

@@ -12,8 +12,9 @@ nothing either: a later computation that finds no recorded range knows the first
 empty, and returns nothing too, whatever arrived since (the caller says which computation
 is the first; see ``read_shard_range``). A shard with no records thus costs one GetRecords
 per batch and no DynamoDB call; the lease check (one read of the lease item) is made only
-when there are records to hand out. A read that found nothing because it was refused looks
-for a recorded range first: it may be the retry of a computation that recorded one.
+when there are records to hand out (under fan-out, while the read waits at the tip). A
+read that found nothing because it was refused looks for a recorded range first: it may be
+the retry of a computation that recorded one.
 
 The DynamoDB calls (the range written, looked up, the lease read) wait an outage out: it
 holds the task's records back until their range is recorded, and batches go on from what
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import replace
 from typing import Any, Callable, TypeVar
@@ -71,6 +73,37 @@ def _lease_moved(clients: ReaderClients, planned: ShardRange) -> bool:
              shard_name(clients.leases.config.stream_name, planned.shard_id),
              lease.lease_owner, planned.batch_ms)
     return True
+
+
+class _LeaseCheck:
+    """``_lease_moved`` of one read with records: asked at the read's end, or started on a
+    thread of its own while a pushed read at the shard's tip waits for the events that
+    follow (``start``), so that the DynamoDB call costs the task no time of its own."""
+
+    def __init__(self, clients: ReaderClients, planned: ShardRange) -> None:
+        self._clients, self._planned = clients, planned
+        self._thread: threading.Thread | None = None
+        self._answer: bool | BaseException = False
+
+    def start(self) -> None:
+        if self._thread is None and self._planned.owner is not None:
+            self._thread = threading.Thread(target=self._ask, daemon=True,
+                                            name=f"lease-check-{self._planned.shard_id}")
+            self._thread.start()
+
+    def _ask(self) -> None:
+        try:
+            self._answer = _lease_moved(self._clients, self._planned)
+        except BaseException as exc:  # noqa: BLE001 - raised in the reading thread
+            self._answer = exc
+
+    def moved(self) -> bool:
+        if self._thread is None:
+            return _lease_moved(self._clients, self._planned)
+        self._thread.join()
+        if isinstance(self._answer, BaseException):
+            raise self._answer
+        return self._answer
 
 
 # What a partition's records (of the stream a config reads) become before they leave the
@@ -135,12 +168,14 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
                               start, timestamp, **bounds)
             if reading is not None:
                 subscriber = planned.subscriber
+    lease_check = _LeaseCheck(clients, planned)
     if reading is None:
         reading = read(clients.kinesis, config, planned.shard_id, start, timestamp,
-                       iterator=iterator, sleep=sleep, **bounds)
+                       iterator=iterator, sleep=sleep, at_tip_with_records=lease_check.start,
+                       **bounds)
     if reading.lost is not None and config.fail_on_data_loss:
         report_data_loss(config, reading.lost)  # raises: no record leaves the task
-    if reading.records and _lease_moved(clients, planned):
+    if reading.records and lease_check.moved():
         reading = Reading(calls=reading.calls, served=reading.served, seconds=reading.seconds,
                           throttled=reading.throttled, faults=reading.faults)
     records = reading.records
