@@ -32,7 +32,7 @@ Records are put through the front, which pushes them at once, as Kinesis pushes 
   ``spark.streaming.kinesis.consumerType = SubscribeToShard`` for fan-out. kinesalite has no
   consumer API, so the front in front of it keeps the consumers itself
   (``ConsumersInFront``, below); everything else passes through to kinesalite. The lease and
-  range tables are on ``--wide-dynamodb`` (dynalite; moto's server costs about six times the
+  range tables are on ``--wide-dynamodb`` (dynalite; moto's server costs about eight times the
   CPU a call, which on 2 cores is taken from Spark). Goals: fan-out median <= 0.5 s, within
   2 s of the clock.
 
@@ -784,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="wide: spark.streaming.kinesis.shardsPerTask (default: ours, 32)")
     parser.add_argument("--wide-dynamodb", choices=("moto", "dynalite"), default="dynalite",
                         help="wide: the DynamoDB emulator of the lease and range tables (moto "
-                             "spends about 13 ms of CPU a call, dynalite about 2)")
+                             "spends about 13 ms of CPU a call, dynalite about 1.5)")
     parser.add_argument("--wide-put-upstream", action="store_true",
                         help="wide: the producer puts straight into kinesalite, not through "
                              "the front")
