@@ -415,12 +415,15 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
     print(f"batches passed over, pushed, triggered and in the sink after the put: idle "
           f"shard {idle}, child shards {child}")
     # Read promptly whatever the machine's load (the awslabs connector looped silently on
-    # such shards): the idle shard's records by the first micro-batch triggered after the
-    # front pushed them, the children's by the second (the first may be the one that reads
-    # the parent's end: parents before children). On a quiet machine that is within 2 s of
-    # the put (0.5-0.7 s and 1.4-1.9 s measured); a loaded one stretches the emulator's
-    # push and the batches between.
-    assert idle[0] == 0 and child[0] <= 1, (idle, child)
+    # such shards): the idle shard's records by the second micro-batch triggered after the
+    # front pushed them, the children's by the second too (the first may be the one that
+    # reads the parent's end: parents before children). The idle shard's first may miss
+    # them: a task's first look at an idle subscription does not wait, and under load an
+    # event pushed just before it may still be on its way to the reader thread (fresh-clone
+    # CI, session 18: pushed 8 ms after the put, one micro-batch passed over, read 2.6 s
+    # after the put). On a quiet machine that is within 2 s of the put (0.5-0.7 s and
+    # 1.4-1.9 s measured); a loaded one stretches the push and the batches between.
+    assert idle[0] <= 1 and child[0] <= 1, (idle, child)
     assert idle[3] <= 10.0 and child[3] <= 10.0, (idle, child)
     assert sinks[0].data() == Counter(both)  # every record once
     assert sinks[1].data() == Counter(both + late + young)
