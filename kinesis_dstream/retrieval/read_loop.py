@@ -105,7 +105,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     held: HeldSource | None = None
     aligned = True
     done = False
-    told = at_tip_with_records is None
+    told = False  # at_tip_with_records was called
     try:
         while True:
             try:
