@@ -366,7 +366,25 @@ def test_wake_only_reads_a_shard_only_when_a_put_wakes_it(fanout):
     emulators.put_records(front.endpoint, stream, [b"woken"])
     reader.wait(lambda: reader.data() == [b"before", b"woken"], timeout=2)
     assert reader.arrived[-1] - put_at < 1.0
+    # pushed from the put the front relayed, not read back from the emulator
+    assert front.upstream_calls["GetRecords"] == polled
+    record = reader.records[-1]
+    assert set(record) >= {"SequenceNumber", "ApproximateArrivalTimestamp", "PartitionKey"}
+    assert int(record["SequenceNumber"]) > int(reader.records[0]["SequenceNumber"])
+    for chunk in ([b"c1", b"c2"], [b"c3"], [b"c4", b"c5", b"c6"]):
+        emulators.put_records(front.endpoint, stream, chunk)
+    reader.wait(lambda: len(reader.records) == 8, timeout=2)
+    assert reader.data() == [b"before", b"woken", b"c1", b"c2", b"c3", b"c4", b"c5", b"c6"]
+    assert front.upstream_calls["GetRecords"] == polled
+    # records the log no longer holds (it keeps 1 to 2 a shard here) are read from the
+    # emulator, after the last one pushed
+    front.put_log.per_shard = 1
+    emulators.put_records(front.endpoint, stream, [b"d1", b"d2", b"d3"])
+    reader.wait(lambda: len(reader.records) == 11, timeout=2)
+    assert reader.data()[8:] == [b"d1", b"d2", b"d3"]
     assert front.upstream_calls["GetRecords"] == polled + 1
+    sequences = [int(r["SequenceNumber"]) for r in reader.records]
+    assert sequences == sorted(set(sequences))
 
 
 @pytest.mark.emulator

@@ -2,6 +2,7 @@
 SubscribeToShard, which the front answers as Kinesis does (see the package docstring)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -14,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from . import frames
+from .put_log import PutLog
 from .rules import MiB, ReadPacer, Refused, SubscribeRules
 from .subscription import FrontSettings, SubscribeRequest, Subscription
 from .upstream import (
@@ -44,7 +46,8 @@ class FanOutFront:
     ``read_bytes_per_s`` paces each consumer's reads of a shard.
     ``call_interval_s`` and ``takeover_after_s`` are SubscribeToShard's 1 s and 5 s rules.
     ``wake_only``: every put comes through the front and the stream is not resharded, so a
-    shard is read only when a put wakes it and an idle one costs the emulator nothing.
+    shard is read only when a put wakes it and an idle one costs the emulator nothing; the
+    put's records are pushed from the put itself (``put_log``) once a subscription is at the tip.
     """
 
     def __init__(self, upstream: str, *, host: str = "127.0.0.1", port: int = 0,
@@ -69,6 +72,8 @@ class FanOutFront:
         self._active: dict[str, tuple[dict[str, Any], float]] = {}
         self._consumers_gone: set[str] = set()
         self._lock = threading.Lock()
+        # wake_only: every put comes through here, so its records are pushed from the log
+        self.put_log = PutLog() if wake_only else None
 
     @property
     def endpoint(self) -> str:
@@ -117,17 +122,20 @@ class FanOutFront:
     def forward(self, operation: str, handler: "_FrontHandler", body: bytes) -> None:
         """Pass a call to the emulator and its answer back unchanged."""
         headers = end_to_end(handler.headers.items())
-        try:
-            status, reply_headers, data = self.exchange(operation, handler.command, handler.path,
-                                                        body, headers)
-        except OSError as exc:
-            send_body(handler, 502, [("Content-Type", "text/plain")],
-                      f"upstream unreachable: {exc}".encode())
-            return
+        put = operation in ("PutRecord", "PutRecords")
+        relay = self.put_log.relay if put and self.put_log is not None else contextlib.nullcontext()
+        with relay:  # a logged put's answer is logged before the next put is relayed
+            try:
+                status, reply_headers, data = self.exchange(operation, handler.command,
+                                                            handler.path, body, headers)
+            except OSError as exc:
+                send_body(handler, 502, [("Content-Type", "text/plain")],
+                          f"upstream unreachable: {exc}".encode())
+                return
+            if put and status == 200:
+                self._records_put(operation, json.loads(body or b"{}"), json.loads(data or b"{}"))
         if operation == "DeregisterStreamConsumer" and status == 200:
             self._consumer_deregistered(json.loads(body or b"{}"), handler)
-        if operation in ("PutRecord", "PutRecords") and status == 200:
-            self._records_put(json.loads(body or b"{}"), json.loads(data or b"{}"))
         send_body(handler, status, reply_headers, data)
 
     def exchange(self, operation: str, method: str, path: str, body: bytes,
@@ -150,7 +158,7 @@ class FanOutFront:
         subscription = Subscription(
             request, iterator, upstream=self.upstream, auth=auth, settings=self.settings,
             pacer=self.pacer, send=self.send, write=handler.write_chunk,
-            consumer_gone=lambda arn: self._consumer_gone(arn, auth))
+            consumer_gone=lambda arn: self._consumer_gone(arn, auth), put_log=self.put_log)
         previous = self.rules.succeeded(request.consumer_arn, request.shard_id, subscription)
         if previous is not None:
             previous.end_with("ResourceInUseException",
@@ -237,9 +245,11 @@ class FanOutFront:
                     self._active.pop(arn, None)
                 subscription.end_with("ResourceNotFoundException", f"Consumer {arn} not found.")
 
-    def _records_put(self, call: dict[str, Any], answer: dict[str, Any]) -> None:
-        """Wake the subscriptions of the shards records were just put on."""
+    def _records_put(self, operation: str, call: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Log the records (wake_only) and wake the subscriptions of the shards they went to."""
         stream = call.get("StreamName") or str(call.get("StreamARN", "")).partition(":stream/")[2]
+        if self.put_log is not None:
+            self.put_log.add(stream, operation, call, answer)
         shards = {answer.get("ShardId")} | {r.get("ShardId") for r in answer.get("Records", ())}
         for subscription in self.rules.current():
             if (subscription.request.stream_name == stream

@@ -5,7 +5,8 @@ every ``poll_interval_s`` while records come (at once again while a page leaves 
 tip); on a shard without new records the interval doubles up to ``idle_poll_interval_s``, so
 many idle subscriptions cost the emulator little and records put on the emulator directly
 still arrive. With ``wake_only`` (every put goes through the front) a shard is polled only
-when woken: an idle one costs the emulator nothing. An idle shard gets an empty event (a
+when woken: an idle one costs the emulator nothing, and once a read has reached the tip the
+put's records come from the front's ``PutLog``, not from GetRecords. An idle shard gets an empty event (a
 heartbeat) every ``heartbeat_s``, inside boto3's 60 s read timeout. Every event carries the
 ContinuationSequenceNumber to resubscribe AFTER: the last record's, else the one before. At
 the shard's end the last event has no continuation and names the ChildShards.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import frames
+from .put_log import PutLog
 from .rules import ReadPacer
 from .upstream import Upstream, UpstreamError
 
@@ -63,9 +65,13 @@ class Subscription:
     def __init__(self, request: SubscribeRequest, iterator: str, *, upstream: Upstream,
                  auth: dict[str, str], settings: FrontSettings, pacer: ReadPacer,
                  send: Callable[["Subscription", bytes], None],
-                 write: Callable[[bytes], None], consumer_gone: Callable[[str], bool]) -> None:
+                 write: Callable[[bytes], None], consumer_gone: Callable[[str], bool],
+                 put_log: PutLog | None = None) -> None:
         self.request = request
         self._iterator: str | None = iterator
+        self._iterator_behind = False  # records were pushed from the put log past it
+        self._put_log = put_log
+        self._read_to_tip = False  # a GetRecords found the tip: the put log holds what follows
         self._upstream, self._auth, self._settings = upstream, auth, settings
         self._pacer, self._send, self._consumer_gone = pacer, send, consumer_gone
         self.write = write  # where ``send`` puts this stream's chunks
@@ -168,13 +174,18 @@ class Subscription:
         if heartbeat and self.continuation is None:
             before = self._position_before_start()  # probe first: see _position_before_start
         records: list[dict[str, Any]] = []
-        if fetch:
+        logged = self._logged() if fetch else None
+        if logged is not None:
+            records = logged
+            self._iterator_behind = self._iterator_behind or bool(records)
+        elif fetch:
             page = self._get_records()
             records = page.get("Records") or []
             self._iterator = page.get("NextShardIterator")
             self._behind = int(page.get("MillisBehindLatest", 0))
             # behind the tip, or a full page: poll again at once, not after an interval
             self._caught_up = self._behind == 0 and len(records) < _PAGE
+            self._read_to_tip = self._caught_up
             self._child_shards_seen = page.get("ChildShards") or self._child_shards_seen
         if records:
             self._push(records, self._behind)
@@ -187,7 +198,21 @@ class Subscription:
             return "heartbeat"
         return ""
 
+    def _logged(self) -> list[dict[str, Any]] | None:
+        """The records put since the last event, from the front's put log; None when the
+        emulator must be read (no log, no read has reached the tip yet, the log moved on)."""
+        if self._put_log is None or not self._read_to_tip or self.continuation is None:
+            return None
+        return self._put_log.after(self.request.stream_name, self.request.shard_id,
+                                   self.continuation)
+
     def _get_records(self) -> dict[str, Any]:
+        if self._iterator_behind and self.continuation is not None:
+            self._iterator = self._call(
+                "GetShardIterator", StreamName=self.request.stream_name,
+                ShardId=self.request.shard_id, ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+                StartingSequenceNumber=self.continuation)["ShardIterator"]
+            self._iterator_behind = False
         try:
             return self._call("GetRecords", ShardIterator=self._iterator, Limit=_PAGE)
         except UpstreamError as exc:
