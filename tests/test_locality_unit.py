@@ -45,3 +45,55 @@ def test_a_task_reads_one_executors_shards_only():
     assert sorted(r.shard_id for group, _ in tasks for r in group) == SHARDS
     for group, executor in tasks:
         assert {placed[r.shard_id] for r in group} == {executor}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_busy_shards_placed_together_spread_one_move_at_a_time():
+    clock = Clock()
+    placement = ShardPlacement(clock)
+    shards = [f"shardId-{i:02d}" for i in range(16)]
+    placement.executor_of = {s: (A if i < 8 else B) for i, s in enumerate(shards)}
+    busy = {shards[i]: 125.0 for i in (0, 1, 2, 3, 4, 5, 8, 9)}  # 6 on A, 2 on B
+    weights = {s: busy.get(s, 0.0) for s in shards}
+    holders = {s: f"pid-{placement.executor_of[s][0]}" for s in shards}
+    assert placement.balance(weights, [A, B], holders) is None  # not in the first 10 s
+    clock.now += 11
+    moved = placement.balance(weights, [A, B], holders)
+    assert moved in busy and placement.executor_of[moved] == B
+    # the moved shard's task subscribes in its new process until its holder changes
+    assert placement.subscribe_anew(moved, holders[moved])
+    assert not placement.subscribe_anew(shards[1] if moved != shards[1] else shards[2], "x")
+    assert placement.balance(weights, [A, B], holders) is None  # not again within 10 s
+    clock.now += 11
+    second = placement.balance(weights, [A, B], holders)
+    assert second in busy and second != moved and placement.executor_of[second] == B
+    load = {e: sum(w for s, w in weights.items() if placement.executor_of[s] == e) for e in (A, B)}
+    assert load[A] == load[B] == 500
+    clock.now += 11
+    assert placement.balance(weights, [A, B], holders) is None  # balanced: nothing moves
+    assert not placement.subscribe_anew(moved, "pid-1")  # it moved: done
+    assert moved not in placement.moving
+    assert placement.place(shards, [A, B])[moved] == B  # and it stays
+
+
+def test_no_move_for_a_small_gain_and_a_stuck_move_is_given_up():
+    clock = Clock()
+    placement = ShardPlacement(clock)
+    placement.executor_of = {"s0": A, "s1": A, "s2": B}
+    placement.balance({}, [A, B], {})
+    clock.now += 11
+    # A 200, B 190: moving either of A's shards would not lower A's load by 15 %
+    assert placement.balance({"s0": 100.0, "s1": 100.0, "s2": 190.0}, [A, B], {}) is None
+    moved = placement.balance({"s0": 300.0, "s1": 200.0, "s2": 0.0}, [A, B], {"s0": "old"})
+    assert moved == "s0"
+    for _ in range(15):
+        assert placement.subscribe_anew("s0", "old")
+    assert not placement.subscribe_anew("s0", "old")  # given up: asks the old process
+    assert "s0" not in placement.moving

@@ -8,6 +8,7 @@ through the front, which pushes them at once.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -92,6 +93,74 @@ def test_one_second_batches_read_every_record_once_by_subscriptions_held_between
         subscribes = front.count("SubscribeToShard", shard)
         # one a lifetime; one more where the first batches' tasks met an executor apiece
         assert 1 <= subscribes <= lifetimes + 2, (shard, subscribes, lifetimes, front.calls)
+
+
+def keys_by_shard(endpoint: str, stream: str, count: int) -> dict[str, list[str]]:
+    """``count`` partition keys landing on each shard (Kinesis hashes a key by MD5)."""
+    shards = emulators.client("kinesis", endpoint).list_shards(StreamName=stream)["Shards"]
+    found: dict[str, list[str]] = {s["ShardId"]: [] for s in shards}
+    index = 0
+    while any(len(keys) < count for keys in found.values()):
+        key, index = f"pk{index}", index + 1
+        value = int(hashlib.md5(key.encode()).hexdigest(), 16)
+        for shard in shards:
+            hash_range = shard["HashKeyRange"]
+            if int(hash_range["StartingHashKey"]) <= value <= int(hash_range["EndingHashKey"]):
+                if len(found[shard["ShardId"]]) < count:
+                    found[shard["ShardId"]].append(key)
+    return found
+
+
+@pytest.mark.spark
+def test_busy_shards_on_one_executor_are_spread_and_their_subscriptions_follow(
+        sc, env, make_stream, put_records, make_fanout_front, unique_app_name):
+    """Two busy shards placed on one executor: one moves to the other executor (after
+    ``MOVE_EVERY_S``), whose task takes the subscription over; nothing lost, nothing
+    doubled, no GetRecords."""
+    from kinesis_dstream.spark import registry
+
+    front = make_fanout_front(lifetime_s=60.0)
+    stream = make_stream(4)
+    ssc = make_ssc(sc)
+    kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=front.endpoint),
+                     configOverrides=FANOUT)
+    rows = collected(kstream)
+    planner = next(p for p in list(registry._planners.values())
+                   if p.spec.config.get("stream_name") == stream)
+    ssc.start()
+    try:
+        wait_until(lambda: len(planner.placement.executor_of) == 4, 60, "every shard placed")
+        placed = dict(planner.placement.executor_of)
+        by_executor: dict = {}
+        for shard, executor in sorted(placed.items()):
+            by_executor.setdefault(executor, []).append(shard)
+        busy = max(by_executor.values(), key=len)[:2]  # two shards of one executor
+        keys = keys_by_shard(front.endpoint, stream, 10)
+        sent: list[str] = []
+        began = time.monotonic()
+        while time.monotonic() - began < 30 and (
+                len({planner.placement.executor_of[s] for s in busy}) == 1
+                or planner.placement.moving or time.monotonic() - began < 15):
+            wave = [(key, f"{shard[-1]}-{len(sent) + i}")
+                    for shard in busy for i, key in enumerate(keys[shard])]
+            put_records(stream, wave, endpoint=front.endpoint)
+            sent.extend(data for _, data in wave)
+            time.sleep(0.25)
+        wait_until(lambda: len(rows) >= len(sent), 60, "every record")
+        read_by = {shard: set(m["read_by_pids"]) for shard, m in kstream.metrics().items()}
+        periods = planner.coordinator.periods.shards
+        holders = {s: periods[s].last_read.batch_range.subscriber for s in busy}
+    finally:
+        ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    assert sorted(rows) == sorted(sent)  # each exactly once
+    now = planner.placement.executor_of
+    assert now[busy[0]] != now[busy[1]], (placed, now)
+    assert not planner.placement.moving  # the move completed, it was not given up
+    moved = next(s for s in busy if now[s] != placed[s])
+    assert len(read_by[moved]) == 2, read_by  # its tasks ran in the new executor
+    # and its subscription followed it: it is held there, not in the old executor
+    assert holders[busy[0]] and holders[busy[1]] and holders[busy[0]] != holders[busy[1]]
+    assert front.count("GetRecords") == 0
 
 
 @pytest.mark.spark

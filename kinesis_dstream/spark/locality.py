@@ -10,18 +10,34 @@ names the executor (``executor_<host>_<id>``, Spark's ``ExecutorCacheTaskLocatio
 scheduler waits ``spark.locality.wait`` for it before it sends the task elsewhere.
 
 Shards keep their executor while it lives; new shards (and those of a lost executor) go
-to the executor with the fewest.
+to the executor with the fewest. Shards are placed before anyone knows which are busy, so
+a few busy shards may land on one executor, whose task then makes every batch wait: once
+the records read show it, one busy shard at a time moves to the least loaded executor
+(``ShardPlacement.balance``), at most every ``MOVE_EVERY_S`` and only for a clear gain. The
+moved shard's task subscribes in its new process, taking the subscription over (Kinesis
+lets a new subscription take over one older than 5 s; a refused one is tried again the next
+batch, the shard's records waiting meanwhile, never lost).
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+import time
+from typing import Any, Callable, Mapping, Sequence
 
 from ..retrieval import ShardRange, group_shards
 
 log = logging.getLogger(__name__)
 
 Executor = tuple[str, str]  # (executor id, host)
+
+# At most one shard moves between executors this often: a move costs its shard a new
+# subscription, and the records-read weights it follows change from batch to batch.
+MOVE_EVERY_S = 10.0
+# A move must lower the heaviest executor's load by this share at least.
+MOVE_MIN_GAIN = 0.15
+# Batches a moved shard's task keeps subscribing in its new process before the move is
+# given up (its tasks then ask the old process, as for any shard read elsewhere).
+MOVE_TRIES = 15
 
 
 def live_executors(sc: Any) -> list[Executor]:
@@ -38,8 +54,12 @@ def live_executors(sc: Any) -> list[Executor]:
 class ShardPlacement:
     """Which executor reads each shard, kept across batches."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor_of: dict[str, Executor] = {}
+        self._clock = clock
+        self._moved_at: float | None = None
+        # moved shard -> (the subscriber that held it before the move, batches tried)
+        self.moving: dict[str, tuple[str | None, int]] = {}
 
     def place(self, shard_ids: Sequence[str], executors: Sequence[Executor]) -> dict[str, Executor]:
         live = set(executors)
@@ -57,6 +77,61 @@ class ShardPlacement:
                 self.executor_of[shard_id] = executor
                 load[executor] += 1
         return {s: self.executor_of[s] for s in shard_ids}
+
+    def balance(self, weights: Mapping[str, float], executors: Sequence[Executor],
+                subscribers: Mapping[str, str | None]) -> str | None:
+        """Move one shard from the executor reading the most records to the one reading
+        the fewest, if that lowers the most by ``MOVE_MIN_GAIN`` at least; the shard moved.
+        ``weights``: what each placed shard read last batch; ``subscribers``: the process
+        holding each one's subscription now (the move is done once that changes)."""
+        now = self._clock()
+        if self._moved_at is None:  # the first batches' weights are the start's, not the load's
+            self._moved_at = now
+        if now - self._moved_at < MOVE_EVERY_S:
+            return None
+        live = list(executors)
+        if len(live) < 2:
+            return None
+        load = {e: 0.0 for e in live}
+        for shard_id, executor in self.executor_of.items():
+            if executor in load:
+                load[executor] += weights.get(shard_id, 0.0)
+        heavy = max(live, key=lambda e: (load[e], e))
+        light = min(live, key=lambda e: (load[e], e))
+        gap = load[heavy] - load[light]
+        movable = [(abs(gap / 2 - weights.get(s, 0.0)), s) for s, e in self.executor_of.items()
+                   if e == heavy and 0 < weights.get(s, 0.0) < gap and s not in self.moving]
+        if not movable:
+            return None
+        shard_id = min(movable)[1]
+        weight = weights[shard_id]
+        others = [load[e] for e in live if e not in (heavy, light)]
+        if max([load[heavy] - weight, load[light] + weight, *others]) > \
+                (1 - MOVE_MIN_GAIN) * load[heavy]:
+            return None
+        self.executor_of[shard_id] = light
+        self.moving[shard_id] = (subscribers.get(shard_id), 0)
+        self._moved_at = now
+        log.info("shard %s moves from executor %s to %s (records read last batch: %.0f "
+                 "there, %.0f here; the shard's %.0f)", shard_id, heavy[0], light[0],
+                 load[heavy], load[light], weight)
+        return shard_id
+
+    def subscribe_anew(self, shard_id: str, subscriber: str | None) -> bool:
+        """Should the moved shard's task subscribe in its own process (its subscription is
+        still where it was before the move)? Counts the try; False once moved or given up."""
+        moving = self.moving.get(shard_id)
+        if moving is None:
+            return False
+        before, tries = moving
+        if subscriber != before or tries >= MOVE_TRIES:
+            del self.moving[shard_id]
+            if subscriber == before:
+                log.warning("shard %s: its subscription did not move in %d batches; its new "
+                            "executor's tasks ask the old one", shard_id, tries)
+            return False
+        self.moving[shard_id] = (before, tries + 1)
+        return True
 
 
 def located_groups(ranges: Sequence[ShardRange], placement: dict[str, Executor],

@@ -230,7 +230,14 @@ class BatchPlanner:
         read = functools.partial(read_partition, self.config, self.reports, values)
         executors = live_executors(sc) if self.placement is not None else []
         if self.placement is not None and executors:
-            placed = self.placement.place([r.shard_id for r in ranges], executors)
+            placement = self.placement
+            placed = placement.place([r.shard_id for r in ranges], executors)
+            if placement.balance({r.shard_id: r.weight for r in ranges}, executors,
+                                 {r.shard_id: r.subscriber for r in ranges}):
+                placed = placement.place([r.shard_id for r in ranges], executors)
+            ranges = [replace(r, subscriber=None)
+                      if placement.subscribe_anew(r.shard_id, r.subscriber) else r
+                      for r in ranges]
             tasks = located_groups(ranges, placed, self.config.shards_per_task,
                                    sc.defaultParallelism)
             rdd = located_rdd(sc, tasks).mapPartitions(read)
