@@ -111,3 +111,28 @@ def test_shards_are_grouped_into_few_tasks_and_busy_shards_spread_over_the_cores
     assert group_shards(_ranges(3), shards_per_task=16, parallelism=8) == \
         [(r,) for r in _ranges(3)]
     assert group_shards([], shards_per_task=16, parallelism=2) == []
+
+
+@pytest.mark.unit
+def test_a_groups_busy_shards_start_reading_first_and_come_back_in_the_groups_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import Future
+
+    from kinesis_dstream.retrieval import shard_groups
+
+    started: list[str] = []
+
+    class InOrder:  # a pool that runs each read as it is submitted
+        def submit(self, fn, config, shard_range, **kwargs):
+            started.append(shard_range.shard_id)
+            future: Future = Future()
+            future.set_result(([shard_range.shard_id], None))
+            return future
+
+    monkeypatch.setattr(shard_groups, "_threads", lambda: InOrder())
+    weights = [0, 0, 40, 0, 900, 0]
+    group = [replace(r, weight=w) for r, w in zip(_ranges(6), weights, strict=True)]
+    results = list(shard_groups.read_shards(None, group))
+    assert started[:2] == [group[4].shard_id, group[2].shard_id]
+    assert sorted(started) == [r.shard_id for r in group]
+    assert [records for records, _ in results] == [[r.shard_id] for r in group]
