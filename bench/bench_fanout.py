@@ -704,6 +704,7 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
                   "front_idle_poll_s": args.wide_idle_poll_s,
                   "front_wake_only": not args.wide_put_upstream,
                   "dynamodb": args.wide_dynamodb,
+                  "spark_conf": dict(pair.split("=", 1) for pair in args.wide_spark_conf),
                   "settle_s": wide_args.settle, "measured_s": wide_args.duration}}
     for mode in args.wide_modes:
         common.progress(f"wide: {mode}")
@@ -711,6 +712,7 @@ def part_wide(args: argparse.Namespace) -> dict[str, Any]:
             if mode == "fanout" else {}
         if args.wide_shards_per_task:
             settings["spark.streaming.kinesis.shardsPerTask"] = str(args.wide_shards_per_task)
+        settings.update(pair.split("=", 1) for pair in args.wide_spark_conf)
         load = os.getloadavg()
         sc = sc_common.spark_context(sc_common.CLUSTER, settings)
         try:
@@ -788,6 +790,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wide-put-upstream", action="store_true",
                         help="wide: the producer puts straight into kinesalite, not through "
                              "the front")
+    parser.add_argument("--wide-spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="wide: a Spark setting for both modes, for example "
+                             "spark.python.unix.domain.socket.enabled=true (Spark 4.1+: no "
+                             "40 ms TCP stall at the start of each Python task)")
     parser.add_argument("--wide-modes", nargs="+", choices=("polling", "fanout"),
                         default=["polling", "fanout"])
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
