@@ -97,3 +97,19 @@ def test_no_move_for_a_small_gain_and_a_stuck_move_is_given_up():
         assert placement.subscribe_anew("s0", "old")
     assert not placement.subscribe_anew("s0", "old")  # given up: asks the old process
     assert "s0" not in placement.moving
+
+
+def test_a_shard_placed_less_than_ten_seconds_ago_is_not_moved():
+    """Its subscription there is as young: Kinesis refuses a takeover within 5 s."""
+    clock = Clock()
+    placement = ShardPlacement(clock)
+    placement.place(["s0", "s1"], [A])  # both on A: B joins later
+    placement.balance({}, [A], {})
+    clock.now += 11
+    placement.place(["s0", "s1", "s2"], [A, B])  # s2, new, goes to B
+    assert placement.executor_of == {"s0": A, "s1": A, "s2": B}
+    placement.executor_of["s2"] = A  # say it had landed on A, just now
+    weights = {"s0": 50.0, "s1": 50.0, "s2": 300.0}
+    assert placement.balance(weights, [A, B], {}) is None  # s2, the one to move, is new
+    clock.now += 11
+    assert placement.balance(weights, [A, B], {}) == "s2"

@@ -13,7 +13,9 @@ Shards keep their executor while it lives; new shards (and those of a lost execu
 to the executor with the fewest. Shards are placed before anyone knows which are busy, so
 a few busy shards may land on one executor, whose task then makes every batch wait: once
 the records read show it, one busy shard at a time moves to the least loaded executor
-(``ShardPlacement.balance``), at most every ``MOVE_EVERY_S`` and only for a clear gain. The
+(``ShardPlacement.balance``), at most every ``MOVE_EVERY_S``, only a shard placed that long
+ago (its subscription is as old: one younger than 5 s cannot be taken over) and only for a
+clear gain. The
 moved shard's task subscribes in its new process, taking the subscription over (Kinesis
 lets a new subscription take over one older than 5 s; a refused one is tried again the next
 batch, the shard's records waiting meanwhile, never lost).
@@ -57,6 +59,9 @@ class ShardPlacement:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor_of: dict[str, Executor] = {}
         self._clock = clock
+        # when each shard was placed where it is: its subscription there is about as old,
+        # and one younger than 5 s cannot be taken over (the move would stall the shard)
+        self._placed_at: dict[str, float] = {}
         self._moved_at: float | None = None
         # moved shard -> (the subscriber that held it before the move, batches tried)
         self.moving: dict[str, tuple[str | None, int]] = {}
@@ -66,6 +71,7 @@ class ShardPlacement:
         for shard_id, executor in list(self.executor_of.items()):
             if executor not in live:
                 del self.executor_of[shard_id]
+                self._placed_at.pop(shard_id, None)
                 log.info("shard %s: executor %s is gone; its tasks go elsewhere", shard_id,
                          executor[0])
         load = {e: 0 for e in executors}
@@ -75,6 +81,7 @@ class ShardPlacement:
             if shard_id not in self.executor_of:
                 executor = min(executors, key=lambda e: (load[e], e))
                 self.executor_of[shard_id] = executor
+                self._placed_at[shard_id] = self._clock()
                 load[executor] += 1
         return {s: self.executor_of[s] for s in shard_ids}
 
@@ -99,8 +106,10 @@ class ShardPlacement:
         heavy = max(live, key=lambda e: (load[e], e))
         light = min(live, key=lambda e: (load[e], e))
         gap = load[heavy] - load[light]
+        settled = now - MOVE_EVERY_S
         movable = [(abs(gap / 2 - weights.get(s, 0.0)), s) for s, e in self.executor_of.items()
-                   if e == heavy and 0 < weights.get(s, 0.0) < gap and s not in self.moving]
+                   if e == heavy and 0 < weights.get(s, 0.0) < gap and s not in self.moving
+                   and self._placed_at.get(s, float("-inf")) <= settled]
         if not movable:
             return None
         shard_id = min(movable)[1]
@@ -110,6 +119,7 @@ class ShardPlacement:
                 (1 - MOVE_MIN_GAIN) * load[heavy]:
             return None
         self.executor_of[shard_id] = light
+        self._placed_at[shard_id] = now
         self.moving[shard_id] = (subscribers.get(shard_id), 0)
         self._moved_at = now
         log.info("shard %s moves from executor %s to %s (records read last batch: %.0f "
