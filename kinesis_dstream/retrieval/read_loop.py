@@ -46,9 +46,11 @@ NEW_READ_THROTTLE_PATIENCE_S = 1.0
 # A pushed event at the tip (MillisBehindLatest 0) may be one of several already buffered: a
 # new range under fan-out takes what its subscription buffered since the last task, and the
 # events that follow (``subscriptions.IN_FLIGHT_WAIT_S`` apart at most), for this long at
-# most: records pushed while the batch reads are in it, not a batch later (lower latency),
-# while a shard pushed to all the time cannot hold its task to the time budget.
-PUSH_TIP_S = 0.1
+# most: the events in flight when the read began are in it, while a shard pushed to all the
+# time cannot hold its task. Longer buys no latency: a record the window takes in would
+# otherwise be in the next batch, but every batch ends later by the window (0.1 s made the
+# wide benchmark's batches 50-100 ms longer, docs/benchmarks.md).
+PUSH_TIP_S = 0.03
 
 
 @dataclass

@@ -32,9 +32,9 @@ from .fanout import FanOutRecordsPublisher
 log = logging.getLogger(__name__)
 
 # At a shard's tip, how long a task waits for the next event behind those it took (the
-# buffer holds what was pushed since the last task; a busy shard's next event is a put
+# buffer holds what was pushed since the last task; events still in flight are a few ms
 # away); an idle shard's event may be seconds away.
-IN_FLIGHT_WAIT_S = 0.1
+IN_FLIGHT_WAIT_S = 0.03
 # A held source unused for this long is closed: longer than a batch interval, so a shard
 # read batch after batch keeps its subscription, short beside the 5 minutes it lasts.
 IDLE_CLOSE_S = 60.0
