@@ -15,10 +15,9 @@ a few busy shards may land on one executor, whose task then makes every batch wa
 the records read show it, one busy shard at a time moves to the least loaded executor
 (``ShardPlacement.balance``), at most every ``MOVE_EVERY_S``, only a shard placed that long
 ago (its subscription is as old: one younger than 5 s cannot be taken over) and only for a
-clear gain. The
-moved shard's task subscribes in its new process, taking the subscription over (Kinesis
-lets a new subscription take over one older than 5 s; a refused one is tried again the next
-batch, the shard's records waiting meanwhile, never lost).
+clear gain. The moved shard's task subscribes in its new process, taking the subscription
+over (a refused subscribe is tried again the next batch, the shard's records waiting
+meanwhile, never lost).
 """
 from __future__ import annotations
 
