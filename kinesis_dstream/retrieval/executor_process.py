@@ -12,6 +12,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
+import stat
 import sys
 import threading
 import zipimport
@@ -146,3 +148,49 @@ def fault_log(key: str, what: str) -> FaultLog:
     if fault is None:
         fault = _faults.setdefault(key, FaultLog(log, what))
     return fault
+
+
+_worker_sockets: list[int] | None = None
+
+
+def acknowledge_input_at_once() -> None:
+    """Have the kernel acknowledge what the executor JVM sent this worker at once.
+
+    The JVM sends a Python task its command, then its partition, in two writes on a loopback
+    TCP socket; the second waits for the acknowledgement of the first, which Linux delays
+    40 ms (Nagle's algorithm meeting delayed ACKs), so every task waited 40 ms for its own
+    input (``bench/bench_task_input.py``). TCP_QUICKACK on the worker's socket sends the
+    pending acknowledgement now. The worker's sockets are the TCP sockets this process has at
+    its first task (before any read opened one of ours). A no-op off Linux and over Spark
+    4.1+'s Unix socket (``spark.python.unix.domain.socket.enabled``).
+    """
+    global _worker_sockets
+    option = getattr(socket, "TCP_QUICKACK", None)
+    if option is None:
+        return
+    if _worker_sockets is None:
+        _worker_sockets = [fd for fd in _open_fds() if _is_tcp(fd)]
+    for fd in _worker_sockets:
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+        except OSError:
+            pass  # closed since, or not a TCP socket any more: nothing to acknowledge
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return []
+
+
+def _is_tcp(fd: int) -> bool:
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return False
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            return sock.family in (socket.AF_INET, socket.AF_INET6) \
+                and sock.type == socket.SOCK_STREAM
+    except OSError:
+        return False
