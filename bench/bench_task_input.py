@@ -6,9 +6,9 @@ which Linux delays by about 40 ms (Nagle's algorithm meeting delayed ACKs). Meas
 ``local-cluster[2,1,1024]``, 20 jobs of two tasks per variant (the last 10 counted):
 
 * ``tcp``: Spark's defaults;
-* ``tcp_quickack``: the task's function first sets TCP_QUICKACK on its process's TCP sockets
-  (Linux), so the delayed acknowledgement goes out at once: what a library's task can do
-  for itself on Spark 3.5 and 4.0;
+* ``tcp_quickack``: the task's function first calls
+  ``executor_process.acknowledge_input_at_once`` (TCP_QUICKACK on the worker's socket,
+  Linux), as our read-ahead tasks do, so the delayed acknowledgement goes out at once;
 * ``unix_socket``: ``spark.python.unix.domain.socket.enabled=true`` (Spark 4.1 and later).
 
 Prints, per variant and input size, the median wait from the task function's start to its
@@ -17,9 +17,6 @@ first input element and the median job time.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import stat
 import statistics
 import sys
 import time
@@ -30,35 +27,13 @@ import spark_common
 JOBS, COUNTED = 20, 10
 
 
-def quick_ack() -> int:
-    """TCP_QUICKACK on every TCP socket of this process; how many (0 off Linux)."""
-    option = getattr(socket, "TCP_QUICKACK", None)
-    if option is None:
-        return 0
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
-                continue
-            sock = socket.socket(fileno=os.dup(int(name)))
-        except OSError:
-            continue
-        try:
-            if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
-                sock.setsockopt(socket.IPPROTO_TCP, option, 1)
-                count += 1
-        except OSError:
-            pass
-        finally:
-            sock.close()
-    return count
-
-
 def first_input(nudge: bool) -> Any:
     def body(rows: Iterator[Any]) -> Iterator[float]:
+        from kinesis_dstream.retrieval.executor_process import acknowledge_input_at_once
+
         began = time.monotonic()
         if nudge:
-            quick_ack()
+            acknowledge_input_at_once()
         first = None
         for _ in rows:
             if first is None:
