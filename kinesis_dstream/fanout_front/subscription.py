@@ -208,21 +208,23 @@ class Subscription:
 
     def _get_records(self) -> dict[str, Any]:
         if self._iterator_behind and self.continuation is not None:
-            self._iterator = self._call(
-                "GetShardIterator", StreamName=self.request.stream_name,
-                ShardId=self.request.shard_id, ShardIteratorType="AFTER_SEQUENCE_NUMBER",
-                StartingSequenceNumber=self.continuation)["ShardIterator"]
+            self._iterator = self._iterator_after(self.continuation)
             self._iterator_behind = False
         try:
             return self._call("GetRecords", ShardIterator=self._iterator, Limit=_PAGE)
         except UpstreamError as exc:
             if exc.code != "ExpiredIteratorException" or self.continuation is None:
                 raise
-            self._iterator = self._call(
-                "GetShardIterator", StreamName=self.request.stream_name,
-                ShardId=self.request.shard_id, ShardIteratorType="AFTER_SEQUENCE_NUMBER",
-                StartingSequenceNumber=self.continuation)["ShardIterator"]
+            self._iterator = self._iterator_after(self.continuation)
             return self._call("GetRecords", ShardIterator=self._iterator, Limit=_PAGE)
+
+    def _iterator_after(self, sequence: str) -> str:
+        """An iterator AFTER the last record pushed (the old one expired or was passed by
+        records pushed from the put log)."""
+        return str(self._call("GetShardIterator", StreamName=self.request.stream_name,
+                              ShardId=self.request.shard_id,
+                              ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+                              StartingSequenceNumber=sequence)["ShardIterator"])
 
     def _push(self, records: list[dict[str, Any]], behind: int) -> None:
         """Records in events of at most a fifth of a second's reads (and max_event_bytes),
