@@ -306,6 +306,43 @@ def test_heartbeats_on_an_idle_shard_and_a_latest_continuation_that_skips_nothin
 
 
 @pytest.mark.emulator
+def test_a_publisher_sees_an_event_in_its_socket_before_its_reader_queues_it(fanout):
+    """``FanOutRecordsPublisher.arriving`` looks at the socket under boto3's real event
+    stream: with the reader held (its buffer full), the next heartbeat waits in the socket
+    and is seen there; once the buffer has room the reader takes it."""
+    from kinesis_dstream.aws.kinesis import KinesisClient
+    from kinesis_dstream.config import ConsumerConfig
+    from kinesis_dstream.records import ExtendedSequenceNumber
+    from kinesis_dstream.retrieval.fanout import FanOutRecordsPublisher
+
+    front, _, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=0.3)
+    config = ConsumerConfig(application_name="app", stream_name=stream,
+                            region_name=DUMMY_REGION, aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+                            aws_secret_key=DUMMY_SECRET_ACCESS_KEY,
+                            kinesis_endpoint=front.endpoint, retrieval_mode="FANOUT")
+    publisher = FanOutRecordsPublisher(KinesisClient(config), config, SHARD0, consumer,
+                                       wait_s=5.0)
+    publisher.initialize(ExtendedSequenceNumber.LATEST)
+    try:
+        publisher.get_records()  # subscribes; the first heartbeat
+        assert publisher.flowing
+        publisher._subscription.events.max_events = 1  # noqa: SLF001 - hold the reader
+        _wait_for(lambda: publisher.arriving, 5.0)
+        publisher._subscription.events.max_events = 1000  # noqa: SLF001
+        publisher.get_records(0.0)  # room: the reader takes what waited
+        _wait_for(lambda: not publisher.arriving, 5.0)
+    finally:
+        publisher.close()
+
+
+def _wait_for(condition: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.emulator
 def test_an_idle_subscription_polls_the_emulator_less_often(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
                                               poll_interval_s=0.1, idle_poll_interval_s=0.5)

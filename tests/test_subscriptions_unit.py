@@ -173,8 +173,10 @@ def test_a_task_takes_what_its_flowing_subscription_pushed_and_waits_only_for_a_
 class RecordingPublisher:
     """Says how each read would wait: the caller's choice, not a timing."""
 
-    def __init__(self, flowing: bool, millis_behind_latest: int | None) -> None:
+    def __init__(self, flowing: bool, millis_behind_latest: int | None,
+                 arriving: bool = False) -> None:
         self.flowing, self.millis_behind_latest = flowing, millis_behind_latest
+        self.arriving = arriving  # an event's bytes are in the socket, not yet queued
         self.waits: list[float | None] = []
 
     def get_records(self, wait_s: float | None = None) -> GetRecordsResult:
@@ -199,6 +201,44 @@ def test_how_long_a_task_waits_for_its_subscription(flowing, behind, first, late
     source.hand_out_through(ESN("5"))  # the task is done; the next one looks
     source.get_records()
     assert publisher.waits == [first, later, first]
+
+
+def test_a_first_look_that_finds_an_event_arriving_waits_for_it():
+    """The first look at an idle subscription does not wait, unless an event's bytes have
+    reached its socket and are not queued yet: then it waits the in-flight time for them
+    (on a loaded machine the reader thread may queue them only after the look, and the
+    records would go to the next batch)."""
+    publisher = RecordingPublisher(True, 0, arriving=True)
+    source = HeldSource(KEY, publisher)  # type: ignore[arg-type]
+    source.get_records()
+    assert publisher.waits == [0.0, IN_FLIGHT_WAIT_S]
+
+
+def test_a_subscription_knows_when_bytes_wait_in_its_socket():
+    """``arriving``: readable bytes on the socket under boto3's stream (urllib3's response
+    connection), none once read or once the subscription is closed."""
+    import socket
+    from types import SimpleNamespace
+
+    from kinesis_dstream.retrieval.fanout import _Subscription
+
+    pusher, ours = socket.socketpair()
+    try:
+        stream = SimpleNamespace(_raw_stream=SimpleNamespace(_connection=SimpleNamespace(
+            sock=ours)), close=lambda: None)
+        subscription = _Subscription(1, stream)
+        assert not subscription.arriving()
+        pusher.sendall(b"event")
+        assert subscription.arriving()
+        ours.recv(16)
+        assert not subscription.arriving()
+        pusher.sendall(b"event")
+        subscription.closed.set()
+        assert not subscription.arriving()
+        assert not _Subscription(2, SimpleNamespace()).arriving()  # no socket to look at
+    finally:
+        pusher.close()
+        ours.close()
 
 
 def test_a_pushed_read_at_the_tip_takes_the_next_events_and_says_so_once():

@@ -34,3 +34,47 @@ def test_a_task_has_its_workers_socket_acknowledge_at_once(monkeypatch) -> None:
     finally:
         for sock in (worker, jvm, listener):
             sock.close()
+
+
+def test_an_output_task_over_a_batchs_values_acknowledges_its_input(monkeypatch) -> None:
+    """A batch's RDD carries ``BatchSerializer``: a task that loads its cached values (an
+    output operation's) acknowledges its input first, the driver's own loads (a collect) do
+    not; it reads what PySpark's default serializer wrote and compares equal to it, so
+    ``union`` and ``_reserialize`` add no pass."""
+    import io
+
+    from pyspark import TaskContext, cloudpickle
+    from pyspark.serializers import AutoBatchedSerializer, CPickleSerializer
+
+    from kinesis_dstream.spark import task
+
+    calls: list[int] = []
+    monkeypatch.setattr(task, "acknowledge_input_at_once", lambda: calls.append(1))
+    default = AutoBatchedSerializer(CPickleSerializer())
+    written = io.BytesIO()
+    default.dump_stream(iter(["a", "b", 3]), written)
+
+    ours = cloudpickle.loads(cloudpickle.dumps(task.BatchSerializer()))  # as in a command
+    assert ours == default and default == ours and not ours != default
+    assert hash(ours) == hash(default)
+
+    assert list(ours.load_stream(io.BytesIO(written.getvalue()))) == ["a", "b", 3]
+    assert calls == []  # the driver's collect: no task
+    monkeypatch.setattr(TaskContext, "get", classmethod(lambda cls: object()))
+    assert list(ours.load_stream(io.BytesIO(written.getvalue()))) == ["a", "b", 3]
+    assert calls == [1]
+
+
+def test_a_batch_rdd_gets_the_batch_serializer_unless_the_context_has_its_own() -> None:
+    from pyspark.serializers import AutoBatchedSerializer, CPickleSerializer, MarshalSerializer
+
+    from kinesis_dstream.spark.task import BatchSerializer, batch_values
+
+    class FakeRDD:
+        def __init__(self, serializer: object) -> None:
+            self._jrdd_deserializer = serializer
+
+    assert isinstance(batch_values(FakeRDD(AutoBatchedSerializer(CPickleSerializer())))
+                      ._jrdd_deserializer, BatchSerializer)
+    own = MarshalSerializer()
+    assert batch_values(FakeRDD(own))._jrdd_deserializer is own

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import select
 import socket
 import threading
 import time
@@ -154,9 +155,7 @@ class _Subscription:
         wake it)."""
         self.closed.set()
         self.events.wake()
-        raw = getattr(self.stream, "_raw_stream", None)
-        connection = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
-        sock = getattr(connection, "sock", None)
+        sock = self._socket()
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -166,6 +165,25 @@ class _Subscription:
             self.stream.close()
         except Exception:  # noqa: BLE001 - best effort; the reader ends on its next read
             log.debug("closing subscription %d", self.number, exc_info=True)
+
+    def arriving(self) -> bool:
+        """Bytes have reached the subscription's socket that its reader has not queued yet
+        (an event on its way into the buffer: the reader takes it within milliseconds, or
+        later on a loaded machine)."""
+        sock = self._socket()
+        if sock is None or self.closed.is_set():
+            return False
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):  # closed meanwhile
+            return False
+        return bool(readable)
+
+    def _socket(self) -> Any:
+        """The socket under boto3's event stream (urllib3's response), if it has one."""
+        raw = getattr(self.stream, "_raw_stream", None)
+        connection = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
+        return getattr(connection, "sock", None)
 
 
 class FanOutRecordsPublisher:
@@ -241,6 +259,12 @@ class FanOutRecordsPublisher:
         so a reader that wants only that need not wait for more."""
         subscription = self._subscription
         return subscription is not None and subscription.flowing
+
+    @property
+    def arriving(self) -> bool:
+        """An event is on its way from the socket into the buffer (``_Subscription.arriving``)."""
+        subscription = self._subscription
+        return subscription is not None and subscription.arriving()
 
     def get_records(self, wait_s: float | None = None) -> GetRecordsResult:
         """The records of the next pushed event (none if nothing came within ``wait_s``,

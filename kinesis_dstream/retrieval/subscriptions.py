@@ -82,8 +82,10 @@ class HeldSource:
         not wait when nothing was pushed since the last task (an idle shard among a task's
         many would otherwise hold it for the source's wait every batch). Its later looks
         wait ``IN_FLIGHT_WAIT_S`` for the events in flight behind those it took (Kinesis may
-        still say 0 ms behind while they are on their way); a new subscription's first
-        event, and the next event of a shard behind its tip, are waited for as usual."""
+        still say 0 ms behind while they are on their way), and so does a first look that
+        finds an event's bytes arrived but not yet queued (on a loaded machine the reader
+        thread may take them a batch late otherwise); a new subscription's first event, and
+        the next event of a shard behind its tip, are waited for as usual."""
         result, self._pending = self._pending, None
         if result is None:
             publisher, first = self.publisher, not self._looked
@@ -92,6 +94,9 @@ class HeldSource:
             if publisher.flowing and not publisher.millis_behind_latest:
                 wait = 0.0 if first else IN_FLIGHT_WAIT_S
             result = publisher.get_records(wait)
+            if wait == 0.0 and not result.records and not result.shard_end \
+                    and publisher.arriving:
+                result = publisher.get_records(IN_FLIGHT_WAIT_S)
         self._last = result
         return result
 

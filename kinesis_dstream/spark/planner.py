@@ -27,7 +27,7 @@ from .rate import RateController, RateSettings
 from .read_ahead import ReadAhead, drop_oldest, read_ahead
 from .records import RecordValues
 from .storage_level import COMPLETION_WAIT_INTERVALS, UnreadBatches, unreplicated
-from .task import RangeReports, read_partition
+from .task import RangeReports, batch_values, read_partition
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +244,7 @@ class BatchPlanner:
         else:
             groups = group_shards(ranges, self.config.shards_per_task, sc.defaultParallelism)
             rdd = sc.parallelize(groups, len(groups)).mapPartitions(read)
+        rdd = batch_values(rdd)
         return rdd.persist(self.level) if self.level is not None else rdd
 
     def batch_completed(self, batch_ms: int, succeeded: bool, processing_delay_ms: int | None,
