@@ -113,3 +113,23 @@ def test_a_shard_placed_less_than_ten_seconds_ago_is_not_moved():
     assert placement.balance(weights, [A, B], {}) is None  # s2, the one to move, is new
     clock.now += 11
     assert placement.balance(weights, [A, B], {}) == "s2"
+
+
+def test_a_shard_no_batch_planned_for_a_while_is_forgotten_with_its_move():
+    """A shard whose lease went elsewhere (or that was read to its end) stops counting in
+    its executor's load, and its move ends, once no batch planned it for FORGET_AFTER_S."""
+    from kinesis_dstream.spark.locality import FORGET_AFTER_S
+
+    clock = Clock()
+    placement = ShardPlacement(clock)
+    placement.place(SHARDS, [A, B])
+    placement.moving["shardId-0"] = ("old", 1)
+    clock.now += FORGET_AFTER_S / 2
+    placement.place(SHARDS[1:], [A, B])
+    assert "shardId-0" in placement.executor_of and "shardId-0" in placement.moving
+    clock.now += FORGET_AFTER_S / 2
+    placed = placement.place(SHARDS[1:], [A, B])
+    assert "shardId-0" not in placement.executor_of and placement.moving == {}
+    # the executor it was on counts one shard fewer: the next new shard goes there
+    emptier = min((A, B), key=lambda e: sum(1 for x in placed.values() if x == e))
+    assert placement.place(SHARDS[1:] + ["shardId-7"], [A, B])["shardId-7"] == emptier

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from ..retrieval import ReadReport
+from .jvm import jvm
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +21,7 @@ class InputInfoReporter:
         self.name = name
         self.input_stream_id: int | None = None
         self._scala_ssc: Any = None
+        self._tracker: Any = None  # Spark's InputInfoTracker, once the context has started
 
     def bind(self, jssc: Any) -> None:
         """Get an input stream id of our own from Spark and its input-info tracker."""
@@ -33,18 +35,17 @@ class InputInfoReporter:
         if self.input_stream_id is None:
             return
         try:
-            jvm = sc._jvm
             lines = [f"{shard}: after {r.batch_range.start} through {r.batch_range.end or '-'}, "
                      f"{r.batch_range.records} records, millisBehindLatest "
                      f"{r.millis_behind_latest}" for shard, r in sorted(reports.items())]
-            metadata = jvm.java.util.HashMap()
+            metadata = jvm(sc, "java.util.HashMap")()
             metadata.put("Description", description or "\n".join(lines) or "no shards planned")
-            metadata = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(metadata)
-            info = jvm.org.apache.spark.streaming.scheduler.StreamInputInfo(
-                self.input_stream_id, count, metadata)
-            # JobScheduler makes its tracker when the context starts: look it up each time.
-            tracker = self._scala_ssc.scheduler().inputInfoTracker()
-            tracker.reportInfo(jvm.org.apache.spark.streaming.Time(batch_ms), info)
+            info = jvm(sc, "org.apache.spark.streaming.scheduler.StreamInputInfo")(
+                self.input_stream_id, count,
+                jvm(sc, "org.apache.spark.api.python.PythonUtils.toScalaMap")(metadata))
+            if self._tracker is None:  # the JobScheduler makes it when the context starts
+                self._tracker = self._scala_ssc.scheduler().inputInfoTracker()
+            self._tracker.reportInfo(jvm(sc, "org.apache.spark.streaming.Time")(batch_ms), info)
         except Exception as exc:  # noqa: BLE001 - visibility only, never the data path
             log.warning("%s: could not report batch %d input to Spark's UI: %s", self.name,
                         batch_ms, exc)

@@ -26,10 +26,12 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from ..retrieval import ShardRange, group_shards
+from .jvm import jvm
 
 log = logging.getLogger(__name__)
 
 Executor = tuple[str, str]  # (executor id, host)
+PYTHON_UTILS = "org.apache.spark.api.python.PythonUtils"
 
 # At most one shard moves between executors this often: a move costs its shard a new
 # subscription, and the records-read weights it follows change from batch to batch.
@@ -39,6 +41,9 @@ MOVE_MIN_GAIN = 0.15
 # Batches a moved shard's task keeps subscribing in its new process before the move is
 # given up (its tasks then ask the old process, as for any shard read elsewhere).
 MOVE_TRIES = 15
+# A shard no batch planned for this long is forgotten (its lease went to another driver, or
+# it was read to its end): it no longer counts in an executor's load, and a move of it ends.
+FORGET_AFTER_S = 60.0
 
 
 def live_executors(sc: Any) -> list[Executor]:
@@ -64,8 +69,14 @@ class ShardPlacement:
         self._moved_at: float | None = None
         # moved shard -> (the subscriber that held it before the move, batches tried)
         self.moving: dict[str, tuple[str | None, int]] = {}
+        self._planned_at: dict[str, float] = {}  # the last batch each placed shard was in
 
     def place(self, shard_ids: Sequence[str], executors: Sequence[Executor]) -> dict[str, Executor]:
+        now = self._clock()
+        self._planned_at.update((s, now) for s in shard_ids)
+        for shard_id, planned_at in list(self._planned_at.items()):
+            if now - planned_at >= FORGET_AFTER_S:
+                self._forget(shard_id)
         live = set(executors)
         for shard_id, executor in list(self.executor_of.items()):
             if executor not in live:
@@ -80,9 +91,13 @@ class ShardPlacement:
             if shard_id not in self.executor_of:
                 executor = min(executors, key=lambda e: (load[e], e))
                 self.executor_of[shard_id] = executor
-                self._placed_at[shard_id] = self._clock()
+                self._placed_at[shard_id] = now
                 load[executor] += 1
         return {s: self.executor_of[s] for s in shard_ids}
+
+    def _forget(self, shard_id: str) -> None:
+        for held in (self.executor_of, self._placed_at, self.moving, self._planned_at):
+            held.pop(shard_id, None)
 
     def balance(self, weights: Mapping[str, float], executors: Sequence[Executor],
                 subscribers: Mapping[str, str | None]) -> str | None:
@@ -161,14 +176,17 @@ def located_rdd(sc: Any, tasks: Sequence[tuple[Any, Executor]]) -> Any:
     from pyspark import RDD
     from pyspark.serializers import CPickleSerializer
 
-    jvm = sc._jvm
     serializer = CPickleSerializer()
-    pairs = jvm.java.util.ArrayList()
-    for element, (executor_id, host) in tasks:
-        locations = jvm.java.util.ArrayList()
-        locations.add(f"executor_{host}_{executor_id}")
-        pairs.add(jvm.scala.Tuple2(bytearray(serializer.dumps(element)),
-                                   jvm.PythonUtils.toSeq(locations)))
-    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Object().getClass())
-    jrdd = sc._jsc.sc().makeRDD(jvm.PythonUtils.toSeq(pairs), tag)
+    array_list, to_seq = jvm(sc, "java.util.ArrayList"), jvm(sc, PYTHON_UTILS + ".toSeq")
+    located: dict[Executor, Any] = {}
+    for executor_id, host in {executor for _, executor in tasks}:
+        names = array_list()
+        names.add(f"executor_{host}_{executor_id}")
+        located[(executor_id, host)] = to_seq(names)
+    pairs = array_list()
+    pair = jvm(sc, "scala.Tuple2")
+    for element, executor in tasks:
+        pairs.add(pair(bytearray(serializer.dumps(element)), located[executor]))
+    tag = jvm(sc, "scala.reflect.ClassTag.apply")(jvm(sc, "java.lang.Object")().getClass())
+    jrdd = sc._jsc.sc().makeRDD(to_seq(pairs), tag)
     return RDD(jrdd.toJavaRDD(), sc, serializer)
