@@ -43,6 +43,7 @@ class FaultyFanOutFront(FanOutFront):
         self._fault_lock = threading.Lock()
         self.upstream_calls: Counter[str] = Counter()
         self.pushed: list[tuple[float, str]] = []  # (epoch s, shard id) of events with records
+        self.subscribed: list[tuple[float, str]] = []  # (epoch s, shard id) of each subscribe
         call = self.upstream.call
 
         def counted(operation: str, payload: dict[str, Any], auth: dict[str, str]) -> Any:
@@ -78,6 +79,7 @@ class FaultyFanOutFront(FanOutFront):
         shard = json.loads(body or b"{}").get("ShardId", "")
         with self._fault_lock:
             self.calls[("SubscribeToShard", shard)] += 1
+            self.subscribed.append((time.time(), shard))
             code = self._refusals.pop(0) if self._refusals else None
             if code is not None:
                 self.refused[code] += 1
