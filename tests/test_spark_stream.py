@@ -78,8 +78,10 @@ def test_failed_batch_is_not_checkpointed_and_comes_again(sc, env, make_stream, 
     kstream = create(ssc, unique_app_name, stream, env)
 
     batches = [0]
+    serializers: set[str] = set()
 
     def flaky(rdd):
+        serializers.add(type(rdd._jrdd_deserializer).__name__)
         rows = rdd.collect()
         with lock:
             batches[0] += 1
@@ -98,6 +100,9 @@ def test_failed_batch_is_not_checkpointed_and_comes_again(sc, env, make_stream, 
         wait_until(lambda: batches[0] >= settled, 30, "three more batches")  # is written by now
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
+    # an output operation on the stream reads its batches through BatchSerializer: its
+    # tasks acknowledge their input at once (spark/task.py)
+    assert serializers == {"BatchSerializer"}
     item = leases(env, unique_app_name)[list_shard_ids(env["kinesis"], stream)[0]]
     assert "leaseOwner" not in item
     first_failed = min(failed, key=lambda r: int(r[1:]) if r[0] == "a" else 10**6)

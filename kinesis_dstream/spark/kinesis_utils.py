@@ -28,6 +28,7 @@ from .planner import StreamSpec
 from .rate import RateSettings
 from .records import KinesisRecord, record_values
 from .registry import coordinators, planner_for
+from .task import BatchSerializer
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,9 @@ class KinesisUtils:
         attach(ssc, planner, values)
         base = ssc.textFileStream("file://" + empty_dir)
         stream = base.transform(make_batch_function(spec, empty_dir, values))
+        # foreachRDD wraps each batch's RDD with the stream's serializer, not the RDD's own:
+        # the same serializer, whose loads in a task acknowledge their input at once
+        stream._jrdd_deserializer = BatchSerializer()
         stream.metrics = lambda: planner_for(spec).coordinator.metrics(spec.key)  # type: ignore[attr-defined]
         log.info("Kinesis DStream on %s (application %s, %s); leases are taken when the "
                  "StreamingContext starts", config.stream_name, config.application_name,
