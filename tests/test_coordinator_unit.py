@@ -252,7 +252,13 @@ class _SparkContext:
     def parallelize(self, groups: list, slices: int) -> Any:
         ranges = [r for group in groups for r in group]
         self.ranges[ranges[0].batch_ms] = ranges
-        return type("RDD", (), {"mapPartitions": lambda _self, f: ranges[0].batch_ms})()
+        return type("RDD", (), {"mapPartitions": lambda _self, f: BatchTime(ranges[0].batch_ms)})()
+
+
+class BatchTime(int):
+    """The fake context's batch RDD: its batch time, with PySpark's serializer attribute."""
+
+    _jrdd_deserializer = None
 
 
 def _unstored_planner(coordinator: ShardCoordinator) -> Any:
@@ -382,6 +388,8 @@ class _ReadAheadContext:
         sc = self
 
         class Rdd:
+            _jrdd_deserializer = None
+
             def mapPartitions(self, f: Any) -> "Rdd":  # noqa: N802
                 return self
 
