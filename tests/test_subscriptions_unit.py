@@ -217,6 +217,7 @@ def test_a_first_look_that_finds_an_event_arriving_waits_for_it():
 def test_a_subscription_knows_when_bytes_wait_in_its_socket():
     """``arriving``: readable bytes on the socket under boto3's stream (urllib3's response
     connection), none once read or once the subscription is closed."""
+    import os
     import socket
     from types import SimpleNamespace
 
@@ -236,6 +237,15 @@ def test_a_subscription_knows_when_bytes_wait_in_its_socket():
         subscription.closed.set()
         assert not subscription.arriving()
         assert not _Subscription(2, SimpleNamespace()).arriving()  # no socket to look at
+        # a process holding hundreds of subscriptions has sockets past select()'s fd 1024
+        high = socket.socket(fileno=os.dup2(ours.fileno(), 1500))
+        try:
+            subscription = _Subscription(3, SimpleNamespace(_raw_stream=SimpleNamespace(
+                _connection=SimpleNamespace(sock=high))))
+            assert subscription.arriving()
+        finally:
+            high.detach()
+            os.close(1500)
     finally:
         pusher.close()
         ours.close()

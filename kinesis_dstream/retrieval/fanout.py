@@ -173,11 +173,12 @@ class _Subscription:
         sock = self._socket()
         if sock is None or self.closed.is_set():
             return False
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
+        try:  # poll, not select: a process with hundreds of subscriptions passes fd 1024
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return any(events & select.POLLIN for _, events in poller.poll(0))
         except (OSError, ValueError):  # closed meanwhile
             return False
-        return bool(readable)
 
     def _socket(self) -> Any:
         """The socket under boto3's event stream (urllib3's response), if it has one."""
