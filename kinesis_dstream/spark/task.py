@@ -71,7 +71,8 @@ class BatchSerializer(AutoBatchedSerializer):
     batch's values; a task loading them first acknowledges its input (``load_stream`` runs
     once the task's command is read, before its data is: the data's write waits for that
     acknowledgement). Equal to PySpark's default, so ``union`` and ``_reserialize`` add no
-    pass over the data."""
+    pass over the data. Spark's checkpoint holds it by name (with the stream's ``foreachRDD``
+    functions): renaming it breaks ``getOrCreate`` on older checkpoints."""
 
     def __init__(self) -> None:
         super().__init__(CPickleSerializer())
