@@ -28,7 +28,7 @@ from .planner import StreamSpec
 from .rate import RateSettings
 from .records import KinesisRecord, record_values
 from .registry import coordinators, planner_for
-from .task import BatchSerializer
+from .task import batch_values
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +199,8 @@ class KinesisUtils:
         base = ssc.textFileStream("file://" + empty_dir)
         stream = base.transform(make_batch_function(spec, empty_dir, values))
         # foreachRDD wraps each batch's RDD with the stream's serializer, not the RDD's own:
-        # the same serializer, whose loads in a task acknowledge their input at once
-        stream._jrdd_deserializer = BatchSerializer()
+        # the same rule as the batch RDD's, so the two always agree
+        batch_values(stream)
         stream.metrics = lambda: planner_for(spec).coordinator.metrics(spec.key)  # type: ignore[attr-defined]
         log.info("Kinesis DStream on %s (application %s, %s); leases are taken when the "
                  "StreamingContext starts", config.stream_name, config.application_name,

@@ -92,8 +92,9 @@ class BatchSerializer(AutoBatchedSerializer):
 
 
 def batch_values(rdd: Any) -> Any:
-    """``rdd`` (a batch's values) with ``BatchSerializer``, unless the SparkContext has a
-    serializer of its own (then nothing changes)."""
+    """``rdd`` (a batch's values, or the DStream of them) with ``BatchSerializer``, unless
+    the SparkContext has a serializer of its own (then nothing changes: the batch RDD and
+    the stream, which ``foreachRDD`` reads it with, keep the context's alike)."""
     if rdd._jrdd_deserializer == BatchSerializer():
         rdd._jrdd_deserializer = BatchSerializer()
     return rdd
