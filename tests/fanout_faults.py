@@ -44,14 +44,23 @@ class FaultyFanOutFront(FanOutFront):
         self.upstream_calls: Counter[str] = Counter()
         self.pushed: list[tuple[float, str]] = []  # (epoch s, shard id) of events with records
         self.subscribed: list[tuple[float, str]] = []  # (epoch s, shard id) of each subscribe
-        call = self.upstream.call
+        # (epoch s, shard id, whether it took over an open one) of each successful subscribe
+        self.succeeded: list[tuple[float, str, bool]] = []
+        call, succeeded = self.upstream.call, self.rules.succeeded
 
         def counted(operation: str, payload: dict[str, Any], auth: dict[str, str]) -> Any:
             with self._fault_lock:
                 self.upstream_calls[operation] += 1
             return call(operation, payload, auth)
 
+        def noted(consumer_arn: str, shard_id: str, subscription: Any) -> Any:
+            previous = succeeded(consumer_arn, shard_id, subscription)
+            with self._fault_lock:
+                self.succeeded.append((time.time(), shard_id, previous is not None))
+            return previous
+
         self.upstream.call = counted  # type: ignore[method-assign]
+        self.rules.succeeded = noted  # type: ignore[method-assign]
 
     # -- faults ------------------------------------------------------------------------------
     def cut_after(self, events: int) -> None:

@@ -342,10 +342,12 @@ class ArrivalTimes(Batches):
 
 def put_timed(endpoint: str, stream: str, prefix: str, n: int = 12) -> tuple[list[bytes], float]:
     """``n`` records over a spread of keys (every shard of a split gets some); their data
-    and when they were put (epoch s)."""
+    and when they were put (epoch s, as the call starts: a live subscription may push them
+    before it returns)."""
+    put_at = time.time()
     put = emulators.put_records(endpoint, stream, [(f"{prefix}-key{i}", f"{prefix}-{i}")
                                                    for i in range(n)])
-    return [r.data for r in put], time.time()
+    return [r.data for r in put], put_at
 
 
 def promptness(query: Any, sink: ArrivalTimes, data: list[bytes], put_at: float,
@@ -364,6 +366,21 @@ def promptness(query: Any, sink: ArrivalTimes, data: list[bytes], put_at: float,
             max(sink.seen_at[d] for d in data) - put_at)
 
 
+def idle_lifetimes(front: Any, shard_id: str, since: float) -> int:
+    """How many whole subscription lifetimes ``shard_id``'s subscription has lasted since
+    ``since`` without another reader taking it over: the renewals after the last takeover
+    (the subscription they renew lived its lifetime out). Calls refused meanwhile, and a
+    stopped query's subscription that takes the shard over once more as it ends, do not
+    count."""
+    succeeded = [took for at, s, took in front.succeeded if s == shard_id and at > since]
+    renewals = 0
+    for took in reversed(succeeded):
+        if took:
+            break
+        renewals += 1
+    return min(renewals, len(succeeded) - 1)
+
+
 @pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards_keep_up(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
@@ -371,9 +388,10 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
     """Two queries start at once registering one consumer name: both run, on one consumer
     (taking its subscriptions over from each other: Kinesis has one per shard and consumer),
     and the first to stop keeps it for the other. The other's shard then stays idle at
-    LATEST over two subscription lifetimes, is written to, then split: the records, and the
-    children's, arrive within 2 s (the awslabs connector looped silently on such shards,
-    its #91). The last to stop deregisters the consumer."""
+    LATEST over two subscription lifetimes, is written to, then split: the records, and
+    those written to the children once they are read, arrive within 2 s (the awslabs
+    connector looped silently on such shards, its #91); those written as the parent ends
+    wait for its end to be read. The last to stop deregisters the consumer."""
     stream = make_stream(1)
     (parent,) = emulators.list_shard_ids(kinesis_local, stream)
     # An idle shard's subscription polls the emulator every 0.2 s, not 1 s: Kinesis pushes a
@@ -394,9 +412,9 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
         wait_until(lambda: all(set(s.seen_at) >= set(both) for s in sinks), 60,
                    "both queries' records")
         stop(queries[0])
-        subscribed = front.count("SubscribeToShard", parent)
-        wait_until(lambda: front.count("SubscribeToShard", parent) >= subscribed + 3,
-                   5 * LIFETIME_S, "two subscription lifetimes idle")
+        stopped_at = time.time()
+        wait_until(lambda: idle_lifetimes(front, parent, stopped_at) >= 2, 10 * LIFETIME_S,
+                   "two subscription lifetimes idle")
         assert consumers(kinesis_local, stream) == {name: "ACTIVE"}  # kept for the other
         late, put_at = put_timed(front.endpoint, stream, "idle")
         wait_until(lambda: set(sinks[1].seen_at) >= set(late), 30, "the idle shard's records")
@@ -405,6 +423,8 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
         around_put = {  # what a failure needs to be understood: subscribes, refusals, triggers
             "subscribes_s_after_put": [round(at - put_at, 3) for at, s in front.subscribed
                                        if s == parent and at >= put_at - 10],
+            "took_over_s_after_put": [round(at - put_at, 3) for at, s, took in front.succeeded
+                                      if s == parent and took and at >= put_at - 20],
             "refused": dict(front.refused),
             "triggers_s_after_put": [round(dt.datetime.fromisoformat(
                 p["timestamp"].replace("Z", "+00:00")).timestamp() - put_at, 3)
@@ -412,9 +432,13 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
         reshard(kinesis_local, stream, lambda k: k.split_shard(
             StreamName=stream, ShardToSplit=parent, NewStartingHashKey=str(2 ** 127)))
         children = {s["ShardId"] for s in open_shards(kinesis_local, stream)}
-        young, put_at = put_timed(front.endpoint, stream, "child")
+        young, put_at = put_timed(front.endpoint, stream, "young")  # as the parent ends
         wait_until(lambda: set(sinks[1].seen_at) >= set(young), 30, "the child shards' records")
-        child = promptness(queries[1], sinks[1], young, put_at,
+        split = promptness(queries[1], sinks[1], young, put_at,
+                           front.pushed_since(put_at, children))
+        late_child, put_at = put_timed(front.endpoint, stream, "child")  # children read now
+        wait_until(lambda: set(sinks[1].seen_at) >= set(late_child), 30, "the later records")
+        child = promptness(queries[1], sinks[1], late_child, put_at,
                            front.pushed_since(put_at, children))
     finally:
         for query in queries:
@@ -422,19 +446,18 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
     wait_deregistered(lambda: consumers(kinesis_local, stream).get(name) in (None, "DELETING"),
                       "the shared consumer deregistered once both stopped")
     print(f"batches passed over, pushed, triggered and in the sink after the put: idle "
-          f"shard {idle}, child shards {child}; around the idle shard's put: {around_put}")
-    # Read promptly whatever the machine's load (the awslabs connector looped silently on
-    # such shards): the idle shard's records by the second micro-batch triggered after the
-    # front pushed them, the children's by the second too (the first may be the one that
-    # reads the parent's end: parents before children). The idle shard's first may miss
-    # them: a task's first look at an idle subscription does not wait, and under load an
-    # event pushed just before it may still be on its way to the reader thread (fresh-clone
-    # CI, session 18: pushed 8 ms after the put, one micro-batch passed over, read 2.6 s
-    # after the put). On a quiet machine that is within 2 s of the put (0.5-0.7 s and
-    # 1.4-1.9 s measured); a loaded one stretches the push and the batches between.
-    assert idle[0] <= 1 and child[0] <= 1, (idle, child, around_put)
-    assert idle[3] <= 10.0 and child[3] <= 10.0, (idle, child)
+          f"shard {idle}, records put as the parent ended {split}, child shards {child}; "
+          f"around the idle shard's put: {around_put}")
+    # The idle shard's records, and a child shard's once it is read (as the worker's and
+    # the DStream's tests measure it), are in the sink within 2 s of the put, whatever the
+    # machine's load (the awslabs connector looped silently on such shards).
+    assert idle[3] < 2.0 and child[3] < 2.0, (idle, child, around_put)
+    # Records put as the parent ends wait for its end to be read (parents before children):
+    # by the second micro-batch triggered after their push (the first may be the one that
+    # reads the parent's end).
+    assert split[0] <= 1 and split[3] <= 10.0, split
     assert sinks[0].data() == Counter(both)  # every record once
-    assert sinks[1].data() == Counter(both + late + young)
+    assert sinks[1].data() == Counter(both + late + young + late_child)
     assert {r[0] for r in sinks[1].rows() if r[-1] in young} == children
+    assert {r[0] for r in sinks[1].rows() if r[-1] in late_child} == children
     assert front.count("GetRecords") == 0
