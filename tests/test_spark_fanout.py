@@ -66,9 +66,15 @@ def putting(put_records, stream: str, endpoint: str, waves: int, per_wave: int,
 
 @pytest.mark.matrix
 @pytest.mark.spark
+@pytest.mark.parametrize("lifetime_s, waves", [
+    (LIFETIME_S, 24),
+    # the count: 60 s of reading with 20 s subscription lifetimes
+    pytest.param(20.0, 60, marks=pytest.mark.slow, id="60s-of-20s-lifetimes"),
+])
 def test_one_second_batches_read_every_record_once_by_subscriptions_held_between_tasks(
-        sc, env, make_stream, put_records, make_fanout_front, unique_app_name):
-    front = make_fanout_front(lifetime_s=LIFETIME_S)
+        sc, env, make_stream, put_records, make_fanout_front, unique_app_name,
+        lifetime_s, waves):
+    front = make_fanout_front(lifetime_s=lifetime_s)
     stream = make_stream(2)
     ssc = make_ssc(sc)
     kstream = create(ssc, unique_app_name, stream, dict(env, kinesis=front.endpoint),
@@ -77,7 +83,7 @@ def test_one_second_batches_read_every_record_once_by_subscriptions_held_between
     rows = collected(kstream)
     began = time.monotonic()
     ssc.start()
-    producer, sent = putting(put_records, stream, front.endpoint, waves=24, per_wave=20)
+    producer, sent = putting(put_records, stream, front.endpoint, waves=waves, per_wave=20)
     try:
         producer.join()
         wait_until(lambda: len(rows) >= len(sent), 60, "every record")
@@ -86,7 +92,7 @@ def test_one_second_batches_read_every_record_once_by_subscriptions_held_between
         ssc.stop(stopSparkContext=False, stopGraceFully=True)
     assert sorted(rows) == sorted(sent)  # each exactly once
     assert front.count("GetRecords") == 0
-    lifetimes = math.ceil(elapsed / LIFETIME_S)
+    lifetimes = math.ceil(elapsed / lifetime_s)
     log.info("%.0f s read; SubscribeToShard per shard: %s", elapsed,
              {s: n for (op, s), n in front.calls.items() if op == "SubscribeToShard"})
     for shard in ("shardId-000000000000", "shardId-000000000001"):

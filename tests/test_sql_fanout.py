@@ -71,12 +71,17 @@ def start(spark: Any, fmt: str, opts: dict[str, str], checkpoint: str, sink: Bat
 
 
 @pytest.mark.matrix
-@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
+@pytest.mark.timeout(420)  # the session's Spark may start inside it (90 s loaded)
+@pytest.mark.parametrize("lifetime_s, run_s", [
+    (LIFETIME_S, 0.0),  # BATCHES batches
+    # the count: 60 s of reading with 20 s subscription lifetimes
+    pytest.param(20.0, 60.0, marks=pytest.mark.slow, id="60s-of-20s-lifetimes"),
+])
 def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
-        make_fanout_front, tmp_path: Path):
+        make_fanout_front, tmp_path: Path, lifetime_s: float, run_s: float):
     stream = make_stream(2)
-    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    front = make_fanout_front(lifetime_s=lifetime_s, heartbeat_s=1)
     before = emulators.put_records(front.endpoint, stream,
                                    [(f"pk-{i}", f"before-{i}") for i in range(100)])
     opts = options(stream, front.endpoint, dynamodb, unique_app_name,
@@ -93,11 +98,13 @@ def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
         wait_until(lambda: set(sink.data()) >= {r.data for r in before}, 120,
                    "the records put before the query")  # its Python workers have started
         producer.start()
-        # Counted from here: BATCHES 1 s batches, each a chance for a shard's task to land
-        # on the other executor.
+        # Counted from here: BATCHES 1 s batches at least (and run_s), each a chance for a
+        # shard's task to land on the other executor.
         counted_from, batch0 = time.monotonic(), len(sink.by_batch)
         subscribed0 = {s: front.count("SubscribeToShard", s) for s in shards}
-        wait_until(lambda: len(sink.by_batch) >= batch0 + BATCHES, 120, f"{BATCHES} batches")
+        wait_until(lambda: len(sink.by_batch) >= batch0 + BATCHES
+                   and time.monotonic() - counted_from >= run_s, 120 + run_s,
+                   f"{BATCHES} batches and {run_s:.0f} s")
     except BaseException:
         producer.halt.set()
         stop(query)
@@ -108,13 +115,13 @@ def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
     counted_s = time.monotonic() - counted_from
     subscribed = {s: front.count("SubscribeToShard", s) - subscribed0[s] for s in shards}
     print(f"SubscribeToShard per shard over {len(sink.by_batch) - batch0} batches in "
-          f"{counted_s:.1f} s with {LIFETIME_S:.0f} s lifetimes: {subscribed}")
+          f"{counted_s:.1f} s with {lifetime_s:.0f} s lifetimes: {subscribed}")
     for shard_id in shards:
         assert front.count("GetRecords", shard_id) == 0, shard_id
         assert front.count("SubscribeToShard", shard_id) >= 1, shard_id
     # subscriptions outlive tasks wherever Spark places them: about one per lifetime, not
     # one each time a shard's task lands on another executor
-    bound = counted_s / LIFETIME_S + 2
+    bound = counted_s / lifetime_s + 2
     assert all(n <= bound for n in subscribed.values()), (subscribed, f"{counted_s:.1f} s")
     # a graceful stop() deregisters the consumer, as the awslabs connector does
     wait_deregistered(lambda: consumers(kinesis_local, stream).get(f"{unique_app_name}-c")

@@ -8,6 +8,7 @@ subscription lifetime" are counted, not assumed.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -415,16 +416,22 @@ def test_a_consumer_that_cannot_be_registered_is_a_clear_error_in_bounded_time(
     assert "20 consumers" in message
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("lifetime_s, run_s", [
+    (LIFETIME_S, 0.0),
+    # the issue's count: 60 s of reading with 20 s subscription lifetimes
+    pytest.param(20.0, 60.0, marks=pytest.mark.slow, id="60s-of-20s-lifetimes"),
+])
 def test_kclpy_sample_properties_without_retrieval_mode_read_by_fan_out(
         local_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name,
-        tmp_path: Path, make_fanout_front, daemons) -> None:
+        tmp_path: Path, make_fanout_front, daemons, lifetime_s, run_s) -> None:
     """amazon-kclpy's own samples/sample.properties (no retrievalMode, no polling key): the
-    daemon registers a consumer named after the application and reads by fan-out."""
+    daemon registers a consumer named after the application and reads by fan-out, about
+    one SubscribeToShard per shard and subscription lifetime."""
     import samples
 
     stream = make_stream(2)
-    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    front = make_fanout_front(lifetime_s=lifetime_s, heartbeat_s=1)
     puts = put_records(stream, [f"sample-{i}".encode() for i in range(120)])
     shipped = (Path(samples.__file__).parent / "sample.properties").read_text()
     keys = [line.split("=")[0].strip() for line in shipped.splitlines()
@@ -439,15 +446,28 @@ def test_kclpy_sample_properties_without_retrieval_mode_read_by_fan_out(
     properties = tmp_path / "sample.properties"
     properties.write_text(text)
     log = tmp_path / "records.jsonl"
+    started = time.monotonic()
     daemon = Daemon(properties, tmp_path, "fanout", KCLPY_RECORD_LOG=str(log),
                     AWS_ENDPOINT_URL_KINESIS=front.endpoint)
     daemons.append(daemon)
+    round_ = 0
+    while time.monotonic() - started < run_s:  # records while subscriptions are renewed
+        time.sleep(LIFETIME_S / 2)
+        puts += put_records(stream, [f"during-{round_}-{i}".encode() for i in range(20)])
+        round_ += 1
     wait_for_records(log, {p.sequence_number for p in puts}, daemon, timeout=60)
+    elapsed = time.monotonic() - started
+    subscribed = {s: front.count("SubscribeToShard", s)
+                  for s in emulators.list_shard_ids(kinesis_local, stream)}
+    logging.getLogger(__name__).info("%.0f s read; SubscribeToShard per shard: %s", elapsed,
+                                     subscribed)
     assert daemon.stop() == 0, daemon.log()[-3000:]
     seen = Counter(r["seq"] for r in read_log(log))
     assert set(seen) == {p.sequence_number for p in puts} and max(seen.values()) == 1
     assert front.count("GetRecords") == 0
-    assert front.count("SubscribeToShard") >= 2
+    # one per lifetime (the daemon's start-up is inside `elapsed`)
+    assert all(1 <= n <= math.ceil(elapsed / lifetime_s) for n in subscribed.values()), (
+        subscribed, f"{elapsed:.1f} s")
     assert consumer_status(kinesis_local, stream, unique_app_name) == "ACTIVE"
     assert "reads by enhanced fan-out" in daemon.log()
     # CloudWatch (moto): the KCL's ProcessTask metrics, and none of polling's GetRecords ones
