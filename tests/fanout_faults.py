@@ -109,6 +109,21 @@ class FaultyFanOutFront(FanOutFront):
             with self._fault_lock:
                 self.pushed.append((time.time(), subscription.request.shard_id))
 
+    def whole_lifetimes(self, shard_id: str, since: float) -> int:
+        """How many whole subscription lifetimes ``shard_id``'s subscription has lasted since
+        ``since`` without another reader taking it over: the renewals after the last
+        takeover (the subscription each renews lived its lifetime out). Calls refused
+        meanwhile, and a stopped reader's subscription that takes the shard over once more
+        as it ends, do not count."""
+        with self._fault_lock:
+            succeeded = [took for at, s, took in self.succeeded if s == shard_id and at > since]
+        renewals = 0
+        for took in reversed(succeeded):
+            if took:
+                break
+            renewals += 1
+        return min(renewals, len(succeeded) - 1)
+
     def pushed_since(self, since: float, shards: set[str]) -> float:
         """When every one of ``shards`` had its first event with records after ``since``
         pushed (what was put on them then, if it fitted one event each)."""

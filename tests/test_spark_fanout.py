@@ -275,9 +275,10 @@ def test_a_shard_idle_at_latest_then_split_and_merged_under_load_is_read_promptl
                 return
 
     kinesis = emulators.client("kinesis", front.endpoint)
+    started_at = time.time()
     ssc.start()
     try:
-        wait_until(lambda: front.count("SubscribeToShard", parent) >= 3,
+        wait_until(lambda: front.whole_lifetimes(parent, started_at) >= 2,
                    2 * IDLE_LIFETIME_S + 30, "two subscription lifetimes of the idle shard")
         arrive_promptly("after-idle")
         producer, loaded = putting(put_records, stream, front.endpoint, waves=60, per_wave=20,

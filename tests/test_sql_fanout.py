@@ -373,21 +373,6 @@ def promptness(query: Any, sink: ArrivalTimes, data: list[bytes], put_at: float,
             max(sink.seen_at[d] for d in data) - put_at)
 
 
-def idle_lifetimes(front: Any, shard_id: str, since: float) -> int:
-    """How many whole subscription lifetimes ``shard_id``'s subscription has lasted since
-    ``since`` without another reader taking it over: the renewals after the last takeover
-    (the subscription they renew lived its lifetime out). Calls refused meanwhile, and a
-    stopped query's subscription that takes the shard over once more as it ends, do not
-    count."""
-    succeeded = [took for at, s, took in front.succeeded if s == shard_id and at > since]
-    renewals = 0
-    for took in reversed(succeeded):
-        if took:
-            break
-        renewals += 1
-    return min(renewals, len(succeeded) - 1)
-
-
 @pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards_keep_up(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
@@ -420,7 +405,7 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
                    "both queries' records")
         stop(queries[0])
         stopped_at = time.time()
-        wait_until(lambda: idle_lifetimes(front, parent, stopped_at) >= 2, 10 * LIFETIME_S,
+        wait_until(lambda: front.whole_lifetimes(parent, stopped_at) >= 2, 10 * LIFETIME_S,
                    "two subscription lifetimes idle")
         assert consumers(kinesis_local, stream) == {name: "ACTIVE"}  # kept for the other
         late, put_at = put_timed(front.endpoint, stream, "idle")
