@@ -124,8 +124,8 @@ clean:
 # propagation). The scenario tests (lease loss, several drivers, resharding, outages) run the
 # same Spark calls in another order: `make test` runs them once, except the leases reset one,
 # which runs long enough to show a per-batch cost that grows into a backlog (pyspark 3.5 on
-# Python 3.11: docs/operations.md); nor do their `slow` variants (60 s of counting calls, which
-# no pyspark version changes). .ci/run runs these after `make test`. A target's
+# Python 3.11: docs/operations.md); nor do the 60 s variants that count SubscribeToShard calls
+# (no pyspark version changes them). .ci/run runs these after `make test`. A target's
 # PYTEST_EXIT_FILE gets pytest's code.
 SPARK35_VENV := .venv-spark35
 SPARK40_VENV := .venv-spark40
@@ -161,7 +161,7 @@ setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-ds
 
 # $(1): venv, $(2): test files
 define run_pytest
-	@rc=0; $(1)/bin/python -m pytest -q -m "matrix and not slow" $(PYTEST_ARGS) $(2) || rc=$$?; \
+	@rc=0; $(1)/bin/python -m pytest -q -m matrix -k "not 60s-of-20s-lifetimes" $(PYTEST_ARGS) $(2) || rc=$$?; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; \
 	exit $$rc
