@@ -125,7 +125,8 @@ clean:
 # same Spark calls in another order: `make test` runs them once, except the leases reset one,
 # which runs long enough to show a per-batch cost that grows into a backlog (pyspark 3.5 on
 # Python 3.11: docs/operations.md); nor do the 60 s variants that count SubscribeToShard calls
-# (no pyspark version changes them). .ci/run runs these after `make test`. A target's
+# (no pyspark version changes them; their id is COUNTED_OVER_60_S in
+# tests/test_worker_fanout.py). .ci/run runs these after `make test`. A target's
 # PYTEST_EXIT_FILE gets pytest's code.
 SPARK35_VENV := .venv-spark35
 SPARK40_VENV := .venv-spark40

@@ -12,6 +12,9 @@
   subscription costs the emulator);
 - notes when it pushed records (``pushed``: the time and the shard of each event that
   carried any), so a test knows when a subscriber could first have read a put;
+- notes each successful subscribe and whether it took an open subscription over
+  (``succeeded``), so a test waits for whole lifetimes of one reader
+  (``whole_lifetimes``), not for calls that refusals also make;
 - ``deregister_behind(consumer_arn)``: deregisters a consumer on the emulator directly, not
   through the front, as another client elsewhere would: a running subscription learns of it
   within a heartbeat and ends with ResourceNotFoundException.

@@ -34,7 +34,7 @@ from spark_helpers import (
 from test_spark_chaos import _open_shards, _reshard, executors_alive
 from test_spark_drivers import owners, split_between_two
 from test_spark_executors import NO_CACHE, two_output_operations
-from test_worker_fanout import consumer_status
+from test_worker_fanout import consumer_status, counted_over_60_s
 
 from kinesis_dstream import InitialPositionInStream
 
@@ -68,8 +68,7 @@ def putting(put_records, stream: str, endpoint: str, waves: int, per_wave: int,
 @pytest.mark.spark
 @pytest.mark.parametrize("lifetime_s, waves", [
     (LIFETIME_S, 24),
-    # the count: 60 s of reading with 20 s subscription lifetimes
-    pytest.param(20.0, 60, marks=pytest.mark.slow, id="60s-of-20s-lifetimes"),
+    counted_over_60_s(20.0, 60),
 ])
 def test_one_second_batches_read_every_record_once_by_subscriptions_held_between_tasks(
         sc, env, make_stream, put_records, make_fanout_front, unique_app_name,

@@ -38,6 +38,7 @@ from test_sql_source import (
     split_and_merge,
     stop,
 )
+from test_worker_fanout import counted_over_60_s
 
 from kinesis_dstream.aws.range_table import range_table_name
 from kinesis_dstream.sql.options import QUERY_CONSUMER_PREFIX
@@ -74,8 +75,7 @@ def start(spark: Any, fmt: str, opts: dict[str, str], checkpoint: str, sink: Bat
 @pytest.mark.timeout(420)  # the session's Spark may start inside it (90 s loaded)
 @pytest.mark.parametrize("lifetime_s, run_s", [
     (LIFETIME_S, 0.0),  # BATCHES batches
-    # the count: 60 s of reading with 20 s subscription lifetimes
-    pytest.param(20.0, 60.0, marks=pytest.mark.slow, id="60s-of-20s-lifetimes"),
+    counted_over_60_s(20.0, 60.0),
 ])
 def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
