@@ -13,6 +13,7 @@ from typing import Any
 from ..aws.range_table import BatchRange
 from ..errors import ConfigurationError
 from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber, Record
+from .peer_tls import PeerKey
 
 # How long one read of one shard may last. Only a backlog reaches it: a shard that is caught
 # up stops at its tip. A batch that reads a backlog is late anyway, and bigger reads spread
@@ -63,7 +64,7 @@ class ShardRange:
     # batch, asked to read this range, and the driver's key that process serves (see
     # ``subscription_peers``).
     subscriber: str | None = None
-    peer_key: bytes | None = field(default=None, repr=False)
+    peer_key: PeerKey | None = field(default=None, repr=False)
     # What the shard's previous read returned (records): the heaviest shards get tasks of
     # their own (``shard_groups.group_shards``).
     weight: float = 0.0

@@ -162,10 +162,10 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
               "pace": FetchPace(planned.max_bytes_per_s, planned.min_fetch_period_s)}
     reading, subscriber = None, None
     if planned.peer_key is not None and config.retrieval_mode == "FANOUT":
-        subscriber = serve(planned.peer_key)
+        subscriber = serve(planned.peer_key, planned.stream_key, config)
         if planned.subscriber not in (None, subscriber):  # another process holds it: ask it
-            reading = read_at(planned.subscriber, planned.peer_key, config, planned.shard_id,
-                              start, timestamp, **bounds)
+            reading = read_at(planned.subscriber, planned.peer_key, planned.stream_key,
+                              config.stream_name, planned.shard_id, start, timestamp, **bounds)
             if reading is not None:
                 subscriber = planned.subscriber
     lease_check = _LeaseCheck(clients, planned)

@@ -12,13 +12,21 @@ that process to read its new range (``read_at``). The records come back to the t
 process to process; the range is recorded by the task as any other. Nothing passes through
 the driver.
 
+The port is open to the cluster's network, so it is built for a hostile one
+(docs/enhanced-fan-out.md, "Threat model"):
+- peers speak TLS 1.3, both presenting the query's certificate (``peer_tls``): a process
+  without the query's key completes no handshake, and nothing can be read, changed or
+  relayed on the way;
+- messages have fixed fields (``peer_messages``), never pickles; no config is sent: the
+  serving process reads with the config its own task of that stream was given;
+- every connection has a deadline for its handshake and request (``HANDSHAKE_TIMEOUT_S``)
+  and for its answer; a server holds at most ``MAX_CONNECTIONS``, a newcomer taking the
+  place of the oldest one that has not proven the key; only a proven request, or a task of
+  the query in this process, keeps a server open.
+
 A peer that cannot be reached or fails (its executor is gone, its worker was restarted)
-answers None: the task reads in its own process, which then holds the subscription.
-Peers prove to each other that they know the driver's key (``new_peer_key``: one per query,
-or per DStream driver; ``multiprocessing.connection``'s HMAC challenge, both ways) before a
-request is read: only the tasks the driver gives the key are served. Nothing is unpickled
-before that, and then only our own record and config classes (``_decode``): a message
-cannot name any other callable.
+answers None: the task reads in its own process, which then holds the subscription. So does
+a process that cannot listen (``serve`` answers None): its tasks read alone.
 
 A server ends with its query or driver: the executor is not told when either stops, so a
 server no task with its key has used for ``IDLE_CLOSE_S`` (as long as an unused
@@ -27,23 +35,37 @@ with the process.
 """
 from __future__ import annotations
 
-import io
 import logging
 import os
-import pickle
-import secrets
+import select
 import socket
-import struct
+import ssl
 import threading
 import time
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
-from typing import Any
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
 
 from ..config import ConsumerConfig
 from ..records import ExtendedSequenceNumber
+from ..retry import FaultLog
 from .executor_process import clients_for
 from .model import shard_name
+from .peer_messages import (
+    MAX_HEADER_BYTES,
+    MAX_REQUEST_BYTES,
+    MalformedMessage,
+    ReadRequest,
+    decode_reading,
+    decode_reply_header,
+    decode_request,
+    encode_failure,
+    encode_reply,
+    encode_request,
+    header_length,
+)
+from .peer_tls import PeerKey, is_the_query, tls_context
 from .read_loop import Reading, read
 from .subscriptions import IDLE_CLOSE_S
 
@@ -51,33 +73,82 @@ log = logging.getLogger(__name__)
 
 # A peer that does not accept within this long is taken as gone.
 CONNECT_TIMEOUT_S = 2.0
+# A connection proves the query's key (the TLS handshake) and sends its request within this.
+HANDSHAKE_TIMEOUT_S = 5.0
 # A peer's read may take the range's time budget; its answer is waited for this much longer.
 ANSWER_MARGIN_S = 15.0
-# How long a peer waits for a request's next bytes before it drops the connection.
-REQUEST_TIMEOUT_S = 30.0
+# The longest read a peer makes for one request, whatever time budget it names.
+MAX_TIME_BUDGET_S = 120.0
+# Connections a server holds at once (each has a thread while it lasts).
+MAX_CONNECTIONS = 16
+# The streams a server remembers the configs of (a query reads a few).
+MAX_STREAMS = 64
+# A blocked connection looks at its deadline (and whether it was evicted) this often.
+_POLL_SLICE_S = 0.2
 
-# The globals a message may name beside our own classes: what pickle rebuilds a dataclass,
-# a set and a frozen set with.
-_SAFE_GLOBALS = frozenset({("copyreg", "_reconstructor"), ("copyreg", "__newobj__"),
-                           ("builtins", "object"), ("builtins", "set"),
-                           ("builtins", "frozenset")})
+Stop = Callable[[], bool]
 
 
-@dataclass
+@dataclass(eq=False)
+class _Connection:
+    sock: socket.socket
+    proven: bool = False  # completed the handshake with the query's certificate
+    evicted: bool = False  # its place was given to a newer connection
+
+    def __post_init__(self) -> None:
+        self.fd = self.sock.fileno()  # kept by its TLS socket: open while it is admitted
+
+    def evict(self) -> None:
+        """End it now (called locked, while it is admitted: its descriptor is open)."""
+        self.evicted = True
+        try:
+            with socket.socket(fileno=os.dup(self.fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)  # its thread's wait ends at once
+        except OSError:
+            pass
+
+
+@dataclass(eq=False)
 class _Server:
+    key: PeerKey
     listener: socket.socket
     address: str
-    last_used: float  # monotonic s: a task's serve() call or a request
+    last_used: float  # monotonic s: a task's serve() call or a proven request
+    configs: OrderedDict[str, ConsumerConfig] = field(default_factory=OrderedDict)
+    connections: list[_Connection] = field(default_factory=list)
+    refused: FaultLog | None = None
+
+    def remember(self, stream_key: str, config: ConsumerConfig) -> None:
+        """The config a request naming ``stream_key`` is read with (called locked)."""
+        self.configs[stream_key] = config
+        self.configs.move_to_end(stream_key)
+        while len(self.configs) > MAX_STREAMS:
+            self.configs.popitem(last=False)
+
+    def admit(self, sock: socket.socket) -> _Connection | None:
+        """A place for a new connection: a free one, else the oldest unproven one's (it is
+        told to end); None when every place is a proven one's or already being given up."""
+        with _servers_lock:
+            live = [c for c in self.connections if not c.evicted]
+            if len(self.connections) >= 2 * MAX_CONNECTIONS:
+                return None
+            if len(live) >= MAX_CONNECTIONS:
+                unproven = [c for c in live if not c.proven]
+                if not unproven:
+                    return None
+                unproven[0].evict()
+            connection = _Connection(sock)
+            self.connections.append(connection)
+            return connection
+
+    def release(self, connection: _Connection) -> None:
+        with _servers_lock:
+            self.connections.remove(connection)
 
 
-_servers: dict[bytes, _Server] = {}  # key -> this process's server for it
+_servers: dict[PeerKey, _Server] = {}  # key -> this process's server for it
 _servers_lock = threading.Lock()
-
-
-def new_peer_key() -> bytes:
-    """A driver's key (random, made in the driver, given to its tasks in their planned
-    ranges): it proves a task to the processes holding its shards' subscriptions."""
-    return secrets.token_bytes(32)
+_cannot_listen: set[str] = set()  # hosts this process could not listen on (logged once)
 
 
 def advertised_host() -> str:
@@ -92,141 +163,225 @@ def advertised_host() -> str:
         return "127.0.0.1"
 
 
-def serve(key: bytes) -> str:
-    """This process's address (``host:port``) serving its held subscriptions to the tasks
-    that know ``key``; the server thread starts on the first call (again after it closed
-    for want of use), and each call keeps it open ``IDLE_CLOSE_S`` longer."""
+def _listen(host: str) -> tuple[socket.socket, str]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, 0), family=family, backlog=128)
+    port = listener.getsockname()[1]
+    return listener, (f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}")
+
+
+def serve(key: PeerKey, stream_key: str, config: ConsumerConfig) -> str | None:
+    """This process's address serving its held subscriptions of ``stream_key`` (read with
+    ``config``) to the tasks that hold ``key``; the server thread starts on the first call
+    (again after it closed for want of use), and each call keeps it open ``IDLE_CLOSE_S``
+    longer. None if this process cannot listen: its tasks then read alone."""
     with _servers_lock:
         server = _servers.get(key)
         if server is None:
-            listener = socket.create_server((advertised_host(), 0))
-            host, port = listener.getsockname()[:2]
-            server = _servers[key] = _Server(listener, f"{host}:{port}", time.monotonic())
-            threading.Thread(target=_accept, args=(server, key), daemon=True,
-                             name=f"subscription-peer-{port}").start()
-            log.info("serving this process's fan-out subscriptions at %s", server.address)
+            host = advertised_host()
+            try:
+                listener, address = _listen(host)
+            except OSError as exc:  # an address not on this host, no descriptor left...
+                if host not in _cannot_listen:
+                    _cannot_listen.add(host)
+                    log.warning("cannot listen on %s for tasks on other executors (%s): this "
+                                "process's fan-out tasks read their shards themselves", host, exc)
+                return None
+            server = _servers[key] = _Server(key, listener, address, time.monotonic())
+            server.refused = FaultLog(log, f"connections to {address} that did not prove the "
+                                           "query's key")
+            threading.Thread(target=_accept, args=(server,), daemon=True,
+                             name=f"subscription-peer-{address}").start()
+            log.info("serving this process's fan-out subscriptions at %s", address)
+        server.remember(stream_key, config)
         server.last_used = time.monotonic()
         return server.address
 
 
-def _unused(server: _Server, key: bytes) -> bool:
+def _unused(server: _Server) -> bool:
     """Has no task used ``server`` for ``IDLE_CLOSE_S``? If so it is forgotten (the next
     ``serve`` starts another)."""
     with _servers_lock:
         if time.monotonic() - server.last_used < IDLE_CLOSE_S:
             return False
-        if _servers.get(key) is server:  # serve() cannot hand its address out any more
-            del _servers[key]
+        if _servers.get(server.key) is server:  # serve() cannot hand its address out any more
+            del _servers[server.key]
         return True
 
 
-def _forget(server: _Server, key: bytes) -> None:
-    with _servers_lock:
-        if _servers.get(key) is server:
-            del _servers[key]
-
-
-def _blocking(sock: socket.socket, timeout_s: float) -> int:
-    """The socket's descriptor, blocking, with every receive bounded by ``timeout_s`` (a
-    ``Connection`` reads the descriptor itself, so the socket's own timeout would not hold)."""
-    sock.setblocking(True)
-    seconds = int(timeout_s)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                    struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6)))
-    return sock.detach()
-
-
-def _accept(server: _Server, key: bytes) -> None:
+def _accept(server: _Server) -> None:
     server.listener.settimeout(min(1.0, IDLE_CLOSE_S / 2))
     with server.listener:
         while True:
             try:
                 sock, _ = server.listener.accept()
             except socket.timeout:
-                if _unused(server, key):
+                if _unused(server):
                     break
                 continue
             except OSError:  # the process is out of descriptors, say: the tasks read alone
                 log.warning("fan-out subscriptions at %s: cannot accept; no longer served",
                             server.address, exc_info=True)
-                _forget(server, key)
+                with _servers_lock:
+                    if _servers.get(server.key) is server:
+                        del _servers[server.key]
                 return
-            server.last_used = time.monotonic()
-            threading.Thread(target=_answer, args=(sock, key), daemon=True,
-                             name="subscription-peer-request").start()
+            connection = server.admit(sock)
+            if connection is None:
+                sock.close()
+            else:
+                threading.Thread(target=_answer, args=(server, connection), daemon=True,
+                                 name="subscription-peer-request").start()
+            if _unused(server):  # a connection that proves nothing keeps nothing open
+                break
     log.info("stopped serving fan-out subscriptions at %s: no task of its query for %.0f s",
              server.address, IDLE_CLOSE_S)
 
 
-class _OurClasses(pickle.Unpickler):
-    """Unpickles our records, configs and readings only (see ``_SAFE_GLOBALS``)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith("kinesis_dstream.") or (module, name) in _SAFE_GLOBALS:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"a peer's message names {module}.{name}")
-
-
-def _decode(conn: Connection) -> Any:
-    """The next message from an authenticated peer."""
-    return _OurClasses(io.BytesIO(conn.recv_bytes())).load()
-
-
-def _answer(sock: socket.socket, key: bytes) -> None:
-    with Connection(_blocking(sock, REQUEST_TIMEOUT_S)) as conn:
-        try:
-            deliver_challenge(conn, key)
-            answer_challenge(conn, key)
-        except Exception:  # noqa: BLE001 - a stranger, or a task of another query
-            log.warning("refused a subscription request that did not know the query's key")
+def _wait(sock: socket.socket, events: int, deadline: float, stop: Stop | None) -> None:
+    """Until ``sock`` is ready for ``events``; TimeoutError at ``deadline`` or once
+    ``stop()`` says so."""
+    poller = select.poll()
+    poller.register(sock.fileno(), events)
+    while True:
+        if stop is not None and stop():
+            raise TimeoutError("its place was given to a newer connection")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the peer took too long")
+        if poller.poll(min(left, _POLL_SLICE_S) * 1000):
             return
+
+
+def _tls_call(tls: ssl.SSLSocket, call: Callable[[], Any], deadline: float,
+              stop: Stop | None) -> Any:
+    """``call()`` on a non-blocking TLS socket, waiting for it to be possible."""
+    while True:
         try:
-            config, shard_id, start, timestamp, bounds = _decode(conn)
-        except Exception:  # noqa: BLE001 - the asking task reads on its own instead
-            log.warning("a subscription request was cut before it was read", exc_info=True)
+            return call()
+        except ssl.SSLWantReadError:
+            _wait(tls, select.POLLIN, deadline, stop)
+        except ssl.SSLWantWriteError:
+            _wait(tls, select.POLLOUT, deadline, stop)
+
+
+def _recv_exact(tls: ssl.SSLSocket, size: int, deadline: float, stop: Stop | None) -> bytes:
+    """``size`` bytes, gathered as they arrive (an announced size is not allocated up front)."""
+    data = bytearray()
+    while len(data) < size:
+        want = min(size - len(data), 1 << 20)
+        chunk = _tls_call(tls, partial(tls.recv, want), deadline, stop)
+        if not chunk:
+            raise ConnectionError("the peer closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def _send_all(tls: ssl.SSLSocket, data: bytes, deadline: float, stop: Stop | None) -> None:
+    view = memoryview(data)
+    while view:
+        sent = _tls_call(tls, partial(tls.send, view[:1 << 20]), deadline, stop)
+        view = view[sent:]
+
+
+def _read_frame(tls: ssl.SSLSocket, limit: int, deadline: float, stop: Stop | None) -> bytes:
+    length = header_length(_recv_exact(tls, 4, deadline, stop), limit)
+    return _recv_exact(tls, length, deadline, stop)
+
+
+def _secured(sock: socket.socket, key: PeerKey, *, server: bool, deadline: float,
+             stop: Stop | None = None) -> ssl.SSLSocket | None:
+    """``sock`` in TLS with a peer that proved it holds ``key``; None if it did not."""
+    sock.setblocking(False)
+    tls = tls_context(key, server=server).wrap_socket(
+        sock, server_side=server, do_handshake_on_connect=False)
+    _tls_call(tls, tls.do_handshake, deadline, stop)
+    if not is_the_query(tls, key):
+        tls.close()
+        return None
+    return tls
+
+
+def _answer(server: _Server, connection: _Connection) -> None:
+    def evicted() -> bool:
+        return connection.evicted
+
+    tls: ssl.SSLSocket | None = None
+    try:
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
+        try:
+            tls = _secured(connection.sock, server.key, server=True, deadline=deadline,
+                           stop=evicted)
+            if tls is None:
+                raise ssl.SSLError("the peer presented another certificate")
+            connection.proven = True
+            request = decode_request(_read_frame(tls, MAX_REQUEST_BYTES, deadline, None))
+        except (OSError, TimeoutError, MalformedMessage) as exc:  # a stranger, or cut short
+            assert server.refused is not None
+            server.refused.failed(exc)
             return
-        try:
-            reading = read(clients_for(config).kinesis, config, shard_id, start, timestamp,
-                           **bounds)
-            conn.send(("ok", reading))
-        except Exception as exc:  # noqa: BLE001 - the asking task reads on its own instead
-            log.warning("%s: reading it for a task on another executor failed: %s",
-                        shard_name(config.stream_name, shard_id), exc, exc_info=True)
-            try:
-                conn.send(("failed", repr(exc)))
-            except OSError:
-                pass
+        with _servers_lock:
+            server.last_used = time.monotonic()
+            config = server.configs.get(request.stream_key)
+        _send_all(tls, _reply(config, request), time.monotonic() + ANSWER_MARGIN_S, None)
+    except (OSError, TimeoutError) as exc:  # the asking task is gone: it reads alone
+        log.info("fan-out subscriptions at %s: an answer was not delivered: %s",
+                 server.address, exc)
+    finally:
+        server.release(connection)  # before its descriptor closes: see _Connection.evict
+        (tls or connection.sock).close()
 
 
-def read_at(address: str, key: bytes, config: ConsumerConfig, shard_id: str,
+def _reply(config: ConsumerConfig | None, request: ReadRequest) -> bytes:
+    """What the asking task is sent: the reading, or why there is none."""
+    if config is None:
+        return encode_failure(f"no task of stream {request.stream_key!r} ran here lately")
+    try:
+        bounds = request.bounds()
+        bounds["time_budget_s"] = min(request.time_budget_s, MAX_TIME_BUDGET_S)
+        reading = read(clients_for(config).kinesis, config, request.shard_id, request.start,
+                       request.timestamp, **bounds)
+        header, bodies = encode_reply(reading)
+        return header + b"".join(bodies)
+    except Exception as exc:  # noqa: BLE001 - the asking task reads on its own instead
+        log.warning("%s: reading it for a task on another executor failed: %s",
+                    shard_name(config.stream_name, request.shard_id), exc, exc_info=True)
+        return encode_failure(repr(exc))
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def read_at(address: str, key: PeerKey, stream_key: str, stream_name: str, shard_id: str,
             start: ExtendedSequenceNumber, timestamp: float | None, **bounds: Any
             ) -> Reading | None:
     """A new range read by the process at ``address`` with the subscription it holds (the
     keywords are ``read_loop.read``'s bounds); None if that process cannot do it."""
-    host, _, port = address.rpartition(":")
-    shard = shard_name(config.stream_name, shard_id)
+    shard = shard_name(stream_name, shard_id)
     try:
-        sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
+        sock = socket.create_connection(_host_port(address), timeout=CONNECT_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         log.info("%s: its subscription's holder %s is gone (%s); reading here",
                  shard, address, exc)
         return None
-    wait_s = float(bounds.get("time_budget_s") or 0.0) + ANSWER_MARGIN_S
+    request = ReadRequest(stream_key, shard_id, start, timestamp, **bounds)
+    tls: ssl.SSLSocket | None = None
     try:
-        with Connection(_blocking(sock, wait_s)) as conn:
-            answer_challenge(conn, key)
-            deliver_challenge(conn, key)
-            conn.send((config, shard_id, start, timestamp, bounds))
-            if not conn.poll(wait_s):
-                log.warning("%s: %s did not answer within %.0f s; reading here",
-                            shard, address, wait_s)
-                return None
-            status, answer = _decode(conn)
-    except Exception as exc:  # noqa: BLE001 - any failure: the task reads on its own
+        tls = _secured(sock, key, server=False,
+                       deadline=time.monotonic() + HANDSHAKE_TIMEOUT_S)
+        if tls is None:
+            log.warning("%s: %s is not a process of this query; reading here", shard, address)
+            return None
+        deadline = time.monotonic() + min(request.time_budget_s, MAX_TIME_BUDGET_S) \
+            + ANSWER_MARGIN_S
+        _send_all(tls, encode_request(request), deadline, None)
+        header, size = decode_reply_header(_read_frame(tls, MAX_HEADER_BYTES, deadline, None))
+        return decode_reading(header, _recv_exact(tls, size, deadline, None), shard_id)
+    except (OSError, TimeoutError, MalformedMessage) as exc:  # the task reads on its own
         log.info("%s: asking %s for its subscription failed (%s); reading here",
                  shard, address, exc)
         return None
-    if status != "ok":
-        log.warning("%s: %s could not read it (%s); reading here", shard, address, answer)
-        return None
-    return answer
+    finally:
+        (tls or sock).close()

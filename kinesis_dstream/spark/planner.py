@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import ConsumerConfig
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, group_shards
-from ..retrieval.subscription_peers import new_peer_key
+from ..retrieval.peer_tls import PeerKey, new_peer_key
 from .input_info import InputInfoReporter
 from .locality import ShardPlacement, live_executors, located_groups, located_rdd
 from .planning import BatchCoordinator
@@ -54,7 +54,7 @@ class StreamSpec:
 
 class BatchPlanner:
     def __init__(self, spec: StreamSpec, coordinator: BatchCoordinator,
-                 peer_key: bytes | None = None) -> None:
+                 peer_key: PeerKey | None = None) -> None:
         self.spec = spec
         self.config = spec.consumer_config
         self.coordinator = coordinator

@@ -11,7 +11,7 @@ import os
 import threading
 
 from ..config import ConsumerConfig
-from ..retrieval.subscription_peers import new_peer_key
+from ..retrieval.peer_tls import PeerKey, new_peer_key
 from ..worker_id import default_worker_id, made_by_another_process
 from .coordinator import ShardCoordinator
 from .planner import BatchPlanner, StreamSpec
@@ -21,7 +21,7 @@ _planners: dict[str, BatchPlanner] = {}
 _lock = threading.Lock()
 _planners_lock = threading.Lock()
 _worker_ids: dict[int, str] = {}
-_peer_keys: dict[int, bytes] = {}
+_peer_keys: dict[int, PeerKey] = {}
 
 
 def coordinator_for(config: ConsumerConfig) -> ShardCoordinator:
@@ -53,7 +53,7 @@ def _process_worker_id() -> str:
     return _worker_ids.setdefault(os.getpid(), default_worker_id())
 
 
-def _driver_peer_key() -> bytes:
+def _driver_peer_key() -> PeerKey:
     """The key this driver process's tasks prove themselves with to the executor processes
     holding their shards' subscriptions."""
     key = _peer_keys.get(os.getpid())
@@ -74,7 +74,9 @@ def planner_for(spec: StreamSpec) -> BatchPlanner:
         if planner is None or planner.coordinator.stopped:
             coordinator = coordinator_for(spec.consumer_config)
             coordinator.add_member(spec.key)
-            planner = _planners[spec.key] = BatchPlanner(spec, coordinator, _driver_peer_key())
+            planner = _planners[spec.key] = BatchPlanner(
+                spec, coordinator,
+                _driver_peer_key() if spec.consumer_config.retrieval_mode == "FANOUT" else None)
         return planner
 
 

@@ -21,7 +21,7 @@ from ..aws.stream_consumer import register_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, StreamNotFoundError
 from ..retrieval import waiting_out_dynamodb
-from ..retrieval.subscription_peers import new_peer_key
+from ..retrieval.peer_tls import PeerKey, new_peer_key
 from ..worker.stall import StallWatch
 from .offsets import StreamSet, stream_key
 from .prober import ShardProber, each_shard
@@ -57,8 +57,16 @@ class DriverState:
         self._clients: dict[str, KinesisClient] = {}
         self._ranges_made: Future[BatchRangeTable] | None = None
         self._lock = threading.Lock()
-        # Proves a task to the executor process holding its shard's subscription.
-        self.peer_key = new_peer_key()
+        self._peer_key: PeerKey | None = None
+
+    @property
+    def peer_key(self) -> PeerKey:
+        """Proves a task to the executor process holding its shard's subscription (made
+        on the first fan-out plan: a polling query needs none)."""
+        with self._lock:
+            if self._peer_key is None:
+                self._peer_key = new_peer_key()
+            return self._peer_key
 
     def locate(self, key: str) -> tuple[ConsumerConfig, str]:
         """A shard key's stream config and shard id."""
