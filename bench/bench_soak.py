@@ -1,7 +1,15 @@
 """Benchmark: a soak of a DStream word count (issue 16), to show nothing grows with time.
 
-``bench_soak.py [--minutes 60] [--rate 500] [--shards 2]`` on local-cluster[2,1,1024], 1 s
-batches, kinesalite (flat put speed for an hour, unlike kinesis-local) and moto's DynamoDB.
+``bench_soak.py [--minutes 60] [--rate 500] [--shards 2] [--fanout]`` on
+local-cluster[2,1,1024], 1 s batches, kinesalite (flat put speed for an hour, unlike
+kinesis-local) and moto's DynamoDB. With ``--fanout`` (issue 37) the executors read by
+enhanced fan-out through the fan-out front (bench_fanout's, in a process of its own, keeping
+the consumers itself since kinesalite has none) with its real 300 s subscription lifetime, so
+an hour renews every shard's subscription about twelve times; the records are put through
+the front, which pushes them at once. The DStream rather than the SQL source: its executors
+hold their subscriptions for the whole hour (one long application, nothing restarted), the
+renewal code is the one both APIs share, and the word count's exactness check is already
+here; restarting SQL queries is bench_restarts.py's part.
 A producer thread puts ``--rate`` records/s, each "<index> <words>"; the job counts words
 (flatMap, reduceByKey) and collects each record's index, so that a record counted twice or
 never is told apart from the count (a preallocated byte per index: the check itself does
@@ -11,13 +19,16 @@ Every minute a line (stderr) and a row (in the final JSON, stdout) with, from /p
 RSS (MB), threads and open file descriptors of the driver's Python process, the driver's
 JVM, the executor JVMs and their Python workers (summed over each group); the minute's
 median batch processing time and its largest scheduling delay (Spark's lag); the items of
-the batch-range table; records counted, distinct and sent. At the end: growth of each
-figure from the end of minute ``--warmup-minutes`` (10) to the last minute (target under
-10%), and whether every record sent was counted exactly once.
+the batch-range table; records counted, distinct and sent; with ``--fanout`` the
+SubscribeToShard calls so far and the subscriptions open at the front. At the end, per
+figure: minute 1, minute ``--warmup-minutes`` (10), the last minute and the largest; the
+growth from minute 10 to the last (target under 10%) and the least-squares slope per hour
+over those minutes; and whether every record sent was counted exactly once.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -168,6 +179,16 @@ def range_items(dynamodb: str, table: str) -> int:
     return sum(page["Count"] for page in pages)
 
 
+def slope_per_hour(points: list[tuple[int, float]]) -> float | None:
+    """Least-squares slope of (minute, value), per hour; None under two points."""
+    if len(points) < 2:
+        return None
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return round(60 * sum((x - mean_x) * (y - mean_y) for x, y in points) / spread, 2)
+
+
 def growth(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     """Each process figure's change from the row of minute ``warmup`` to the last row."""
     base, last = rows[warmup - 1], rows[-1]
@@ -175,8 +196,12 @@ def growth(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     for group in ("driver_python", "driver_jvm", "executor_jvm", "executor_python"):
         for key in ("rss_mb", "threads", "fds"):
             before, after = base[group][key], last[group][key]
-            out[f"{group}.{key}"] = {"at_warmup": before, "last": after,
-                                     "growth": round((after - before) / before, 3) if before else None}
+            out[f"{group}.{key}"] = {
+                "first": rows[0][group][key], "at_warmup": before, "last": after,
+                "max": max(r[group][key] for r in rows),
+                "growth": round((after - before) / before, 3) if before else None,
+                "slope_per_hour": slope_per_hour([(r["minute"], r[group][key])
+                                                  for r in rows[warmup - 1:]])}
     out["range_items"] = {"at_warmup": base["range_items"], "last": last["range_items"],
                           "max": max(r["range_items"] for r in rows)}
     out["within_target"] = all(v["growth"] is None or v["growth"] < GROWTH_TARGET
@@ -187,8 +212,15 @@ def growth(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
 def soak(args: argparse.Namespace) -> dict[str, Any]:
     h = common.helpers()
     sc_common.use_dummy_aws_env()
-    with common.running_emulators("kinesalite", "moto") as emulators:
+    with common.running_emulators("kinesalite", "moto") as emulators, \
+            contextlib.ExitStack() as fronts:
         kinesis, dynamodb = emulators["kinesalite"].endpoint, emulators["moto"].endpoint
+        front = None
+        if args.fanout:
+            import bench_fanout
+
+            front = fronts.enter_context(bench_fanout.FrontProcess(kinesis, True))
+            kinesis = front.endpoint  # puts, reads and consumers all through the front
         stream = h.unique_name("soak")
         app = h.unique_name("app-soak")
         h.create_stream(kinesis, stream, args.shards)
@@ -199,7 +231,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             tally = Tally(int(args.rate * 60 * (args.minutes + 2)))
             batches: list[tuple[float, int, int]] = []
             ssc = sc_common.streaming_context(sc)
-            lines = sc_common.create_stream(ssc, app, stream, kinesis, dynamodb)
+            overrides = {"configOverrides": {"retrieval_mode": "FANOUT"}} if front else {}
+            lines = sc_common.create_stream(ssc, app, stream, kinesis, dynamodb, **overrides)
             lines.flatMap(lambda text: text.split(" ")[1:]).map(lambda w: (w, 1)) \
                 .reduceByKey(lambda a, b: a + b).foreachRDD(lambda rdd: tally.add_words(rdd.collect()))
             lines.map(lambda text: int(text[:10])) \
@@ -215,7 +248,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
                 if producer.error is not None:
                     raise producer.error
                 rows.append(sample(minute, started, batches, tally, producer, driver_jvm,
-                                   sc.applicationId, dynamodb, f"{app}-kinesis-dstream-ranges"))
+                                   sc.applicationId, dynamodb, f"{app}-kinesis-dstream-ranges",
+                                   front))
             producer.halt.set()
             producer.join(30)
             sent = producer.sent
@@ -230,6 +264,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     warmup = max(1, min(args.warmup_minutes, len(rows) - 1))
     return {
         "benchmark": "soak", "minutes": args.minutes, "rate": args.rate, "shards": args.shards,
+        "read_by": "enhanced fan-out through the front, 300 s subscriptions" if args.fanout
+        else "polling",
         "spark_master": sc_common.CLUSTER, "batch_interval_s": sc_common.BATCH_INTERVAL_S,
         "minutes_rows": rows,
         "growth_after_minute": warmup, "growth": growth(rows, warmup),
@@ -244,7 +280,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
 
 def sample(minute: int, started: float, batches: list[tuple[float, int, int]], tally: Tally,
            producer: Producer, driver_jvm: int, app_id: str, dynamodb: str,
-           ranges_table: str) -> dict[str, Any]:
+           ranges_table: str, front: Any = None) -> dict[str, Any]:
     since = started + (minute - 1) * 60
     recent = [(p, s) for at, p, s in list(batches) if at >= since]
     row: dict[str, Any] = {"minute": minute}
@@ -255,6 +291,11 @@ def sample(minute: int, started: float, batches: list[tuple[float, int, int]], t
     row["scheduling_ms_max"] = max(s for _, s in recent) if recent else None
     row["scheduling_ms_median"] = statistics.median(s for _, s in recent) if recent else None
     row["range_items"] = range_items(dynamodb, ranges_table)
+    if front is not None:
+        calls = front.calls()
+        row["subscribes"] = sum(n for (operation, _), n in calls["calls"].items()
+                                if operation == "SubscribeToShard")
+        row["subscriptions_open"] = calls["open"]
     with tally.lock:
         row.update(counted=tally.records, distinct=tally.distinct, sent=producer.sent)
     common.progress(
@@ -264,7 +305,9 @@ def sample(minute: int, started: float, batches: list[tuple[float, int, int]], t
             for g in ("driver_python", "driver_jvm", "executor_jvm", "executor_python"))
         + f" | batch {row['processing_ms_median']} ms median, lag {row['scheduling_ms_median']}"
           f"/{row['scheduling_ms_max']} ms median/max ({row['batches']} batches)"
-        + f" | ranges {row['range_items']} | counted {row['counted']} / sent {row['sent']}")
+        + f" | ranges {row['range_items']} | counted {row['counted']} / sent {row['sent']}"
+        + (f" | SubscribeToShard {row['subscribes']}, {row['subscriptions_open']} open"
+           if front is not None else ""))
     return row
 
 
@@ -273,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=60)
     parser.add_argument("--rate", type=int, default=500, help="records/s")
     parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--fanout", action="store_true",
+                        help="read by enhanced fan-out through the front (300 s subscriptions)")
     parser.add_argument("--warmup-minutes", type=int, default=10,
                         help="growth is measured from the end of this minute (shorter runs: "
                              "from the middle)")
@@ -284,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     result = soak(args)
     result["machine"] = common.machine(load)
+    for name, figure in result["growth"].items():
+        if "." in name:
+            common.progress(f"{name}: minute 1 {figure['first']}, minute {result['growth_after_minute']}"
+                            f" {figure['at_warmup']}, last {figure['last']}, max {figure['max']},"
+                            f" growth {figure['growth']}, slope {figure['slope_per_hour']}/h")
+    common.progress(f"exact: {result['exact']}")
     common.emit(result)
     return 0 if result["exact"]["every_record_once"] else 1
 
