@@ -1,4 +1,5 @@
-"""The bytes between two executors during a fan-out read, captured: nothing in clear.
+"""The bytes between two executors during a fan-out read, captured: nothing in clear; and a
+query whose peer ports are attacked all along reads every record once.
 
 A SQL query reads by fan-out on the session's local-cluster (two executor processes; the
 source's tasks land on either, so a shard's task often asks the process on the other
@@ -21,6 +22,7 @@ import struct
 import threading
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from botocore.exceptions import ClientError
@@ -28,6 +30,7 @@ from botocore.exceptions import ClientError
 from spark_helpers import wait_until
 from test_sql_fanout import LIFETIME_S, fan_out, start, subscribers
 from test_sql_source import Batches, KeyedProducer, options, read_on_exactly_once
+from test_subscription_peers import dotted_global_pickle
 
 pytestmark = pytest.mark.spark
 
@@ -106,6 +109,15 @@ def tls_application_bytes(stream: bytes) -> int:
     return total
 
 
+def peer_ports(dynamodb: str, app: str) -> set[int]:
+    """The ports of the processes the query's recorded ranges name as holders."""
+    try:
+        held = subscribers(dynamodb, app)
+    except ClientError:  # the range table is not made yet
+        return set()
+    return {int(a.rpartition(":")[2]) for a in held}
+
+
 @pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
 def test_neither_the_secret_key_nor_a_record_crosses_between_executors_in_clear(
         spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
@@ -125,16 +137,9 @@ def test_neither_the_secret_key_nor_a_record_crosses_between_executors_in_clear(
     try:
         producer.start()
 
-        def peer_ports() -> set[int]:
-            try:
-                held = subscribers(dynamodb, unique_app_name)
-            except ClientError:  # the range table is not made yet
-                return set()
-            return {int(a.rpartition(":")[2]) for a in held}
-
         # until the peers have answered with at least a few hundred records' worth
-        wait_until(lambda: peer_ports() and tls_application_bytes(
-            capture.between(peer_ports())) > 20_000, 180,
+        wait_until(lambda: peer_ports(dynamodb, unique_app_name) and len(
+            capture.between(peer_ports(dynamodb, unique_app_name))) > 20_000, 180,
             "records read through a peer (a task asking the process holding its shard)")
         read_on_exactly_once(query, producer, sink, len(producer.sent) + 100)
     finally:
@@ -142,7 +147,7 @@ def test_neither_the_secret_key_nor_a_record_crosses_between_executors_in_clear(
         capture.stop()
         if query.isActive:
             query.stop()
-    ports = peer_ports()
+    ports = peer_ports(dynamodb, unique_app_name)
     peers, others = capture.between(ports), capture.besides(ports)
     records = list(producer.sent)
     assert tls_application_bytes(peers) > 20_000
@@ -152,3 +157,61 @@ def test_neither_the_secret_key_nor_a_record_crosses_between_executors_in_clear(
     # The same capture sees the records elsewhere (base64 in the emulator's JSON): it works.
     seen = [d for d in records[:50] if base64.b64encode(d) in others or d in others]
     assert len(seen) == 50, f"the capture missed the emulator's traffic ({len(seen)} of 50)"
+
+
+class Hostile(threading.Thread):
+    """Everything the unit tests throw at one peer port, at every peer port a query's
+    ranges name, over and over while the query reads: idle connections by the hundred, a
+    trickler, a pickle naming a dotted global, a 1 GiB length prefix, a scanner."""
+
+    def __init__(self, ports: Callable[[], set[int]]) -> None:
+        super().__init__(name="hostile-neighbour", daemon=True)
+        self.ports, self.halt, self.attacks = ports, threading.Event(), 0
+        self.held: list[socket.socket] = []
+
+    def run(self) -> None:
+        pickled = dotted_global_pickle()
+        while not self.halt.wait(1.0):
+            for port in self.ports():
+                for payload in (b"", b"\x16\x03\x01", struct.pack("!I", len(pickled)) + pickled,
+                                struct.pack("!I", 1 << 30) + b"x" * 100):
+                    try:
+                        sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+                        sock.sendall(payload)
+                        self.held.append(sock)
+                        self.attacks += 1
+                    except OSError:
+                        pass
+            while len(self.held) > 400:  # hundreds idle at any time, the oldest let go
+                self.held.pop(0).close()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+        for sock in self.held:
+            sock.close()
+
+
+@pytest.mark.timeout(300)  # the session's Spark may start inside it (90 s loaded)
+def test_a_query_beside_hostile_neighbours_on_its_peer_ports_reads_every_record_once(
+        spark, aws_env, kinesis_local, dynamodb, make_stream, unique_app_name,
+        make_fanout_front, tmp_path: Path):
+    stream = make_stream(2)
+    front = make_fanout_front(lifetime_s=LIFETIME_S, heartbeat_s=1)
+    opts = options(stream, front.endpoint, dynamodb, unique_app_name, **fan_out(unique_app_name))
+    sink = Batches()
+    producer = KeyedProducer(front.endpoint, stream, prefix="hostile", every_s=0.2)
+    query = start(spark, "aws-kinesis", opts, str(tmp_path / "cp"), sink)
+    hostile = Hostile(lambda: peer_ports(dynamodb, unique_app_name))
+    try:
+        producer.start()
+        wait_until(lambda: peer_ports(dynamodb, unique_app_name), 180, "a peer port named")
+        hostile.start()
+        wait_until(lambda: hostile.attacks >= 200, 120, "200 hostile connections")
+        read_on_exactly_once(query, producer, sink, len(producer.sent) + 300)
+    finally:
+        producer.halt.set()
+        hostile.stop()
+        if query.isActive:
+            query.stop()
+    assert hostile.attacks >= 200
