@@ -83,6 +83,9 @@ MAX_TIME_BUDGET_S = 120.0
 MAX_CONNECTIONS = 16
 # The streams a server remembers the configs of (a query reads a few).
 MAX_STREAMS = 64
+# Servers a process keeps (one a query it read for lately): a query restarted every few
+# seconds would otherwise leave one open for IDLE_CLOSE_S each; the least used one goes.
+MAX_SERVERS = 8
 # A blocked connection looks at its deadline (and whether it was evicted) this often.
 _POLL_SLICE_S = 0.2
 
@@ -187,6 +190,8 @@ def serve(key: PeerKey, stream_key: str, config: ConsumerConfig) -> str | None:
                     log.warning("cannot listen on %s for tasks on other executors (%s): this "
                                 "process's fan-out tasks read their shards themselves", host, exc)
                 return None
+            if len(_servers) >= MAX_SERVERS:  # the least recently used closes
+                del _servers[min(_servers, key=lambda k: _servers[k].last_used)]
             server = _servers[key] = _Server(key, listener, address, time.monotonic())
             server.refused = FaultLog(log, f"connections to {address} that did not prove the "
                                            "query's key")
@@ -202,6 +207,8 @@ def _unused(server: _Server) -> bool:
     """Has no task used ``server`` for ``IDLE_CLOSE_S``? If so it is forgotten (the next
     ``serve`` starts another)."""
     with _servers_lock:
+        if _servers.get(server.key) is not server:  # given up for a newer query's
+            return True
         if time.monotonic() - server.last_used < IDLE_CLOSE_S:
             return False
         if _servers.get(server.key) is server:  # serve() cannot hand its address out any more
