@@ -9,7 +9,12 @@
 - ``refuse_next(code, count=1)``: the next ``count`` SubscribeToShard calls are answered with
   ``code`` (ResourceInUseException, LimitExceededException, ...) as Kinesis answers them;
 - counts the front's own calls to the emulator by operation in ``upstream_calls`` (what a
-  subscription costs the emulator);
+  subscription costs the emulator), notes when each began (``upstream_began``: monotonic
+  time and operation) and counts those answered (``upstream_answered``), so a test waits
+  for a poll to be behind it and measures the gaps between polls;
+- notes when it began sending each SubscribeToShardEvent (``events_sent_at``: monotonic
+  time, shard id and whether it carried records), so a test measures heartbeats where the
+  front decides them, not where a loaded client happens to read them;
 - notes when it pushed records (``pushed``: the time and the shard of each event that
   carried any), so a test knows when a subscriber could first have read a put;
 - notes each successful subscribe and whether it took an open subscription over
@@ -45,6 +50,10 @@ class FaultyFanOutFront(FanOutFront):
         self._iterators: dict[str, str] = {}  # iterator -> shard id
         self._fault_lock = threading.Lock()
         self.upstream_calls: Counter[str] = Counter()
+        self.upstream_began: list[tuple[float, str]] = []  # (monotonic s, operation)
+        self.upstream_answered: Counter[str] = Counter()
+        # (monotonic s, shard id, whether it carried records) of each event sent
+        self.events_sent_at: list[tuple[float, str, bool]] = []
         self.pushed: list[tuple[float, str]] = []  # (epoch s, shard id) of events with records
         self.subscribed: list[tuple[float, str]] = []  # (epoch s, shard id) of each subscribe
         # (epoch s, shard id, whether it took over an open one) of each successful subscribe
@@ -54,7 +63,11 @@ class FaultyFanOutFront(FanOutFront):
         def counted(operation: str, payload: dict[str, Any], auth: dict[str, str]) -> Any:
             with self._fault_lock:
                 self.upstream_calls[operation] += 1
-            return call(operation, payload, auth)
+                self.upstream_began.append((time.monotonic(), operation))
+            answer = call(operation, payload, auth)
+            with self._fault_lock:
+                self.upstream_answered[operation] += 1
+            return answer
 
         def noted(consumer_arn: str, shard_id: str, subscription: Any) -> Any:
             previous = succeeded(consumer_arn, shard_id, subscription)
@@ -107,10 +120,17 @@ class FaultyFanOutFront(FanOutFront):
                     self._cut_after = None
                     self.cuts += 1
                     raise ConnectionResetError("cut by the fan-out fault")
+                self.events_sent_at.append((time.monotonic(), subscription.request.shard_id,
+                                            b'"Data"' in message))
         super().send(subscription, message)
         if b"SubscribeToShardEvent" in message[:200] and b'"Data"' in message:
             with self._fault_lock:
                 self.pushed.append((time.time(), subscription.request.shard_id))
+
+    def began(self, operation: str) -> list[float]:
+        """When each of the front's own calls of ``operation`` to the emulator began."""
+        with self._fault_lock:
+            return [at for at, op in self.upstream_began if op == operation]
 
     def whole_lifetimes(self, shard_id: str, since: float) -> int:
         """How many whole subscription lifetimes ``shard_id``'s subscription has lasted since

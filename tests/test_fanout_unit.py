@@ -3,12 +3,15 @@ where each subscription starts, the records dropped at a checkpoint, the shard's
 errors handed to the caller's pacer, and the bounded buffer (no emulator)."""
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any, Iterator
 
 import botocore.exceptions
 import pytest
+
+from waiting import wait_for
 
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.aws.kpl import Aggregate
@@ -245,13 +248,6 @@ def test_errors_reach_the_caller_as_ours_and_the_next_read_resubscribes():
     assert (publisher.subscriptions, publisher.resubscriptions) == (2, 1)
 
 
-def wait_for(condition: Any, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 def test_a_subscription_that_ends_while_read_is_renewed_by_its_reader_at_once(monkeypatch):
     """Its lifetime up, a subscription a caller is reading is renewed by the reader thread,
     after the last event's continuation and once Kinesis' 1 s and 5 s rules allow (shortened
@@ -266,7 +262,7 @@ def test_a_subscription_that_ends_while_read_is_renewed_by_its_reader_at_once(mo
     subscribed = time.monotonic()
     publisher.get_records()  # the caller reads on: this subscription is in use
     up.set()
-    wait_for(lambda: len(fake.calls) == 2, "the renewal")
+    wait_for(lambda: len(fake.calls) == 2, 10, "the renewal", interval=0.01)
     assert time.monotonic() - subscribed >= 0.3 - 0.05  # the 5 s rule (here 0.3 s) waited out
     assert fake.threads[1] is not threading.current_thread()  # the reader's, not the caller's
     assert fake.calls[1]["StartingPosition"] == {"Type": "AFTER_SEQUENCE_NUMBER",
@@ -287,7 +283,7 @@ def test_a_subscription_nobody_read_while_it_lasted_is_not_renewed(monkeypatch):
     publisher = source(fake)
     assert read_until(publisher, 1) == ["1/0"]
     up.set()
-    wait_for(lambda: not first.reader.is_alive(), "the reader's end")
+    wait_for(lambda: not first.reader.is_alive(), 10, "the reader's end", interval=0.01)
     assert len(fake.calls) == 1
     assert read_until(publisher, 1) == ["2/0"]
     assert fake.threads[1] is threading.current_thread()
@@ -313,6 +309,17 @@ def test_the_buffer_is_bounded_by_bytes_and_events_and_always_takes_the_end():
     assert len(counted) == 3
 
 
+def _waiting_for_room(thread: threading.Thread) -> bool:
+    """``thread`` is inside ``EventBuffer.put`` (with the buffer full: waiting for room), seen
+    in its stack: the condition a fixed sleep stood in for."""
+    frame = sys._current_frames().get(thread.ident or -1)  # noqa: SLF001 - a thread's stack
+    while frame is not None:
+        if frame.f_code is EventBuffer.put.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def test_a_batch_of_small_events_waits_in_the_buffer_for_the_next_task():
     """A Spark task takes a busy shard's events once a batch: the buffer holds many small
     events, where the KCL's 10 would stop the reading between tasks."""
@@ -320,17 +327,21 @@ def test_a_batch_of_small_events_waits_in_the_buffer_for_the_next_task():
     publisher = source(FakeKinesis(stream))
     publisher.get_records()
     buffered = publisher._subscription.events  # type: ignore[union-attr]
-    wait_for(lambda: len(buffered) >= 500, "a second's small events of 500 puts buffered")
+    wait_for(lambda: len(buffered) >= 500, 10, "a second's small events of 500 puts buffered",
+             interval=0.01)
     publisher.close()
 
 
 def test_large_events_stop_the_reading_at_the_byte_bound():
     stream = FakeStream([], endless=True, endless_data=b"x" * (1024 * 1024))
     publisher = source(FakeKinesis(stream))
-    publisher.get_records()  # subscribes; the reader fills the buffer, then blocks
-    wait_for(lambda: stream.pulled >= BUFFER_BYTES // (1024 * 1024), "the buffer full")
-    time.sleep(0.3)  # a reader not held by the bound would pull hundreds more meanwhile
-    assert stream.pulled <= BUFFER_BYTES // (1024 * 1024) + 3
+    publisher.get_records()  # subscribes and takes the first event; the reader fills the buffer
+    buffered = publisher._subscription.events  # type: ignore[union-attr]
+    wait_for(lambda: buffered.full and _waiting_for_room(stream.reader),
+             10, "the reader held at the byte bound", interval=0.01)
+    # exact: the event taken, the bound's 4 events of 1 MiB, and the one the reader holds
+    assert len(buffered) == BUFFER_BYTES // (1024 * 1024)
+    assert stream.pulled == 1 + len(buffered) + 1
     publisher.close()
     assert stream.closed.wait(5)
 
@@ -338,8 +349,12 @@ def test_large_events_stop_the_reading_at_the_byte_bound():
 def test_a_slow_reader_stops_the_reading_and_close_ends_it():
     stream = FakeStream([], endless=True)
     publisher = source(FakeKinesis(stream))
-    publisher.get_records()  # subscribes; the reader fills the buffer, then blocks
-    time.sleep(0.5)
-    assert stream.pulled <= BUFFER_EVENTS + 3
+    publisher.get_records()  # subscribes and takes the first event; the reader fills the buffer
+    buffered = publisher._subscription.events  # type: ignore[union-attr]
+    wait_for(lambda: buffered.full and _waiting_for_room(stream.reader),
+             10, "the reader held at the event bound", interval=0.01)
+    # exact: the event taken, BUFFER_EVENTS held, and the one the reader holds
+    assert len(buffered) == BUFFER_EVENTS
+    assert stream.pulled == 1 + BUFFER_EVENTS + 1
     publisher.close()
     assert stream.closed.wait(5)

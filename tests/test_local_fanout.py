@@ -18,6 +18,7 @@ from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import ClientError, EventStreamError
 
 import emulators
+from waiting import wait_for
 
 from kinesis_dstream.fanout_front import ReadPacer, Refused, SubscribeRules, frames
 from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
@@ -186,6 +187,15 @@ def _code(exc_info: pytest.ExceptionInfo) -> str:
     return str(exc_info.value.response["Error"]["Code"])
 
 
+def _consumer_status(kinesis: Any, consumer: str) -> str:
+    """The consumer's status on the emulator, or "gone"."""
+    try:
+        return str(kinesis.describe_stream_consumer(ConsumerARN=consumer)[
+            "ConsumerDescription"]["ConsumerStatus"])
+    except ClientError:
+        return "gone"
+
+
 @pytest.fixture
 def fanout(make_fanout_front, make_stream):
     """(front, client, stream, consumer ARN): a one-shard stream with an ACTIVE consumer."""
@@ -289,20 +299,26 @@ def test_every_starting_position(fanout):
 
 @pytest.mark.emulator
 def test_heartbeats_on_an_idle_shard_and_a_latest_continuation_that_skips_nothing(fanout):
-    front, kinesis, stream, consumer = fanout(lifetime_s=7.0, heartbeat_s=0.5)
+    front, kinesis, stream, consumer = fanout(lifetime_s=15.0, heartbeat_s=0.5)
     old = emulators.put_records(front.endpoint, stream, [b"old-1", b"old-2"])
     reader = _subscribe(kinesis, consumer, Type="LATEST")
-    reader.wait(lambda: len(reader.events) >= 3, timeout=5)
+    reader.wait(lambda: len(reader.events) >= 6)
     assert all(e["Records"] == [] for e in reader.events)
-    gaps = [b - a for a, b in zip(reader.arrived, reader.arrived[1:], strict=False)]
-    assert max(gaps) < 1.0
+    # Measured where the front sends them: a heartbeat goes once heartbeat_s has passed since
+    # the last event, never sooner (exact, the rule; a loaded machine only delays), and they
+    # keep that pace: six in a row average under 1.5 heartbeats apart (one every other
+    # heartbeat would be 2).
+    sent = [at for at, _, _ in front.events_sent_at[:6]]
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert min(gaps) >= 0.5, gaps
+    assert sum(gaps) / len(gaps) < 0.75, gaps
     # a heartbeat's continuation is the record before the LATEST start: resubscribing
     # AFTER it reads exactly what came after the start
     assert {e["ContinuationSequenceNumber"] for e in reader.events} == {old[-1].sequence_number}
-    put_at = time.monotonic()
     emulators.put_records(front.endpoint, stream, [b"new"])
+    # (how soon it comes is test_a_put_through_the_front_is_pushed_at_once's: here a poll
+    # is due at every heartbeat, so a push and a poll would both bring it within 0.5 s)
     reader.wait(lambda: reader.data() == [b"new"])
-    assert reader.arrived[-1] - put_at < 1.0  # pushed, not waited for
 
 
 @pytest.mark.emulator
@@ -347,29 +363,47 @@ def test_an_idle_subscription_polls_the_emulator_less_often(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
                                               poll_interval_s=0.1, idle_poll_interval_s=0.5)
     reader = _subscribe(kinesis, consumer, Type="LATEST")
-    time.sleep(3.0)
-    # 0.1, 0.2, 0.4, then every 0.5 s: about 8 GetRecords in 3 s, not 30
-    assert 4 <= front.upstream_calls["GetRecords"] <= 12
-    put_at = time.monotonic()
+    # The idle time is what is measured, counted in the front's polls of the emulator: the
+    # waits between them double from 0.1 s to the idle interval, 0.5 s (never sooner: exact,
+    # the rule; a loaded machine only delays), and polling goes on at that pace (the four
+    # after the doubling average under 1.5 idle intervals apart; doubling on would be 0.8,
+    # 1.6, 3.2 and 6.4 s).
+    wait_for(lambda: front.upstream_calls["GetRecords"] >= 8, 20, "8 polls of the idle shard")
+    polls = front.began("GetRecords")[:8]
+    gaps = [b - a for a, b in zip(polls, polls[1:], strict=False)]
+    assert all(gap >= least for gap, least in zip(
+        gaps, [0.1, 0.2, 0.4, 0.5, 0.5, 0.5, 0.5], strict=True)), gaps
+    assert sum(gaps[3:]) / 4 < 0.75, gaps
     emulators.put_records(front.endpoint, stream, [b"after-idle"])
+    # (pushed by the put's wake, which test_a_put_through_the_front_is_pushed_at_once shows
+    # where no poll is due; here one is due within 0.5 s)
     reader.wait(lambda: reader.data() == [b"after-idle"])
-    assert reader.arrived[-1] - put_at < 1.0
 
 
 @pytest.mark.emulator
 def test_a_put_through_the_front_is_pushed_at_once(fanout):
+    # No poll and no heartbeat is due for 60 s (beyond the waits below): a record read here
+    # was read because the put woke the subscription.
+    front, kinesis, stream, consumer = fanout(lifetime_s=60.0, heartbeat_s=60.0,
+                                              poll_interval_s=60.0, idle_poll_interval_s=60.0)
+    reader = _subscribe(kinesis, consumer, Type="LATEST")
+    wait_for(lambda: front.upstream_answered["GetRecords"] == 1, 10, "the first poll answered")
+    emulators.put_records(front.endpoint, stream, [b"through-the-front"])
+    reader.wait(lambda: reader.data() == [b"through-the-front"])
+    assert front.upstream_calls["GetRecords"] == 2  # the first poll, and the one the put woke
+
+
+@pytest.mark.emulator
+def test_a_put_on_the_emulator_itself_is_found_by_the_next_poll(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
                                               poll_interval_s=3.0, idle_poll_interval_s=3.0)
     reader = _subscribe(kinesis, consumer, Type="LATEST")
-    time.sleep(0.5)  # the first poll is behind it: the next one is 3 s away
-    put_at = time.monotonic()
-    emulators.put_records(front.endpoint, stream, [b"through-the-front"])
-    reader.wait(lambda: reader.data() == [b"through-the-front"], timeout=5)
-    assert reader.arrived[-1] - put_at < 1.0
+    wait_for(lambda: front.upstream_answered["GetRecords"] == 1, 10, "the first poll answered")
     # put on the emulator itself: the front does not see it, its next poll finds it
     direct = f"http://{front.upstream.host}:{front.upstream.port}"
     emulators.put_records(direct, stream, [b"direct"])
-    reader.wait(lambda: reader.data()[-1:] == [b"direct"], timeout=8)
+    reader.wait(lambda: reader.data() == [b"direct"])
+    assert front.upstream_calls["GetRecords"] >= 2
 
 
 @pytest.mark.emulator
@@ -377,14 +411,14 @@ def test_a_shard_read_to_its_tip_is_not_polled_again_at_once(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=10.0,
                                               poll_interval_s=3.0, idle_poll_interval_s=3.0)
     reader = _subscribe(kinesis, consumer, Type="LATEST")
-    reader.wait(lambda: front.upstream_calls["GetRecords"] >= 1)
-    time.sleep(0.5)  # the first poll is behind it: the next one is 3 s away
-    before = front.upstream_calls["GetRecords"]
+    wait_for(lambda: front.upstream_answered["GetRecords"] == 1, 10, "the first poll answered")
     emulators.put_records(front.endpoint, stream, [b"one", b"two"])
-    reader.wait(lambda: reader.data() == [b"one", b"two"], timeout=2)
-    time.sleep(0.5)
-    # the page that brought them reached the tip: no second GetRecords until the interval
-    assert front.upstream_calls["GetRecords"] - before == 1
+    reader.wait(lambda: reader.data() == [b"one", b"two"])
+    wait_for(lambda: front.upstream_calls["GetRecords"] >= 3, 15, "the poll after the interval")
+    # the page that brought them (the second poll) reached the tip: the third waited the
+    # interval after it (exact: never sooner; a loaded machine only delays)
+    polls = front.began("GetRecords")
+    assert polls[2] - polls[1] >= 3.0, polls
 
 
 @pytest.mark.emulator
@@ -399,10 +433,10 @@ def test_wake_only_reads_a_shard_only_when_a_put_wakes_it(fanout):
     assert front.upstream_calls["GetRecords"] == polled
     assert {e["ContinuationSequenceNumber"] for e in reader.events} == {
         reader.records[-1]["SequenceNumber"]}
-    put_at = time.monotonic()
     emulators.put_records(front.endpoint, stream, [b"woken"])
-    reader.wait(lambda: reader.data() == [b"before", b"woken"], timeout=2)
-    assert reader.arrived[-1] - put_at < 1.0
+    # wake_only: nothing reads the shard but a put's wake (the heartbeats above polled
+    # nothing), so its arrival is the put's doing
+    reader.wait(lambda: reader.data() == [b"before", b"woken"])
     # pushed from the put the front relayed, not read back from the emulator
     assert front.upstream_calls["GetRecords"] == polled
     record = reader.records[-1]
@@ -410,14 +444,14 @@ def test_wake_only_reads_a_shard_only_when_a_put_wakes_it(fanout):
     assert int(record["SequenceNumber"]) > int(reader.records[0]["SequenceNumber"])
     for chunk in ([b"c1", b"c2"], [b"c3"], [b"c4", b"c5", b"c6"]):
         emulators.put_records(front.endpoint, stream, chunk)
-    reader.wait(lambda: len(reader.records) == 8, timeout=2)
+    reader.wait(lambda: len(reader.records) == 8)
     assert reader.data() == [b"before", b"woken", b"c1", b"c2", b"c3", b"c4", b"c5", b"c6"]
     assert front.upstream_calls["GetRecords"] == polled
     # records the log no longer holds (it keeps 1 to 2 a shard here) are read from the
     # emulator, after the last one pushed
     front.put_log.per_shard = 1
     emulators.put_records(front.endpoint, stream, [b"d1", b"d2", b"d3"])
-    reader.wait(lambda: len(reader.records) == 11, timeout=2)
+    reader.wait(lambda: len(reader.records) == 11)
     assert reader.data()[8:] == [b"d1", b"d2", b"d3"]
     assert front.upstream_calls["GetRecords"] == polled + 1
     sequences = [int(r["SequenceNumber"]) for r in reader.records]
@@ -428,15 +462,19 @@ def test_wake_only_reads_a_shard_only_when_a_put_wakes_it(fanout):
 def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
     front, kinesis, stream, consumer = fanout(lifetime_s=30.0)
     first = _subscribe(kinesis, consumer)
-    succeeded = time.monotonic()
+    # the rules' windows are what is measured: each wait below is for the front's own clock
+    # to pass a window from the success it noted (noted after the rules counted it)
+    ((succeeded, _, _),) = front.succeeded
     with pytest.raises(ClientError) as limit:
         _subscribe(kinesis, consumer)
     assert _code(limit) == "LimitExceededException"
-    time.sleep(1.1)
+    wait_for(lambda: time.time() >= succeeded + 1.0, 5, "a second since the first call",
+             interval=0.01)
     with pytest.raises(ClientError) as in_use:
         _subscribe(kinesis, consumer)
     assert _code(in_use) == "ResourceInUseException"
-    time.sleep(max(0.0, succeeded + 5.05 - time.monotonic()))
+    wait_for(lambda: time.time() >= succeeded + 5.0, 10, "five seconds since the success",
+             interval=0.01)
     emulators.put_records(front.endpoint, stream, [b"x"])
     second = _subscribe(kinesis, consumer)
     first.wait(lambda: first.done.is_set(), timeout=5)
@@ -447,9 +485,11 @@ def test_the_one_second_and_five_second_rules_and_the_takeover(fanout):
 
 
 @pytest.mark.emulator
-def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout):
-    front, kinesis, stream, consumer = fanout(lifetime_s=30.0, heartbeat_s=2.0)
-    other = emulators.register_consumer(front.endpoint, stream, "other")
+def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout, make_fanout_front,
+                                                              make_stream):
+    # No heartbeat's consumer check is due for 30 s (beyond the waits below): a subscription
+    # that ends here was ended by the deregistration the front relayed.
+    front, kinesis, stream, consumer = fanout(lifetime_s=60.0, heartbeat_s=30.0)
     emulators.put_records(front.endpoint, stream, [b"a"])  # a first event at once
     unknown = consumer.replace("/consumer/app:", "/consumer/nobody:")
     for arn, shard in ((unknown, SHARD0), (consumer, "shardId-000000000009")):
@@ -461,23 +501,31 @@ def test_unknown_and_deregistered_consumers_and_unknown_shards(fanout):
     # deregistered through the endpoint: its subscription ends at once
     reader = _subscribe(kinesis, consumer)
     reader.wait(lambda: len(reader.events) >= 1)
-    asked = time.monotonic()
     kinesis.deregister_stream_consumer(ConsumerARN=consumer)
-    reader.wait(lambda: reader.done.is_set(), timeout=5)
-    assert time.monotonic() - asked < 0.5  # not at the next heartbeat's check
+    reader.wait(lambda: reader.done.is_set())  # not at a heartbeat's check: none is due
     assert isinstance(reader.end, EventStreamError)
     assert reader.end.response["Error"]["Code"] == "ResourceNotFoundException"
-    time.sleep(1.0)
+    # once the emulator no longer has it ACTIVE, a call is refused for the consumer (not by
+    # the one-second rule, which the front asks only of a consumer it finds)
+    wait_for(lambda: _consumer_status(kinesis, consumer) != "ACTIVE", 10,
+             "the emulator to see the consumer deregistered")
     with pytest.raises(ClientError) as gone:
         _subscribe(kinesis, consumer)
     assert _code(gone) == "ResourceNotFoundException"
 
-    # deregistered elsewhere (on the emulator itself): noticed within a heartbeat or two
+    # deregistered elsewhere (on the emulator itself): noticed by a heartbeat's check, which
+    # asks the emulator about the consumer
+    front = make_fanout_front(lifetime_s=30.0, heartbeat_s=2.0)
+    stream, kinesis = make_stream(1), _client(front.endpoint)
+    other = emulators.register_consumer(front.endpoint, stream, "other")
+    emulators.put_records(front.endpoint, stream, [b"a"])
     behind = _subscribe(kinesis, other)
     behind.wait(lambda: len(behind.events) >= 1)
     front.deregister_behind(other)
-    behind.wait(lambda: behind.done.is_set(), timeout=6)
+    asked = front.upstream_calls["DescribeStreamConsumer"]
+    behind.wait(lambda: behind.done.is_set(), timeout=20)
     assert behind.end.response["Error"]["Code"] == "ResourceNotFoundException"
+    assert front.upstream_calls["DescribeStreamConsumer"] > asked
 
 
 @pytest.mark.emulator

@@ -286,9 +286,15 @@ def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamo
         # --dry-run while it runs: no checkpoint or owner changes, the worker reads nothing again.
         held = {key: (item["leaseOwner"], item["checkpoint"], item["checkpointSubSequenceNumber"])
                 for key, item in items(dynamodb, config.application_name).items()}
+        counters = {key: int(item["leaseCounter"]["N"])
+                    for key, item in items(dynamodb, config.application_name).items()}
         code, out, _, _ = run_cli(capsys, *base, "--all", "--to", "TRIM_HORIZON", "--dry-run")
         assert code == 0 and not any(m["written"] for m in json.loads(out)["leases"]), out
-        time.sleep(2 * config.renew_interval_ms / 1000.0)
+        # the worker renews every lease twice meanwhile (it runs and writes the table), and
+        # still no owner or checkpoint changed
+        wait_for(lambda: all(int(item["leaseCounter"]["N"]) >= counters[key] + 2 for key, item
+                             in items(dynamodb, config.application_name).items()),
+                 30, "two renewals of every lease after the dry run")
         assert {key: (item["leaseOwner"], item["checkpoint"], item["checkpointSubSequenceNumber"])
                 for key, item in items(dynamodb, config.application_name).items()} == held
         assert not [e for e in read_events(str(log_path))[mark:] if e["event"] == "record"]
@@ -323,11 +329,17 @@ def test_reset_while_our_worker_runs(make_stream, make_config, local_env, dynamo
             expected_b |= {p.data.decode() for p in extra if p.shard_id == shard_b}
             wait_for(lambda a=expected_a, b=expected_b: again()[shard_a] >= a
                      and again()[shard_b] >= b, 30, f"wave {wave} read")
-            time.sleep(0.3)
-        wait_for(lambda: all(n >= 4 for n in checkpoints_per_shard(
-            read_events(str(log_path))[mark:], (shard_a, shard_b)).values()), 30,
-            "three checkpoints after the one that followed the reset")
-        time.sleep(0.5)  # the last checkpoint in the samples
+            # its checkpoint before the next wave: each wave a batch of its own
+            wait_for(lambda n=wave + 2: all(c >= n for c in checkpoints_per_shard(
+                read_events(str(log_path))[mark:], (shard_a, shard_b)).values()), 30,
+                f"wave {wave}'s checkpoint on both shards")
+
+        def last_sampled() -> bool:
+            last = last_checkpoints(read_events(str(log_path))[mark:])
+            return {(key, c.sequence_number, c.sub_sequence_number)
+                    for key, c in last.items()} <= set(samples)
+
+        wait_for(last_sampled, 30, "the last checkpoints in the samples")
         stop.set()
         sampler.join(timeout=10)
     finally:
@@ -354,7 +366,7 @@ def test_release_of_a_killed_worker_lets_a_running_one_take_over_within_a_renewa
     renewal period, 2 s) and reads on from worker-a's checkpoint."""
     stream = make_stream(2)
     config = make_config(stream, failover_time_ms=6000)
-    renewal_s = config.renew_interval_ms / 1000.0
+    renewal_s, failover_s = config.renew_interval_ms / 1000.0, config.failover_time_ms / 1000.0
     records = emulators.put_batch(kinesis_local, stream, "r", 20)
     worker_a, log_a = run_until_checkpointed(config, records, tmp_path, "worker-a")
     log_b = tmp_path / "worker-b.jsonl"
@@ -374,10 +386,15 @@ def test_release_of_a_killed_worker_lets_a_running_one_take_over_within_a_renewa
         assert code == 0, err
         (lease,) = json.loads(out)["leases"]
         assert lease["written"]
-        wait_for(lambda: set(owners().values()) == {"worker-b"}, 3 * renewal_s,
-                 "worker-b to own both leases")
+        wait_for(lambda: set(owners().values()) == {"worker-b"}, 2 * failover_s,
+                 "worker-b to own both leases", interval=0.05)
         took_s = time.monotonic() - released
-        # One renewal period, and what a taker pass itself takes (a scan and a write).
+        print(f"taken {took_s:.2f} s after the release (renewal period {renewal_s:.2f} s)")
+        # Taken because it was released: the release moved the lease's counter, so an expiry
+        # would have come a whole failover time after it (6 s), not within it.
+        assert took_s < failover_s, f"taken {took_s:.2f} s after the release"
+        # The promise: at worker-b's next taker pass, within one renewal period after the
+        # release, plus what that pass takes (a scan and a write)
         assert took_s < renewal_s + 0.5, f"taken {took_s:.2f} s after the release"
         after = emulators.put_records(kinesis_local, stream, [(f"k{i}", f"z-{i}") for i in range(20)])
         wait_for(lambda: {e["data"] for e in read_events(str(log_b)) if e["event"] == "record"}

@@ -86,6 +86,19 @@ def put_mixed(endpoint: str, stream: str, prefix: str, total: int) -> set[str]:
     return set(data)
 
 
+def assert_pushed_by_live_subscriptions(front: Any, delivered: list, data: set[str],
+                                        put_epoch: float) -> None:
+    """The records of ``data`` came by the subscriptions open when they were put: each of
+    their shards had an event with records pushed after the put, and no SubscribeToShard
+    call on those shards came between the put and the push (not a resubscription's read)."""
+    shards = {shard for _, shard, r, _ in delivered
+              if r != "SHARD_END" and r.binary_data.decode() in data}
+    pushed_at = front.pushed_since(put_epoch, shards)
+    between = [(at, shard) for at, shard in front.subscribed
+               if shard in shards and put_epoch <= at <= pushed_at]
+    assert not between, f"subscribed between the put and its push: {between}"
+
+
 def consumer_status(endpoint: str, stream: str, name: str) -> str:
     kinesis = emulators.client("kinesis", endpoint)
     stream_arn = kinesis.describe_stream_summary(StreamName=stream)[
@@ -333,14 +346,16 @@ def test_a_split_ends_the_parent_by_child_shards_and_children_follow_it(
         wait_for(lambda: {r.binary_data.decode() for _, _, r, _ in delivered
                           if r != "SHARD_END"} >= expected, 60, "parent and children")
         # The children are subscribed now: what is written to them arrives within 2 s.
-        put_at = time.monotonic()
+        put_at, put_epoch = time.monotonic(), time.time()
         late = put_mixed(front.endpoint, stream, "late", 20)  # as a producer on the front
         expected |= late
         wait_for(lambda: {r.binary_data.decode() for _, _, r, _ in delivered
                           if r != "SHARD_END"} >= expected, 10, "the late child records")
         late_at = max(at for _, _, r, at in delivered
                       if r != "SHARD_END" and r.binary_data.decode() in late)
-        assert late_at - put_at < 2.0
+        assert_pushed_by_live_subscriptions(front, delivered, late, put_epoch)
+        print(f"the late child records in the worker {late_at - put_at:.2f} s after the put")
+        assert late_at - put_at < 2.0  # docs/enhanced-fan-out.md's promise
     finally:
         scheduler.shutdown(timeout_s=10)
     data = Counter(r.binary_data.decode() for _, _, r, _ in delivered if r != "SHARD_END")
@@ -377,15 +392,19 @@ def test_a_shard_idle_at_latest_for_two_lifetimes_gets_its_first_records_within_
     scheduler.start()
     try:
         (shard_id,) = emulators.list_shard_ids(kinesis_local, stream)
-        wait_for(lambda: front.count("SubscribeToShard", shard_id) >= 3, 2 * LIFETIME_S + 10,
-                 "two subscription lifetimes")
-        put_at = time.monotonic()
+        started = time.time()
+        wait_for(lambda: front.whole_lifetimes(shard_id, started) >= 2, 3 * LIFETIME_S + 10,
+                 "two whole subscription lifetimes")
+        put_at, put_epoch = time.monotonic(), time.time()
         expected = put_mixed(front.endpoint, stream, "after-idle", 10)  # as a producer would
         wait_for(lambda: len(delivered) >= len(expected), 10, "the records after the idle time")
     finally:
         scheduler.shutdown(timeout_s=10)
     assert {r.binary_data.decode() for _, _, r, _ in delivered} == expected
-    assert max(at for _, _, _, at in delivered) - put_at < 2.0
+    assert_pushed_by_live_subscriptions(front, delivered, expected, put_epoch)
+    print(f"the records after the idle time in the worker "
+          f"{max(at for _, _, _, at in delivered) - put_at:.2f} s after the put")
+    assert max(at for _, _, _, at in delivered) - put_at < 2.0  # the docs' promise
 
 
 @pytest.mark.timeout(60)
