@@ -58,6 +58,17 @@ def assert_released_in_failover_time(dynamodb: str, table: str, denied: str, oth
     assert denied in errors[0] and stream in errors[0] and "releasing its lease" in errors[0]
 
 
+def second_reads_the_denied_shard(second: Scheduler, delivered: list,
+                                  by_shard: dict[str, set[str]], denied: str, other: str) -> None:
+    """The first worker reads its other shard on; a second worker started now reads the
+    shard the first one released."""
+    wait_for(lambda: shard_records(delivered, other, "a") >= by_shard[other], 30,
+             "the other shard's records, read on by the first worker")
+    second.start()
+    wait_for(lambda: shard_records(delivered, denied, "b") >= by_shard[denied], 30,
+             "the denied shard's records, read by the second worker")
+
+
 def test_access_denied_to_get_records_releases_the_lease_and_another_worker_reads_the_shard(
         aws_env, kinesis_local, dynamodb, make_stream, make_config, make_fault_proxy, caplog):
     stream = make_stream(2)
@@ -79,11 +90,7 @@ def test_access_denied_to_get_records_releases_the_lease_and_another_worker_read
         first_refusal = time.time() - (time.monotonic() - proxy.errors_answered[0])
         assert_released_in_failover_time(dynamodb, config_a.application_name, denied, other,
                                          first_refusal, failover_s, caplog, stream)
-        wait_for(lambda: shard_records(delivered, other, "a") >= by_shard[other], 30,
-                 "the other shard's records, read on by the first worker")
-        second.start()
-        wait_for(lambda: shard_records(delivered, denied, "b") >= by_shard[denied], 30,
-                 "the denied shard's records, read by the second worker")
+        second_reads_the_denied_shard(second, delivered, by_shard, denied, other)
     finally:
         second.shutdown(timeout_s=10)
         first.shutdown(timeout_s=10)
@@ -112,12 +119,8 @@ def test_access_denied_to_subscribe_to_shard_releases_the_lease(
         first_refusal = min(t for t, s in front.subscribed if s == denied)
         assert_released_in_failover_time(dynamodb, config.application_name, denied, other,
                                          first_refusal, failover_s, caplog, stream)
-        wait_for(lambda: shard_records(delivered, other, "a") >= by_shard[other], 30,
-                 "the other shard's records, read on by the first worker")
         front.refuse_shard(denied, None)  # the second worker may read it
-        second.start()
-        wait_for(lambda: shard_records(delivered, denied, "b") >= by_shard[denied], 30,
-                 "the denied shard's records, read by the second worker")
+        second_reads_the_denied_shard(second, delivered, by_shard, denied, other)
     finally:
         second.shutdown(timeout_s=10)
         first.shutdown(timeout_s=10)
