@@ -51,7 +51,8 @@ def assert_released_in_failover_time(dynamodb: str, table: str, denied: str, oth
     released_after = time.time() - first_refusal
     assert released_after <= failover_s, \
         f"released {released_after:.1f} s after the first refusal, failover is {failover_s} s"
-    assert owners(dynamodb, table)[other] == "a"
+    wait_for(lambda: owners(dynamodb, table).get(other) == "a", failover_s,
+             f"the other shard, {other}, held by the first worker")
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR
               and DENIED in r.getMessage()]
     assert errors, "the permanent error was not reported"
