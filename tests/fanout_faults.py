@@ -20,6 +20,8 @@
 - notes each successful subscribe and whether it took an open subscription over
   (``succeeded``), so a test waits for whole lifetimes of one reader
   (``whole_lifetimes``), not for calls that refusals also make;
+- ``refuse_shard(shard_id, code)``: every SubscribeToShard on that shard is answered with
+  ``code`` (AccessDeniedException: a permanent refusal), until ``refuse_shard(shard_id, None)``;
 - ``deregister_behind(consumer_arn)``: deregisters a consumer on the emulator directly, not
   through the front, as another client elsewhere would: a running subscription learns of it
   within a heartbeat and ends with ResourceNotFoundException.
@@ -47,6 +49,7 @@ class FaultyFanOutFront(FanOutFront):
         self.refused: Counter[str] = Counter()
         self._cut_after: int | None = None
         self._refusals: list[str] = []
+        self._refused_shards: dict[str, str] = {}
         self._iterators: dict[str, str] = {}  # iterator -> shard id
         self._fault_lock = threading.Lock()
         self.upstream_calls: Counter[str] = Counter()
@@ -87,6 +90,13 @@ class FaultyFanOutFront(FanOutFront):
         with self._fault_lock:
             self._refusals += [code] * count
 
+    def refuse_shard(self, shard_id: str, code: str | None) -> None:
+        with self._fault_lock:
+            if code is None:
+                self._refused_shards.pop(shard_id, None)
+            else:
+                self._refused_shards[shard_id] = code
+
     def deregister_behind(self, consumer_arn: str) -> None:
         self.upstream.call("DeregisterStreamConsumer", {"ConsumerARN": consumer_arn},
                            {"Authorization": "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/"
@@ -105,7 +115,8 @@ class FaultyFanOutFront(FanOutFront):
         with self._fault_lock:
             self.calls[("SubscribeToShard", shard)] += 1
             self.subscribed.append((time.time(), shard))
-            code = self._refusals.pop(0) if self._refusals else None
+            code = self._refused_shards.get(shard) or (
+                self._refusals.pop(0) if self._refusals else None)
             if code is not None:
                 self.refused[code] += 1
         if code is not None:

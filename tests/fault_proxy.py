@@ -25,6 +25,15 @@ Two modes stand in for what no emulator does with time:
   too (``trim_shape`` "silent") or are refused with InvalidArgumentException ("refuse");
   GetRecords never returns a record before it. ``refused`` counts the refusals.
 
+Two modes answer for DynamoDB and for one shard what AWS answers and no emulator does:
+- ``unprocessed_writes``: the next N BatchWriteItem calls forward only the first
+  ``processed_per_write`` requests (per table) and give the rest back as ``UnprocessedItems``,
+  as DynamoDB does when it throttles a batch; ``write_times`` notes when each BatchWriteItem
+  came, so a test reads the spacing of the retries.
+- ``answer_error`` {(operation, shard id): error code}: those calls are answered HTTP 400 with
+  that code (``AccessDeniedException`` to GetRecords on one shard, say); ``errors_answered``
+  notes when each was.
+
 No emulator throttles (emulators.md), so throttling tests put this between the consumer and
 kinesis-local. Injected answers are what Kinesis sends: HTTP 400 with
 ``{"__type": "ProvisionedThroughputExceededException", ...}``. Speaks HTTP/1.1 JSON (boto3),
@@ -183,6 +192,11 @@ class FaultProxy:
         self.refused = 0
         self._iterators: dict[str, tuple[float, str]] = {}  # iterator -> (handed out, shard)
         self._clock_offset = 0.0  # what advance_clock added to time.monotonic()
+        self.unprocessed_writes = 0
+        self.processed_per_write = 1
+        self.write_times: list[float] = []  # monotonic time of each BatchWriteItem
+        self.answer_error: dict[tuple[str, str], str] = {}
+        self.errors_answered: list[float] = []  # monotonic time of each answer_error answer
 
     @property
     def share(self) -> float:
@@ -265,6 +279,34 @@ class FaultProxy:
                     "because it is no longer available (trimmed by the retention period).")
         request.update(ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=horizon)
         return json.dumps(request).encode(), None
+
+    # -- DynamoDB's unprocessed items and errors for one shard ---------------------------------
+    def hold_back_writes(self, target: str, body: bytes) -> tuple[bytes, dict[str, list]]:
+        """The BatchWriteItem body to forward and the requests to give back unprocessed."""
+        if not target.endswith(".BatchWriteItem"):
+            return body, {}
+        with self._lock:
+            self.write_times.append(time.monotonic())
+            if self.unprocessed_writes <= 0:
+                return body, {}
+            self.unprocessed_writes -= 1
+        request = json.loads(body)
+        kept = self.processed_per_write
+        held = {table: items[kept:] for table, items in request["RequestItems"].items()
+                if items[kept:]}
+        request["RequestItems"] = {table: items[:kept]
+                                   for table, items in request["RequestItems"].items()
+                                   if items[:kept]}
+        return json.dumps(request).encode(), held
+
+    def error_to_answer(self, operation: str, shard: str) -> bytes | None:
+        code = self.answer_error.get((operation, shard))
+        if code is None:
+            return None
+        with self._lock:
+            self.errors_answered.append(time.monotonic())
+        return _error(code, f"User: arn:aws:iam::000000000000:user/test is not authorized to "
+                            f"perform: kinesis:{operation} on shard {shard} (fault proxy)")
 
     def shard_read(self, operation: str, body: bytes) -> str:
         """The shard a read names: GetShardIterator's ShardId, or the shard of a GetRecords
@@ -394,6 +436,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                                       ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
                           _limit_body(operation, limited))
                 return
+        if self.owner.answer_error:
+            operation = target.rpartition(".")[2]
+            answer = self.owner.error_to_answer(operation, self.owner.shard_read(operation, body))
+            if answer is not None:
+                send_body(self, 400, [("Content-Type", "application/x-amz-json-1.1")], answer)
+                return
+        body, held = self.owner.hold_back_writes(target, body)
+        if held and not json.loads(body)["RequestItems"]:  # DynamoDB refuses an empty batch
+            send_body(self, 200, [("Content-Type", "application/x-amz-json-1.0")],
+                      json.dumps({"UnprocessedItems": held}).encode())
+            return
         if self.owner.should_throttle(target):
             send_body(self, 400, [("Content-Type", "application/x-amz-json-1.1"),
                                   ("x-amzn-RequestId", f"fault-proxy-{time.monotonic_ns()}")],
@@ -434,10 +487,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             data = self.owner.note_answer(self.headers.get("X-Amz-Target", ""), body, data)
             if limited and target == GET_RECORDS_TARGET:
                 limits.charge(limited, _data_bytes(data))
+        if held and reply.status == 200:
+            answer = json.loads(data)
+            answer.setdefault("UnprocessedItems", {}).update(held)
+            data = json.dumps(answer).encode()
         if failed and reply.status == 200:
             data = _merge_put_answer(data, failed, len(json.loads(body)["Records"]) + len(failed),
                                      self.owner.put_failure_code)
-        send_body(self, reply.status, reply.getheaders(), data)
+        headers_back = reply.getheaders()
+        if held:  # the body changed: botocore would check DynamoDB's CRC32 of the old one
+            headers_back = [h for h in headers_back if h[0].lower() != "x-amz-crc32"]
+        send_body(self, reply.status, headers_back, data)
 
     do_POST = _handle
     do_GET = _handle

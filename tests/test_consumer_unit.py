@@ -17,6 +17,7 @@ from waiting import wait_for
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import (
     CheckpointError,
+    CredentialsError,
     LeaseLostError,
     RetriesExhaustedError,
     ThrottlingError,
@@ -741,3 +742,18 @@ def test_a_throttled_read_waits_the_throttle_pause_other_faults_back_off(monkeyp
         wait_until(lambda: len(h.delivered()) == 4)
     assert pauses == ["t", "t", "t"]  # the iterator's refusal and two GetRecords refusals
     assert h.delivered() == [seq(i) for i in range(1, 5)]
+
+
+def test_a_permanent_read_error_stops_the_consumer_at_once_and_the_processor_gets_lease_lost():
+    """AccessDenied is not waited out while the lease is held: FAILED, naming the cause."""
+    shard = Shard(6, batch=2)
+    shard.errors = [CredentialsError("GetRecords: AccessDeniedException: no"),
+                    ThrottlingError("never reached")]
+    with Harness(shard) as h:
+        assert h.consumer.join(5), "a permanent error must end the consumer"
+    assert h.consumer.shutdown_reason is ShutdownReason.FAILED
+    assert isinstance(h.consumer.failure, CredentialsError)
+    assert h.log[-1] == (0, "lease_lost", None)
+    assert len(shard.errors) == 1  # tried once, never again
+    assert h.delivered() == []
+    assert h.store.writes == []

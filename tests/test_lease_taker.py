@@ -292,3 +292,15 @@ def test_leases_are_renewed_concurrently_not_one_after_another():
     coordinator.stop()
     assert sorted(table.renewed) == sorted(f"shard-{i:03d}" for i in range(40))
     assert all(lease.lease_counter == 2 for lease in coordinator._owned.values())
+
+
+def test_a_held_off_lease_is_left_to_others_until_its_time_is_up():
+    """A lease given up on a permanent error (AccessDenied) is not taken straight back."""
+    t = taker("A")
+    leases = leases_owned(None, None)
+    t.hold_off("shard-000", until=100.0)
+    assert keys(t.choose(leases, now=50.0)) == {"shard-001"}
+    assert keys(t.choose(leases, now=100.0)) == {"shard-000", "shard-001"}
+    t.hold_off("shard-009", until=100.0)  # a lease gone from the table is forgotten
+    t.choose(leases, now=0.0)
+    assert t._held_off == {}

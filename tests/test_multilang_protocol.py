@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from amazon_kclpy.v3 import processor as kclpy_v3
 
+from waiting import wait_for
+
 from kinesis_dstream.errors import CheckpointError, ThrottlingError
 from kinesis_dstream.multilang.messages import (
     CheckpointMessage,
@@ -23,8 +25,10 @@ from kinesis_dstream.multilang.messages import (
 )
 from kinesis_dstream.multilang.processor import ChildFailedError, MultiLangRecordProcessor
 from kinesis_dstream.multilang.protocol import (
+    MAX_QUEUED_LINES,
     ChildExitedError,
     ChildTimeoutError,
+    LineReader,
     MultiLangProtocol,
     StderrDrain,
 )
@@ -408,3 +412,26 @@ def test_processor_reports_a_command_that_cannot_start():
     processor = MultiLangRecordProcessor(["/nonexistent/child-program"])
     with pytest.raises(ChildFailedError, match="cannot start"):
         processor.initialize(InitializeInput("s", None, None))
+
+
+@pytest.mark.unit
+def test_a_child_flooding_stdout_is_read_no_further_ahead_than_the_bounded_queue():
+    """The reader stops reading when MAX_QUEUED_LINES wait (a child then blocks on its
+    pipe); every line still comes, in order, as the protocol takes them."""
+    lines = [f'{{"action": "status", "n": {i}}}\n' for i in range(10_000)]
+    stream = io.StringIO("".join(lines))
+    reader = LineReader(stream, "stdout-flood")
+    wait_for(reader._lines.full, 5, "the reader's queue full")
+    assert stream.tell() <= len("".join(lines[:MAX_QUEUED_LINES + 1]))  # one line in hand
+    assert [reader.next_line(5) for _ in lines] == lines
+    assert reader.next_line(5) is None
+
+
+@pytest.mark.unit
+def test_a_reader_blocked_on_its_full_queue_ends_when_stdout_is_closed():
+    stream = io.StringIO("".join(f"line {i}\n" for i in range(100)))
+    reader = LineReader(stream, "stdout-closed")
+    wait_for(reader._lines.full, 5, "the reader's queue full")
+    stream.close()  # what reaping the child does
+    reader._thread.join(5)
+    assert not reader._thread.is_alive()

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from test_fanout_unit import ARN, CONFIG, FakeKinesis, FakeStream, event, record
+from waiting import wait_for
 
 from kinesis_dstream.aws.kinesis import KinesisClient
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
@@ -311,3 +312,21 @@ def test_the_lease_check_runs_on_its_own_thread_once_started_and_raises_where_as
     asked_at_the_end = shard_reader._LeaseCheck(None, Planned())  # type: ignore[arg-type]
     assert asked_at_the_end.moved() is False
     assert threads[-1] is threading.current_thread()
+
+
+def test_the_sweeper_thread_ends_when_nothing_is_held_and_the_next_checkin_starts_another():
+    fake = FakeKinesis(FakeStream([event([record(1), record(2)], "2")], endless=True))
+    registry = SubscriptionRegistry(idle_close_s=1.0)
+    source = registry.checkout(KEY, ESN.TRIM_HORIZON, opener(fake))
+    assert take(source, 2) == ["1/0", "2/0"]
+    registry.checkin(source, ESN("2"))
+    first = registry._sweeper
+    assert first is not None and first.is_alive()
+    wait_for(lambda: not first.is_alive(), 10, "the sweeper ending once the idle source closed")
+    assert registry.held() == {} and registry._sweeper is None
+    again = registry.checkout(KEY, ESN("2"), opener(fake))
+    registry.checkin(again, ESN("2"))
+    second = registry._sweeper
+    assert second is not None and second is not first and second.is_alive()
+    registry.close_all()
+    wait_for(lambda: not second.is_alive(), 10, "the second sweeper ending")

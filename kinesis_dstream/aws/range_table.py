@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 import botocore.exceptions
 
 from ..config import ConsumerConfig
+from ..errors import RetriesExhaustedError, ThrottlingError
 from ..records import ExtendedSequenceNumber
 from ..retry import RetryPolicy
 from .clients import call, make_client
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 # Items outlive a crashed driver that never cleans up, but not forever.
 RANGE_TTL_S = 7 * 24 * 3600
 RANGE_TTL_ATTRIBUTE = "expiresAt"
+# BatchWriteItem's UnprocessedItems (DynamoDB throttling a batch) are sent again after the
+# retry policy's backoff, this many calls at least and within this time, then given up on.
+UNPROCESSED_ATTEMPTS = 8
+UNPROCESSED_DEADLINE_MS = 20_000
 # (attribute, key type, attribute type)
 RANGE_TABLE_KEYS = (("rangeKey", "HASH", "S"), ("batchTime", "RANGE", "N"))
 
@@ -162,6 +167,10 @@ def enable_ttl(client: DynamoDBAPI, table_name: str) -> None:
         log.debug("no TTL on %s: %s", table_name, exc)
 
 
+class _Unprocessed(ThrottlingError):
+    """Some requests of a BatchWriteItem came back unprocessed: throughput, to back off."""
+
+
 class BatchRangeTable:
     """Conditional writes and consistent reads of batch ranges; no policy."""
 
@@ -223,15 +232,41 @@ class BatchRangeTable:
 
     def delete(self, ranges: Iterable[tuple[str, str, int]]) -> int:
         """Delete these (stream key, shard id, batch time) ranges, whose positions are
-        checkpointed: 25 to a call, whichever shards they belong to."""
+        checkpointed: 25 to a call, whichever shards they belong to.
+
+        Requests DynamoDB gives back unprocessed (it throttles a batch so) are sent again
+        after the retry policy's backoff, within ``UNPROCESSED_ATTEMPTS`` calls and
+        ``UNPROCESSED_DEADLINE_MS``; then ``RetriesExhaustedError`` names the table and the
+        ranges left (their items expire by TTL).
+        """
         keys = [{"rangeKey": {"S": f"{stream_key}/{shard_id}"}, "batchTime": {"N": str(t)}}
                 for stream_key, shard_id, t in sorted(set(ranges))]
+        policy = replace(self.retry, max_attempts=max(self.retry.max_attempts, UNPROCESSED_ATTEMPTS),
+                         deadline_ms=UNPROCESSED_DEADLINE_MS)
         for i in range(0, len(keys), 25):
-            requests = [{"DeleteRequest": {"Key": k}} for k in keys[i:i + 25]]
-            while requests:
+            left = [{"DeleteRequest": {"Key": k}} for k in keys[i:i + 25]]
+
+            def send() -> None:
+                nonlocal left
                 answer = self._call("deleting checkpointed batch ranges", "batch_write_item",
-                                    RequestItems={self.table_name: requests})
-                requests = answer.get("UnprocessedItems", {}).get(self.table_name, [])
+                                    RequestItems={self.table_name: left})
+                left = answer.get("UnprocessedItems", {}).get(self.table_name, [])
+                if left:
+                    raise _Unprocessed(f"{len(left)} of the batch unprocessed")
+
+            try:
+                policy.call(send, f"deleting checkpointed batch ranges (table {self.table_name})")
+            except RetriesExhaustedError as exc:
+                if not isinstance(exc.last_error, _Unprocessed):
+                    raise
+                named = ", ".join(f"{r['DeleteRequest']['Key']['rangeKey']['S']}@"
+                                  f"{r['DeleteRequest']['Key']['batchTime']['N']}" for r in left)
+                undone = len(left) + len(keys[i + 25:])
+                raise RetriesExhaustedError(
+                    f"{exc}; {undone} range(s) of table {self.table_name} not deleted (they "
+                    f"expire by TTL): {named}" + (f" and {len(keys[i + 25:])} not tried"
+                                                  if keys[i + 25:] else ""),
+                    exc.last_error) from exc
         return len(keys)
 
     def batch_times(self, stream_key: str, shard_id: str) -> list[int]:

@@ -36,6 +36,10 @@ child_log = logging.getLogger("kinesis_dstream.multilang.child")
 # The KCL accepts a checkpoint only while the child handles one of these.
 CHECKPOINT_ACTIONS = frozenset({"processRecords", "shardEnded", "shutdownRequested"})
 _MAX_LINE = 1 << 20
+# Lines read ahead of the protocol: a child flooding stdout then blocks on its full pipe (the
+# reader thread waits on the full queue), instead of filling the daemon's memory.
+MAX_QUEUED_LINES = 16
+_PUT_POLL_S = 0.5  # how often a reader blocked on a full queue looks whether stdout was closed
 _EOF = object()
 
 
@@ -49,31 +53,41 @@ class ChildTimeoutError(ProtocolError):
 
 class LineReader:
     """Reads the child's stdout on its own thread (the KCL's GetNextMessageTask), so that
-    waiting for a line can time out."""
+    waiting for a line can time out. At most ``MAX_QUEUED_LINES`` lines wait to be taken;
+    a reader blocked on the full queue ends when the stream is closed (the child reaped)."""
 
     def __init__(self, stream: IO[str], name: str):
         self._stream = stream
-        self._lines: "queue.Queue[Any]" = queue.Queue()
+        self._lines: "queue.Queue[Any]" = queue.Queue(maxsize=MAX_QUEUED_LINES)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        """Queue ``item``, waiting while the queue is full; False if the stream was closed."""
+        while True:
+            try:
+                self._lines.put(item, timeout=_PUT_POLL_S)
+                return True
+            except queue.Full:
+                if getattr(self._stream, "closed", False):
+                    return False
 
     def _run(self) -> None:
         try:
             while True:
                 line = self._stream.readline(_MAX_LINE)
-                if not line:
+                if not line or not self._put(line):
                     break
-                self._lines.put(line)
         except (OSError, ValueError) as exc:  # closed under us: same as EOF
             log.debug("%s: stdout closed: %s", self._thread.name, exc)
         finally:
-            self._lines.put(_EOF)
+            self._put(_EOF)
 
     def next_line(self, timeout_s: float | None) -> Optional[str]:
         """The next line, None at end of stream; raises queue.Empty after ``timeout_s``."""
         item = self._lines.get(timeout=timeout_s)
         if item is _EOF:
-            self._lines.put(_EOF)  # stay at EOF for later calls
+            self._lines.put(_EOF)  # stay at EOF for later calls (the reader has ended)
             return None
         return item
 

@@ -2,6 +2,8 @@
 
 PySpark reuses its Python workers, so a reader's clients live as long as the process, made
 once per configuration (per stream read) and kept out of the per-task garbage collection.
+Both caches are bounded, least recently used first out: ``MAX_CLIENTS`` configurations
+(queries restarted with new options make new ones) and ``MAX_FAULT_LOGS`` fault logs.
 The process also gets a log handler (it has none of its own), one fault log per shard
 (of a stream: a process may read shardId-000000000000 of two streams) or table pair, so that
 a lasting fault is logged once a minute whichever task meets it, and zip archives that are
@@ -17,7 +19,9 @@ import stat
 import sys
 import threading
 import zipimport
+from collections import OrderedDict
 from dataclasses import dataclass, replace
+from typing import Generic, Hashable, TypeVar
 
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable
@@ -26,6 +30,43 @@ from ..config import ConsumerConfig
 from ..retry import FaultLog, RetryPolicy
 
 log = logging.getLogger(__name__)
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+# A process reads few streams at a time; past this, the least recently used clients go (a
+# later task of theirs makes new ones, at a first read's cost).
+MAX_CLIENTS = 16
+# One per shard (or table pair) a process met; past this the least recently used is
+# forgotten, and with it only its rate limit of one line a minute.
+MAX_FAULT_LOGS = 1024
+
+
+class BoundedCache(Generic[K, V]):
+    """A dict of at most ``max_size`` entries; adding one past it drops the least recently
+    used. Not locked: callers hold their own lock."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> V:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_size:
+            self._entries.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
 
 
 @dataclass
@@ -47,7 +88,7 @@ class ReaderClients:
             return self._leases
 
 
-_clients: dict[ConsumerConfig, ReaderClients] = {}
+_clients: BoundedCache[ConsumerConfig, ReaderClients] = BoundedCache(MAX_CLIENTS)
 _clients_lock = threading.Lock()
 
 
@@ -77,7 +118,7 @@ def clients_for(config: ConsumerConfig) -> ReaderClients:
             log_to_stderr_unless_configured()
             skip_unchanged_zip_invalidation()
             kinesis = KinesisClient(config, policy=reader_policy(config))
-            clients = _clients[config] = ReaderClients(kinesis, BatchRangeTable(config), config)
+            clients = _clients.put(config, ReaderClients(kinesis, BatchRangeTable(config), config))
             freeze_long_lived_objects()
         return clients
 
@@ -89,16 +130,25 @@ def reader_policy(config: ConsumerConfig) -> RetryPolicy:
     return replace(RetryPolicy.from_config(config), retry_throttling=False)
 
 
+_frozen = False  # freeze_long_lived_objects ran in this process
+
+
 def freeze_long_lived_objects() -> None:
-    """Keep PySpark's per-task full garbage collection off boto3's objects.
+    """Keep PySpark's per-task full garbage collection off boto3's objects, once a process.
 
     A reused PySpark worker runs ``gc.collect()`` after every task (pyspark/daemon.py). Once
     botocore has loaded its service models that walks all of their objects every task, and
     in a worker forked from PySpark's daemon it also copies every page it touches.
     The clients live as long as the process, so they move to the collector's permanent
     generation; reference counting still frees everything else, and later tasks' garbage is
-    collected as before.
+    collected as before. Once: the models are loaded once a process (``aws/clients.py``),
+    and freezing again at each new configuration would also freeze whatever else lived
+    then (a task's data, an evicted client), for good.
     """
+    global _frozen
+    if _frozen:
+        return
+    _frozen = True
     gc.collect()
     gc.freeze()
 
@@ -137,17 +187,20 @@ def skip_unchanged_zip_invalidation() -> None:
     _zip_invalidation_patched = True
 
 
-_faults: dict[str, FaultLog] = {}  # per stream/shard (or table pair), in this process
+# per stream/shard (or table pair), in this process
+_faults: BoundedCache[str, FaultLog] = BoundedCache(MAX_FAULT_LOGS)
+_faults_lock = threading.Lock()
 
 
 def fault_log(key: str, what: str) -> FaultLog:
     """The fault log of ``key`` (``stream/shardId``, or a table pair) in this process,
     which names it as ``what``: a transient fault is logged at most once a minute, with a
     count."""
-    fault = _faults.get(key)
-    if fault is None:
-        fault = _faults.setdefault(key, FaultLog(log, what))
-    return fault
+    with _faults_lock:
+        fault = _faults.get(key)
+        if fault is None:
+            fault = _faults.put(key, FaultLog(log, what))
+        return fault
 
 
 _worker_sockets: list[int] | None = None

@@ -201,7 +201,8 @@ class SubscriptionRegistry:
             return {k: h.source.position for k, h in self._held.items()}
 
     def _start_sweeper(self) -> None:
-        """A daemon thread closes idle sources even when no task comes (called locked)."""
+        """A daemon thread closes idle sources even when no task comes (called locked); it
+        ends when nothing is held, and the next checkin starts another."""
         if not self._sweep or self._sweeper is not None:
             return
         self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True,
@@ -215,6 +216,10 @@ class SubscriptionRegistry:
                 self.close_idle()
             except Exception:  # noqa: BLE001 - the sweeper must not die on one close
                 log.warning("closing idle subscriptions", exc_info=True)
+            with self._lock:
+                if not self._held:
+                    self._sweeper = None
+                    return
 
 
 _registry: SubscriptionRegistry | None = None

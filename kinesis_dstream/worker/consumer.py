@@ -6,7 +6,10 @@ waits (paced by the retrieval ``Pacer``, as every read loop is) and asks again. 
 that raises (or a multilang child that died) is replaced and fetching restarts from the
 last checkpoint, so what it had not checkpointed comes again; once the lease is lost there
 is no replacement: the processor that was running gets lease_lost (the KCL's lifecycle),
-whatever it raised.
+whatever it raised. A permanent read error (AccessDenied, a stream or shard not found, a
+refused argument: ``retry.classify``) is never waited out while the lease is held: the
+consumer stops (``failure`` names the cause, the stream and the shard), its processor gets
+lease_lost, and the scheduler releases the lease for another worker to take.
 """
 from __future__ import annotations
 
@@ -19,11 +22,17 @@ from typing import Any, Callable
 
 from ..aws.stream_identifier import StreamIdentifier
 from ..config import ConsumerConfig
-from ..errors import KinesisDStreamError, LeaseLostError
+from ..errors import (
+    ConsumerRegistrationError,
+    ExpiredIteratorError,
+    KinesisDStreamError,
+    LeaseLostError,
+    RetriesExhaustedError,
+)
 from ..records import ExtendedSequenceNumber
 from ..retrieval.pacer import Pacer
 from ..retrieval.source import RecordSource
-from ..retry import Backoff, FaultLog, is_throttling
+from ..retry import Backoff, FaultLog, is_throttling, is_transient
 from .checkpoint import ShardCheckpointer
 from .metrics import MetricsPublisher, ShardMetricsRecorder
 from .processor import (
@@ -51,6 +60,19 @@ class ShutdownReason(enum.Enum):
     LEASE_LOST = "lease lost"
     SHARD_END = "shard end"
     REQUESTED = "requested"
+    FAILED = "failed"  # a permanent read error: the lease is released, not waited on
+
+
+# Permanent by kind, but waited out all the same: a retry policy gives up only on what is
+# transient, an iterator that keeps expiring gets a new one on the next call, and a fan-out
+# consumer deregistered behind the worker stalls its shards until the worker is restarted
+# (never ends them: test_worker_fanout).
+_WAITED_OUT = (RetriesExhaustedError, ExpiredIteratorError, ConsumerRegistrationError)
+
+
+def is_permanent_read_error(exc: KinesisDStreamError) -> bool:
+    """A read error that another try cannot cure (AccessDenied, ResourceNotFound, ...)."""
+    return not is_transient(exc) and not isinstance(exc, _WAITED_OUT)
 
 
 @dataclass
@@ -91,6 +113,7 @@ class ShardConsumer:
         self.millis_behind_latest: int | None = None
         self.checkpointer: ShardCheckpointer | None = None
         self._reason: ShutdownReason | None = None
+        self.failure: KinesisDStreamError | None = None  # why it stopped, when FAILED
         self._wake = threading.Event()
         # Restarts of a processor that keeps failing wait longer each time, up to 10 s.
         self._restart_backoff = Backoff(base_ms=config.retry_wait_time_ms)
@@ -215,8 +238,24 @@ class ShardConsumer:
                 pacer.succeeded()
                 return True
             except KinesisDStreamError as exc:
+                if is_permanent_read_error(exc):
+                    self._fail(exc)
+                    return False
                 self._pause(pacer, exc)
         return False
+
+    def _fail(self, exc: KinesisDStreamError) -> None:
+        """Stop on a permanent read error; the scheduler releases the lease (``FAILED``)."""
+        stream = self.stream_identifier or self.config.stream_name
+        log.error("shard consumer for shard %s of stream %s stops, releasing its lease: a "
+                  "permanent error, which retrying cannot cure: %s (fix the cause: "
+                  "permissions, stream, key or setting; another worker may take the lease)",
+                  self.shard_id, stream, exc)
+        self.failure = exc
+        if self._reason is None:
+            self._reason = ShutdownReason.FAILED
+        if self.checkpointer is not None:
+            self.checkpointer.close(f"read failed: {exc}")
 
     def _pacer(self, what: str) -> Pacer:
         """A shard consumer never gives up on a read: no deadline, no throttle patience."""
@@ -247,6 +286,9 @@ class ShardConsumer:
             except KinesisDStreamError as exc:
                 if not is_throttling(exc) and not fetcher.pushes:  # a refusal: see _pause
                     self._metrics.get_records(False, (time.monotonic() - started) * 1000)
+                if is_permanent_read_error(exc):
+                    self._fail(exc)
+                    return self._shut_down(processor)
                 self._pause(pacer, exc)
                 continue
             self.millis_behind_latest = result.millis_behind_latest
@@ -303,7 +345,8 @@ class ShardConsumer:
         checkpointer = self.checkpointer
         assert checkpointer is not None
         try:
-            if self._reason is ShutdownReason.LEASE_LOST:
+            if self._reason in (ShutdownReason.LEASE_LOST, ShutdownReason.FAILED):
+                # FAILED: the lease is given up unread, so no checkpoint may follow.
                 checkpointer.close("lease lost")
                 processor.lease_lost(LeaseLostInput())
             elif self._reason is ShutdownReason.REQUESTED:

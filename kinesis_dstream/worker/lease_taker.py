@@ -34,6 +34,21 @@ class LeaseTaker:
     # at once instead of after failover_time_ms.
     dead_owners: set[str] = field(default_factory=set)
     _seen: dict[str, _Seen] = field(default_factory=dict)
+    # Leases this worker gave up on a permanent error, and until when it leaves them to
+    # others (``hold_off``); one entry per such lease, dropped when its time is up.
+    _held_off: dict[str, float] = field(default_factory=dict)
+
+    def hold_off(self, lease_key: str, until: float) -> None:
+        """Take ``lease_key`` in no pass before ``until``: a worker that cannot read a shard
+        (AccessDenied) leaves it to one that may, instead of taking it straight back."""
+        self._held_off[lease_key] = until
+
+    def _is_held_off(self, lease_key: str, now: float) -> bool:
+        until = self._held_off.get(lease_key)
+        if until is not None and now >= until:
+            del self._held_off[lease_key]
+            return False
+        return until is not None
 
     def observe(self, leases: list[Lease], now: float) -> None:
         """Track counter changes; a lease seen for the first time counts as fresh."""
@@ -56,12 +71,15 @@ class LeaseTaker:
         """The leases to take in this pass (free/expired first, else at most N steals)."""
         self.observe(leases, now)
         active = [lease for lease in leases if not lease.is_finished]
+        for key in [k for k in self._held_off if k not in {lease.lease_key for lease in leases}]:
+            del self._held_off[key]
         if not active:
             return []
         # Our own name on an expired lease counts too (as in the KCL): after a renew outage
         # longer than failover we dropped it, and alone we would never get it back.
         # Leases we still hold are filtered out by the coordinator.
-        expired = [lease for lease in active if self.is_expired(lease, now)]
+        expired = [lease for lease in active if self.is_expired(lease, now)
+                   and not self._is_held_off(lease.lease_key, now)]
         counts: dict[str, int] = {}
         for lease in active:
             if lease.lease_owner is not None and not self.is_expired(lease, now):
@@ -87,7 +105,8 @@ class LeaseTaker:
             steal = 1
         else:
             return []
-        candidates = [lease for lease in active if lease.lease_owner == busiest]
+        candidates = [lease for lease in active if lease.lease_owner == busiest
+                      and not self._is_held_off(lease.lease_key, now)]
         random.shuffle(candidates)
         return candidates[:steal]
 

@@ -268,6 +268,11 @@ class LeaseCoordinator:
         except KinesisDStreamError as exc:
             log.warning("could not record children of %s: %s", shard_id, exc)
 
+    def hold_off(self, shard_id: str, seconds: float) -> None:
+        """Take ``shard_id`` in no pass for ``seconds`` (``LeaseTaker.hold_off``); called
+        from the thread that runs the taker passes (the scheduler's)."""
+        self.taker.hold_off(shard_id, self._clock() + seconds)
+
     def release(self, shard_id: str) -> None:
         """Give a lease back so another worker takes it at once (the Java KCL does not)."""
         with self._lease_lock(shard_id):

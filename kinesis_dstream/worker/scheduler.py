@@ -167,8 +167,12 @@ class Scheduler:
             for shard_id, consumer in list(self._consumers.items()):
                 if consumer.done:
                     del self._consumers[shard_id]
+                    if consumer.shutdown_reason is ShutdownReason.FAILED:
+                        # Unreadable here (AccessDenied, ...): released, and left to other
+                        # workers for two failover times before this one tries it again.
+                        self.coordinator.hold_off(shard_id, 2 * self.config.failover_time_ms / 1000)
                     if consumer.shutdown_reason is not ShutdownReason.LEASE_LOST:
-                        # Finished (SHARD_END) or crashed: give it back for a fresh start.
+                        # Finished (SHARD_END), failed or crashed: give it back.
                         self.coordinator.release(shard_id)
                     owned.discard(shard_id)
             for shard_id in sorted(owned - set(self._consumers)):
