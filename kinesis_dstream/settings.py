@@ -316,7 +316,10 @@ def render_markdown(front_ends: tuple[FrontEnd, ...], title: str = "Configuratio
              "together; a role to assume needs a session name and may have an external id "
              "(only roles whose trust policy asks for one need it); a session name or an "
              "external id without a role is refused. `KinesisUtils.createStream`'s "
-             "positional STS arguments follow PySpark's rule: all three or none.", ""]
+             "positional STS arguments follow PySpark's rule: all three or none. A secret "
+             "key or external id is never in a repr, one of our log lines or an error "
+             "message, and no checkpoint holds a secret key; what is written where: "
+             "[operations](operations.md#secrets).", ""]
     for front in front_ends:
         unknown = ("refused" if front.unknown == "reject" else "logged as a warning naming it")
         keys = "case-sensitive" if front.case_sensitive else "case-insensitive"

@@ -8,6 +8,9 @@ StreamingContext.getOrCreate. While the file $RECOVERY_HOLD exists, an output op
 has records holds before writing them (and says so in $RECOVERY_HOLD.held): a test can keep a
 batch from completing for as long as it likes, and kill the driver then.
 With $RECOVERY_FANOUT set it reads by enhanced fan-out (spark.streaming.kinesis.consumerType).
+$RECOVERY_MASTER: Spark's master (default local[2]); $RECOVERY_STATIC_KEY: "key id:secret key"
+given to createStream; $RECOVERY_LOG_LEVEL: the kinesis_dstream loggers' level (default INFO).
+It says "CREATED" when setup() makes a new context and "APP <application id>" once started.
 """
 import logging
 import os
@@ -18,7 +21,7 @@ import warnings
 warnings.filterwarnings("ignore", category=FutureWarning)
 # As a user's job would log ours: INFO lines of kinesis_dstream into the driver's log.
 logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-logging.getLogger("kinesis_dstream").setLevel(logging.INFO)
+logging.getLogger("kinesis_dstream").setLevel(os.environ.get("RECOVERY_LOG_LEVEL") or "INFO")
 
 from pyspark import SparkConf, SparkContext  # noqa: E402
 from pyspark.streaming import StreamingContext  # noqa: E402
@@ -44,9 +47,12 @@ def write_rows(rdd):
 
 
 def setup():
-    conf = (SparkConf().setMaster("local[2]").setAppName("recovery")
+    print("CREATED", flush=True)
+    conf = (SparkConf().setMaster(os.environ.get("RECOVERY_MASTER") or "local[2]")
+            .setAppName("recovery")
             .set("spark.ui.enabled", "false").set("spark.driver.host", "127.0.0.1")
-            .set("spark.driver.bindAddress", "127.0.0.1"))
+            .set("spark.driver.bindAddress", "127.0.0.1")
+            .set("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     if os.environ.get("RECOVERY_FANOUT"):
         conf.set("spark.streaming.kinesis.consumerType", "SubscribeToShard")
     sc = SparkContext.getOrCreate(conf)
@@ -54,10 +60,12 @@ def setup():
     ssc = StreamingContext(sc, 1)
     if checkpoint_dir != "-":
         ssc.checkpoint(checkpoint_dir)
+    key_id, _, secret_key = (os.environ.get("RECOVERY_STATIC_KEY") or "").partition(":")
     kstream = KinesisUtils.createStream(
         ssc, app, stream, kinesis_url, "us-east-1", InitialPositionInStream.TRIM_HORIZON,
         float(os.environ.get("RECOVERY_CHECKPOINT_INTERVAL", "1")),
         dynamoDBEndpoint=dynamodb_url, metricsLevel=MetricsLevel.NONE,
+        awsAccessKeyId=key_id or None, awsSecretKey=secret_key or None,
         messageHandler=lambda r: (r.shard_id, r.sequence_number, r.sub_sequence_number,
                                   r.data.decode()),
         # $RECOVERY_FAILOVER_MS: a Java KCL worker sharing the table uses the same failover.
@@ -75,6 +83,7 @@ else:
 ssc.sparkContext.setLogLevel("WARN")
 ssc.start()
 print("STARTED", flush=True)
+print("APP", ssc.sparkContext.applicationId, flush=True)
 while not os.path.exists(os.environ["RECOVERY_STOP"]):
     time.sleep(0.2)
 ssc.stop(stopSparkContext=True, stopGraceFully=True)

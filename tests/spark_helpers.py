@@ -151,15 +151,17 @@ def start_driver(tmp_path: Path, run: int | str, app: str, stream: str, kinesis:
                  dynamodb: str, checkpoint: bool = False,
                  checkpoint_interval: str = "3",
                  hold: Path | None = None, fanout: bool = False,
+                 extra_env: dict[str, str] | None = None,
                  ) -> tuple[subprocess.Popen, Path, Path]:
     """A driver process; returns it, its output file and the file that stops it gracefully.
     While the file ``hold`` exists, its output operation holds a batch with records. With
-    ``fanout`` it reads by enhanced fan-out."""
+    ``fanout`` it reads by enhanced fan-out. ``extra_env``: more of its environment (the
+    RECOVERY_* settings of spark_driver.py, credentials)."""
     out, stop = tmp_path / f"out-{run}.txt", tmp_path / f"stop-{run}"
     env = dict(os.environ, RECOVERY_OUT=str(out), RECOVERY_STOP=str(stop),
                PYSPARK_PYTHON=sys.executable, RECOVERY_CHECKPOINT_INTERVAL=checkpoint_interval,
                RECOVERY_HOLD=str(hold) if hold is not None else "",
-               RECOVERY_FANOUT="1" if fanout else "")
+               RECOVERY_FANOUT="1" if fanout else "", **(extra_env or {}))
     log = open(tmp_path / f"driver-{run}.log", "w")
     where = str(tmp_path / "checkpoint") if checkpoint else "-"
     proc = subprocess.Popen([sys.executable, str(DRIVER), where, app, stream, kinesis, dynamodb],
@@ -199,3 +201,71 @@ def unique_lines(n: int, start: int = 0) -> list[str]:
 
 def duplicated_ids(counts: Counter) -> dict[str, int]:
     return {w: c for w, c in counts.items() if w.startswith("id") and c > 1}
+
+
+# -- where a job leaves its traces: files, Spark's logs, DynamoDB items ------------------------
+def _lz4_block(data: bytes) -> bytes:
+    """One LZ4 block decompressed (the format's literal runs and back-references)."""
+    out, i = bytearray(), 0
+    while i < len(data):
+        token = data[i]
+        i += 1
+        length = token >> 4
+        if length == 15:
+            while data[i] == 255:
+                length, i = length + 255, i + 1
+            length, i = length + data[i], i + 1
+        out += data[i:i + length]
+        i += length
+        if i >= len(data):
+            break
+        offset = data[i] | data[i + 1] << 8
+        i += 2
+        length = token & 15
+        if length == 15:
+            while data[i] == 255:
+                length, i = length + 255, i + 1
+            length, i = length + data[i], i + 1
+        for _ in range(length + 4):
+            out.append(out[-offset])
+    return bytes(out)
+
+
+def decompressed(data: bytes) -> bytes:
+    """A file's bytes as Spark wrote what it holds: a DStream checkpoint is compressed with
+    Spark's codec (lz4-java's LZ4BlockOutputStream by default), anything else as it is."""
+    if not data.startswith(b"LZ4Block"):
+        return data
+    out, i = bytearray(), 0
+    while data.startswith(b"LZ4Block", i):
+        method = data[i + 8] & 0xF0
+        size = int.from_bytes(data[i + 9:i + 13], "little")
+        block = data[i + 21:i + 21 + size]
+        out += block if method == 0x10 else _lz4_block(block)
+        i += 21 + size
+    return bytes(out)
+
+
+def files_under(*directories: Path) -> dict[Path, bytes]:
+    """Every file under ``directories``, decompressed."""
+    return {path: decompressed(path.read_bytes()) for directory in directories
+            for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def spark_work_dir(application_id: str) -> Path:
+    """Where a local-cluster worker keeps an application's executors' stdout and stderr."""
+    import pyspark
+
+    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    return home / "work" / application_id
+
+
+def table_items(dynamodb: str, table: str) -> list[dict]:
+    """Every item of a DynamoDB table."""
+    ddb, items, start = client("dynamodb", dynamodb), [], {}
+    while True:
+        page = ddb.scan(TableName=table, ConsistentRead=True, **start)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}

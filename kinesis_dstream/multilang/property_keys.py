@@ -103,9 +103,11 @@ def _credentials_provider(key: str, value: str) -> str:
     if not names:
         raise ConfigurationError(f"{key}: a credentials provider is required, got {value!r}")
     if not any(name in _DEFAULT_PROVIDERS for name in names):
+        # The class name only: a provider's arguments (after a ``|``) may be a key or an
+        # external id, and a log line is read by more people than the file.
         log.warning("%s = %s: only DefaultAWSCredentialsProviderChain is implemented; using "
                     "boto3's default chain (environment, profile, container/instance role)",
-                    key, value)
+                    key, names[0])
     return value
 
 

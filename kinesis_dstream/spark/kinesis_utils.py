@@ -123,7 +123,10 @@ class KinesisUtils:
         ``storageLevel``; the driver only plans. A position is checkpointed
         (``checkpointInterval`` seconds at most once per shard) only after the batch holding
         it completed, with its KPL sub-sequence number. Several createStream calls with one
-        application name split the shards between them.
+        application name split the shards between them. Spark's checkpoint keeps
+        ``awsAccessKeyId`` but never ``awsSecretKey``: a driver recovered by
+        ``StreamingContext.getOrCreate`` reads that key's secret from its environment or
+        ``AWS_PROFILE`` (docs/operations.md, Secrets).
 
         Keyword-only extensions:
         initialPositionTimestamp: with ``InitialPositionInStream.AT_TIMESTAMP`` (a datetime or

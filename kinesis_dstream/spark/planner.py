@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..aws.credentials import recovered_secret_key
 from ..config import ConsumerConfig
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, ReadReport, ShardRange, group_shards
 from ..retrieval.peer_tls import PeerKey, new_peer_key
@@ -38,7 +39,9 @@ MAX_RECORDS_PER_SHARD = 100_000
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """What the batch function carries into Spark's checkpoint: configuration only."""
+    """What the batch function carries into Spark's checkpoint: configuration only, and never
+    the secret key (pickled without it; a recovered driver finds it again by its key id in
+    its environment or profile, ``aws.credentials``)."""
 
     key: str
     config: dict = field(repr=False)  # ConsumerConfig.to_dict(): may hold a secret key
@@ -47,9 +50,18 @@ class StreamSpec:
     storage_level: Any = None  # a pyspark StorageLevel
     max_records_per_shard: int = MAX_RECORDS_PER_SHARD
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["config"] = {**self.config, "aws_secret_key": None}
+        return state
+
     @property
     def consumer_config(self) -> ConsumerConfig:
-        return ConsumerConfig.from_dict(self.config)
+        config = self.config
+        key_id = config.get("aws_access_key_id")
+        if key_id is not None and config.get("aws_secret_key") is None:  # a recovered spec
+            config = {**config, "aws_secret_key": recovered_secret_key(key_id, config["stream_name"])}
+        return ConsumerConfig.from_dict(config)
 
 
 class BatchPlanner:
