@@ -239,6 +239,12 @@ class Relay:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
+        try:
+            self._relay()
+        except OSError:  # either end hung up on the meddling: the relay ends
+            pass
+
+    def _relay(self) -> None:
         task, _ = self.listener.accept()
         server = socket.create_connection(self.target)
         chunks_from_task = 0

@@ -301,12 +301,16 @@ def _secured(sock: socket.socket, key: PeerKey, *, server: bool, deadline: float
     """``sock`` in TLS with a peer that proved it holds ``key``; None if it did not."""
     sock.setblocking(False)
     tls = tls_context(key, server=server).wrap_socket(
-        sock, server_side=server, do_handshake_on_connect=False)
-    _tls_call(tls, tls.do_handshake, deadline, stop)
-    if not is_the_query(tls, key):
+        sock, server_side=server, do_handshake_on_connect=False)  # sock's descriptor moves
+    try:
+        _tls_call(tls, tls.do_handshake, deadline, stop)
+        if is_the_query(tls, key):
+            return tls
+    except BaseException:
         tls.close()
-        return None
-    return tls
+        raise
+    tls.close()
+    return None
 
 
 def _answer(server: _Server, connection: _Connection) -> None:
