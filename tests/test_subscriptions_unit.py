@@ -262,7 +262,8 @@ def test_a_pushed_read_at_the_tip_takes_the_next_events_and_says_so_once(monkeyp
     queue the second event later than 30 ms; CI saw it once)."""
     from dataclasses import replace
 
-    from kinesis_dstream.retrieval import read_loop, subscriptions as held
+    from kinesis_dstream.retrieval import read_loop
+    from kinesis_dstream.retrieval import subscriptions as held
     from kinesis_dstream.retrieval.read_loop import read
     from kinesis_dstream.retrieval.subscriptions import subscriptions
 
