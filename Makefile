@@ -46,26 +46,28 @@ $(NPM_STAMP): package.json $(wildcard package-lock.json)
 # and processes much of the time: on this 2-core machine two workers took its 97 tests from
 # 1669 s to 1240 s (each test up to 1.6x its own duration, well inside its timeout).
 # Beside both passes, from the start, the tests marked `pauses` (tests/test_pauses.py: six
-# pauses of 6 minutes, waited out at once; spark tier, slow) run in a pytest process of their
-# own: they are idle nearly all the time, and in series with the rest they would add 7
-# minutes to CI. Their
-# output comes after the passes'. Exit codes: the first that is neither 0 nor 5 (pytest's "no
-# tests collected"), else 0; all three collecting nothing (a PYTEST_ARGS selection of none)
-# is 5.
+# pauses of 6 minutes, waited out at once; spark tier, slow) run in two pytest processes of
+# their own, the SQL and the DStream pauses each in its Spark application (one process with
+# two xdist workers ran both groups on one worker: 983 + 714 s in fresh-clone CI): they are
+# idle nearly all the time, and in series with the rest they would add 28 minutes to CI.
+# Their output comes after the passes'. Exit codes: the first that is neither 0 nor 5
+# (pytest's "no tests collected"), else 0; all four collecting nothing (a PYTEST_ARGS
+# selection of none) is 5.
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 SPARK_WORKERS ?= 2
 SPARK_XDIST = -n $(SPARK_WORKERS) --dist loadfile
 
 test: setup
-	@pauses_log=$$(mktemp); \
-	$(PY) -m pytest -q -m pauses -n 2 --dist loadgroup $(PYTEST_ARGS) > "$$pauses_log" 2>&1 & pauses=$$!; \
-	trap '[ -z "$$pauses" ] || kill $$pauses 2>/dev/null; rm -f "$$pauses_log"' EXIT; \
-	a=0; b=0; c=0; $(PY) -m pytest -q -m "not spark" $(XDIST) $(PYTEST_ARGS) || a=$$?; \
+	@pauses_log=$$(mktemp); pauses_log2=$$(mktemp); \
+	$(PY) -m pytest -q -m pauses -k sql_pause $(PYTEST_ARGS) > "$$pauses_log" 2>&1 & pauses=$$!; \
+	$(PY) -m pytest -q -m pauses -k "not sql_pause" $(PYTEST_ARGS) > "$$pauses_log2" 2>&1 & pauses2=$$!; \
+	trap '[ -z "$$pauses" ] || kill $$pauses $$pauses2 2>/dev/null; rm -f "$$pauses_log" "$$pauses_log2"' EXIT; \
+	a=0; b=0; c=0; d=0; $(PY) -m pytest -q -m "not spark" $(XDIST) $(PYTEST_ARGS) || a=$$?; \
 	$(PY) -m pytest -q -m "spark and not pauses" $(SPARK_XDIST) $(PYTEST_ARGS) || b=$$?; \
-	wait $$pauses || c=$$?; pauses=; \
-	echo "== make test: the pause tests (-m pauses), run beside the passes above"; cat "$$pauses_log"; \
-	rc=5; for code in $$a $$b $$c; do if [ $$code -ne 5 ] && [ $$rc -eq 5 ]; then rc=0; fi; \
+	wait $$pauses || c=$$?; wait $$pauses2 || d=$$?; pauses=; \
+	echo "== make test: the pause tests (-m pauses), run beside the passes above"; cat "$$pauses_log" "$$pauses_log2"; \
+	rc=5; for code in $$a $$b $$c $$d; do if [ $$code -ne 5 ] && [ $$rc -eq 5 ]; then rc=0; fi; \
 	  if [ $$code -ne 0 ] && [ $$code -ne 5 ]; then rc=$$code; break; fi; done; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
