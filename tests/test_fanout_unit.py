@@ -347,7 +347,7 @@ def test_large_events_stop_the_reading_at_the_byte_bound():
 
 
 def test_a_slow_reader_stops_the_reading_and_close_ends_it():
-    stream = FakeStream([], endless=True)
+    stream = FakeStream([], endless=True, endless_data=b"x")  # events with records: none passed over
     publisher = source(FakeKinesis(stream))
     publisher.get_records()  # subscribes and takes the first event; the reader fills the buffer
     buffered = publisher._subscription.events  # type: ignore[union-attr]

@@ -339,3 +339,44 @@ def test_the_sweeper_thread_ends_when_nothing_is_held_and_the_next_checkin_start
     assert second is not None and second is not first and second.is_alive()
     registry.close_all()
     wait_for(lambda: not second.is_alive(), 10, "the second sweeper ending")
+
+
+def test_a_task_takes_the_records_behind_the_heartbeats_queued_since_the_last_task():
+    """Kinesis pushes an empty event (a heartbeat) at least every 5 s to an idle
+    subscription; a task comes once a batch, so with batches longer than that, heartbeats
+    queue between two tasks. A task at the tip must read past all those queued, not take
+    one event a batch: with 5 s batches and 1 s heartbeats the queue grew by four a batch,
+    the records put behind it reached a task later and later, and once it held 1,000
+    events the subscription stopped (a fan-out DStream read nothing more, test_pauses)."""
+    from dataclasses import replace
+
+    from kinesis_dstream.retrieval.read_loop import read
+    from kinesis_dstream.retrieval.subscriptions import subscriptions
+
+    class Pushes(FakeStream):
+        """A heartbeat, then (once ``more`` is set) 60 more, a record, 3 more."""
+
+        def __iter__(self):
+            yield event([], "0")
+            assert more.wait(30)
+            yield from [event([], "0") for _ in range(60)]
+            yield event([record(1)], "1")
+            yield from [event([], "1") for _ in range(3)]
+            assert up.wait(30)
+
+    config = replace(CONFIG, consumer_arn=ARN)
+    more, up = threading.Event(), threading.Event()
+    kinesis = KinesisClient(config, client=FakeKinesis(Pushes([])))  # type: ignore[arg-type]
+    try:
+        first = read(kinesis, config, "shardId-0", ESN.TRIM_HORIZON, None, time_budget_s=5.0)
+        assert first.records == []  # the first event: a heartbeat
+        more.set()
+        held = subscriptions()._held[(ARN, "shardId-0")].source.publisher
+        wait_for(lambda: held._subscription is not None
+                 and len(held._subscription.events) == 64, 10, "the events queued")
+        second = read(kinesis, config, "shardId-0", ESN.TRIM_HORIZON, None, time_budget_s=5.0)
+        assert [r.sequence_number for r in second.records] == ["1"]
+        assert len(held._subscription.events) == 0  # the heartbeats behind it, taken too
+    finally:
+        up.set()
+        subscriptions().close_all()

@@ -113,6 +113,11 @@ class EventBuffer:
             self._changed.notify_all()
             return item
 
+    def event_next(self) -> bool:
+        """The oldest item held is an event (a caller may take it at once)."""
+        with self._changed:
+            return bool(self._items) and self._items[0][0][0] == _EVENT
+
     @property
     def full(self) -> bool:
         """An event put now would wait."""
@@ -279,14 +284,26 @@ class FanOutRecordsPublisher:
         subscription = self._subscription or self._subscribe()
         if subscription is None:
             return self._end_result()
-        try:
-            kind, item = subscription.events.get(
-                timeout=self._wait_s if wait_s is None else wait_s)  # 0: what is queued
-        except queue.Empty:
-            return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
-        if kind == _EVENT:
+        timeout = self._wait_s if wait_s is None else wait_s  # 0: what is queued
+        for _ in range(BUFFER_EVENTS):
+            try:
+                kind, item = subscription.events.get(timeout=timeout)
+            except queue.Empty:
+                return GetRecordsResult(millis_behind_latest=self._millis_behind_latest)
+            if kind != _EVENT:
+                break
             subscription.flowing = True
-            return self._take(item)
+            result = self._take(item)
+            # An empty event (Kinesis pushes one at least every 5 s to an idle shard) with
+            # another queued behind it says nothing that one does not: it is passed over.
+            # A caller that comes once a batch (a Spark task) would otherwise take one
+            # heartbeat a batch while more queue, and reach the records behind them later
+            # and later, until the full buffer stops the subscription.
+            if result.records or result.shard_end or not subscription.events.event_next():
+                return result
+            timeout = 0.0
+        else:
+            return result
         self._close_subscription()
         if kind == _ERROR:
             raise item
