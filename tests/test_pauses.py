@@ -418,19 +418,8 @@ def test_a_six_minute_sql_pause_reads_every_record_once(sql_paused: dict[str, Ca
     assert_once_and_crossed(sql_paused[name])
 
 
-# A known bug (2026-11-28: one run counted it, two earlier ones timed out the same wait): after
-# a batch of 6 minutes, a fan-out
-# DStream reads none of the records put after it (20 unread over 600 s and 192 batches), while
-# the polling one beside it reads them all. Strict: the test fails once the bug is fixed, to
-# drop this mark.
-FANOUT_AFTER_A_LONG_BATCH = pytest.mark.xfail(
-    strict=True, reason="fan-out DStream reads nothing put after a batch longer than a "
-    "subscription's 5 minutes (issue 37 part 4)")
-
-
 @pytest.mark.xdist_group("dstream-pauses")
-@pytest.mark.parametrize("name", [
-    "batch-polling", pytest.param("batch-fanout", marks=FANOUT_AFTER_A_LONG_BATCH)])
+@pytest.mark.parametrize("name", DSTREAM_CASES)
 def test_a_dstream_batch_of_six_minutes_reads_every_record_once(
         dstream_paused: dict[str, Case], name: str) -> None:
     assert_once_and_crossed(dstream_paused[name])
