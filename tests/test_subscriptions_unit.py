@@ -380,3 +380,40 @@ def test_a_task_takes_the_records_behind_the_heartbeats_queued_since_the_last_ta
     finally:
         up.set()
         subscriptions().close_all()
+
+
+def test_a_task_at_the_tip_takes_every_event_buffered_however_long_its_window(monkeypatch):
+    """The push window at the tip (``PUSH_TIP_S``) bounds the wait for events in flight,
+    not the taking of those already buffered: on a loaded machine taking a batch's events
+    may outlast it, and the rest would fall one batch behind, every batch. Here the window
+    is 0 (already over at the first event): the read still takes all 50 buffered."""
+    from dataclasses import replace
+
+    from kinesis_dstream.retrieval import read_loop
+    from kinesis_dstream.retrieval.read_loop import read
+    from kinesis_dstream.retrieval.subscriptions import subscriptions
+
+    monkeypatch.setattr(read_loop, "PUSH_TIP_S", 0.0)
+    config = replace(CONFIG, consumer_arn=ARN)
+    more, up = threading.Event(), threading.Event()
+
+    class Pushes(FakeStream):
+        def __iter__(self):
+            yield event([], "0")
+            assert more.wait(30)
+            yield from [event([record(n)], str(n)) for n in range(1, 51)]
+            assert up.wait(30)
+
+    kinesis = KinesisClient(config, client=FakeKinesis(Pushes([])))  # type: ignore[arg-type]
+    try:
+        assert read(kinesis, config, "shardId-0", ESN.TRIM_HORIZON, None,
+                    time_budget_s=5.0).records == []
+        more.set()
+        held = subscriptions()._held[(ARN, "shardId-0")].source.publisher
+        wait_for(lambda: held._subscription is not None
+                 and len(held._subscription.events) == 50, 10, "the events queued")
+        reading = read(kinesis, config, "shardId-0", ESN.TRIM_HORIZON, None, time_budget_s=5.0)
+        assert [r.sequence_number for r in reading.records] == [str(n) for n in range(1, 51)]
+    finally:
+        up.set()
+        subscriptions().close_all()

@@ -267,6 +267,12 @@ class FanOutRecordsPublisher:
         return subscription is not None and subscription.flowing
 
     @property
+    def queued(self) -> bool:
+        """An event is buffered: a caller's next look takes it at once."""
+        subscription = self._subscription
+        return subscription is not None and subscription.events.event_next()
+
+    @property
     def arriving(self) -> bool:
         """An event is on its way from the socket into the buffer (``_Subscription.arriving``)."""
         subscription = self._subscription

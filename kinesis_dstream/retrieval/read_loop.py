@@ -183,8 +183,13 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                 reading.shard_end, reading.child_shard_ids = True, tuple(result.child_shard_ids)
                 break
             if result.at_tip(config.max_records):
-                if not source.pushes or not result.records \
-                        or time.monotonic() - began >= PUSH_TIP_S:
+                # At a pushed tip the window waits for the events in flight; what is
+                # buffered already is taken however long the window took (on a loaded
+                # machine taking a batch's events may outlast it, and the rest would fall
+                # one batch behind, every batch).
+                if not source.pushes or not result.records or (
+                        time.monotonic() - began >= PUSH_TIP_S
+                        and not (held is not None and held.queued)):
                     break
                 if not told and at_tip_with_records is not None:
                     told = True

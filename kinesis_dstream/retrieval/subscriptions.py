@@ -100,6 +100,11 @@ class HeldSource:
         self._last = result
         return result
 
+    @property
+    def queued(self) -> bool:
+        """Records or events wait here already: taking them costs no wait."""
+        return self._pending is not None or self.publisher.queued
+
     def hand_out_through(self, position: ExtendedSequenceNumber) -> None:
         """The task handed out the records through ``position``: keep the last result's
         records after it for the next task."""
