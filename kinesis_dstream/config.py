@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -104,16 +105,17 @@ def stall_options(name_of: Mapping[str, str]) -> tuple[Option, ...]:
                  for field_name, name in name_of.items() if field_name in declared)
 
 
-def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None = None, *,
-                      sts_all_or_none: bool = False) -> None:
+def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None = None
+                      ) -> None:
     """The one rule for pairing credentials, for ``ConsumerConfig`` fields in ``values``
     (None or absent: not given); messages use ``names`` (field -> the user's name for it).
 
-    A key id and a secret key come together. STS takes ExternalId as optional (only roles
-    whose trust policy asks for one need it), so a role needs a session name and may have an
-    external id; a session name or an external id without a role is a mistake.
-    ``sts_all_or_none``: Spark's rule for ``createStream``'s positional arguments, which
-    PySpark hands to its helper: all three STS arguments or none.
+    A key id and a secret key come together. A role may come alone: STS takes ExternalId as
+    optional (only roles whose trust policy asks for one need it), and Databricks makes the
+    session name optional too (``default_sts_session_name`` then names the session). A
+    session name or an external id without a role is a mistake, and so is an empty one.
+    PySpark's ``createStream`` passes its three STS arguments to a JVM helper that wants all
+    or none; we accept every combination with a role, a superset of what ran there.
     """
     def name(field_name: str) -> str:
         return (names or {}).get(field_name, field_name)
@@ -127,20 +129,36 @@ def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None
             raise ConfigurationError(f"{name(first)} is set but {name(second)} is null: "
                                      "give both or neither")
     sts = ("sts_assume_role_arn", "sts_session_name", "sts_external_id")
-    if sts_all_or_none and any(map(given, sts)) and not all(map(given, sts)):
-        raise ConfigurationError(f"{name(sts[0])}, {name(sts[1])}, and {name(sts[2])} "
-                                 "must all be defined or all be null")
     if not given("sts_assume_role_arn"):
         without_role = [name(f) for f in sts[1:] if given(f)]
         if without_role:
             raise ConfigurationError(f"{' and '.join(without_role)} given without "
                                      f"{name(sts[0])} (the role to assume)")
-    elif not values.get("sts_session_name"):
-        raise ConfigurationError(f"{name(sts[0])} needs {name(sts[1])} as well (the "
-                                 "RoleSessionName STS records)")
-    elif given("sts_external_id") and not values["sts_external_id"]:
-        raise ConfigurationError(f"{name(sts[2])} must not be empty: leave it out when the "
-                                 "role needs none")
+        return
+    if not values["sts_assume_role_arn"]:
+        raise ConfigurationError(f"{name(sts[0])} must not be empty")
+    for optional in sts[1:]:
+        if given(optional) and not values[optional]:
+            raise ConfigurationError(f"{name(optional)} must not be empty: leave it out "
+                                     "when the role needs none")
+    session = values.get("sts_session_name")
+    if session is not None and not _STS_SESSION_NAME.fullmatch(str(session)):
+        raise ConfigurationError(
+            f"{name(sts[1])}: {session!r} is not an STS RoleSessionName (2-64 of "
+            "a-z A-Z 0-9 _ + = , . @ -)")
+
+
+# STS AssumeRole's rule for RoleSessionName.
+_STS_SESSION_NAME = re.compile(r"[A-Za-z0-9_+=,.@-]{2,64}")
+# A role assumed without a session name: sessions are named this, then the epoch seconds, as
+# botocore names one for a profile without role_session_name (botocore-session-<seconds>).
+DEFAULT_STS_SESSION_PREFIX = "kinesis-dstream-"
+
+
+def default_sts_session_name(now_s: float | None = None) -> str:
+    """The RoleSessionName of a role given without one: ours, then the epoch seconds, so
+    that CloudTrail tells our sessions apart from others of the role and from each other."""
+    return f"{DEFAULT_STS_SESSION_PREFIX}{int(time.time() if now_s is None else now_s)}"
 
 
 _CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "sts_assume_role_arn",

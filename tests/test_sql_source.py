@@ -779,16 +779,16 @@ def test_sink_options_are_warned_about_as_not_applying_to_a_read(caplog):
 
 @pytest.mark.unit
 def test_a_role_with_or_without_an_external_id_reaches_the_reader_config():
-    role = {"kinesis.stsRoleArn": "arn:aws:iam::1:role/r", "kinesis.stsSessionName": "s"}
+    role = {"kinesis.stsRoleArn": "arn:aws:iam::1:role/r", "kinesis.stsSessionName": "sess"}
     config = parse_source_options({**BASE, **role}).config
     assert (config.sts_assume_role_arn, config.sts_session_name, config.sts_external_id) == \
-        ("arn:aws:iam::1:role/r", "s", None)
+        ("arn:aws:iam::1:role/r", "sess", None)
     config = parse_source_options({**BASE, **role, "kinesis.stsExternalId": "ext",
                                    "kinesis.stsEndpointUrl": "http://127.0.0.1:2"}).config
     assert (config.sts_external_id, config.sts_endpoint) == ("ext", "http://127.0.0.1:2")
     for given, named in (({"kinesis.stsExternalId": "ext"}, "kinesis.stsExternalId"),
-                         ({"kinesis.stsSessionName": "s"}, "kinesis.stsSessionName"),
-                         ({"kinesis.stsRoleArn": "arn:aws:iam::1:role/r"}, "kinesis.stsSessionName")):
+                         ({"kinesis.stsSessionName": "sess"}, "kinesis.stsSessionName"),
+                         ({**role, "kinesis.stsSessionName": "s"}, "kinesis.stsSessionName")):
         with pytest.raises(ConfigurationError, match=named.replace(".", r"\.")):
             parse_source_options({**BASE, **given})
 

@@ -23,7 +23,7 @@ import botocore.loaders
 import botocore.parsers
 import botocore.session
 
-from ..config import ConsumerConfig
+from ..config import ConsumerConfig, default_sts_session_name
 from ..errors import (
     ConfigurationError,
     CredentialsError,
@@ -115,9 +115,9 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
     sts = base.client("sts", endpoint_url=config.sts_endpoint or None,
                       config=_botocore_config(config))
     arn = config.sts_assume_role_arn
-    session_name = config.sts_session_name
-    # ConsumerConfig names a session whenever it names a role (config.check_credentials)
-    assert arn is not None and session_name is not None
+    assert arn is not None  # the caller assumes only a configured role
+    # A role given without a session name (Databricks makes it optional): one of ours.
+    session_name = config.sts_session_name or default_sts_session_name()
 
     # ExternalId is optional in AssumeRole: sent only when the config has one, since STS
     # refuses an empty one and a role whose trust policy names none needs none.
@@ -132,7 +132,7 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
             raise translate_error(exc, f"assuming role {arn}") from exc
         creds = reply["Credentials"]
         log.info("assumed role %s (session %s); credentials expire at %s", arn,
-                 config.sts_session_name, creds["Expiration"].isoformat())
+                 session_name, creds["Expiration"].isoformat())
         return creds
 
     def refresh() -> dict[str, str]:

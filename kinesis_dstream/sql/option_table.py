@@ -137,9 +137,11 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
            field="aws_access_key_id"),
     Option(SECRET_KEY, _TEXT, "Static credentials: the secret key, with "
            "kinesis.awsAccessKeyId.", aliases=("awsSecretKey",), field="aws_secret_key"),
-    Option(STS_ROLE_ARN, _TEXT, "A role to assume (needs kinesis.stsSessionName).",
-           aliases=("awsSTSRoleARN", "roleArn"), field="sts_assume_role_arn"),
-    Option(STS_SESSION_NAME, _TEXT, "The RoleSessionName STS records for the assumed role.",
+    Option(STS_ROLE_ARN, _TEXT, "A role to assume, assumed once per process and again "
+           "before its credentials expire; kinesis.stsSessionName and kinesis.stsExternalId "
+           "are optional.", aliases=("awsSTSRoleARN", "roleArn"), field="sts_assume_role_arn"),
+    Option(STS_SESSION_NAME, _TEXT, "The RoleSessionName STS records for the assumed role "
+           "(optional, as Databricks' roleSessionName).", "kinesis-dstream-<epoch seconds>",
            aliases=("awsSTSSessionName", "roleSessionName"), field="sts_session_name"),
     Option(STS_EXTERNAL_ID, _TEXT, "Ours: the ExternalId for roles whose trust policy "
            "asks for one (only with kinesis.stsRoleArn).", aliases=("roleExternalId",),
