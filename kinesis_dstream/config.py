@@ -9,6 +9,7 @@ why we differ.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import time
@@ -18,6 +19,8 @@ from typing import Any, Mapping
 from .errors import ConfigurationError
 from .settings import BOOLEAN, Choice, Duration, Option, ValueType, Whole
 from .worker_id import default_worker_id
+
+log = logging.getLogger(__name__)
 
 # Spark conf keys honoured by the retry policy (same names and defaults as kinesis-asl).
 SPARK_RETRY_WAIT_TIME = "spark.streaming.kinesis.retry.waitTime"
@@ -161,6 +164,39 @@ def default_sts_session_name(now_s: float | None = None) -> str:
     return f"{DEFAULT_STS_SESSION_PREFIX}{int(time.time() if now_s is None else now_s)}"
 
 
+# A Kinesis stream's ARN (any partition: aws, aws-cn, aws-us-gov).
+_STREAM_ARN = re.compile(r"arn:aws[a-z-]*:kinesis:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):"
+                         r"stream/(?P<name>[a-zA-Z0-9_.-]{1,128})")
+
+
+@dataclass(frozen=True)
+class StreamArn:
+    region: str
+    account_id: str
+    stream_name: str
+
+
+def parse_stream_arn(text: str) -> StreamArn | None:
+    """A Kinesis stream ARN's parts; None when ``text`` is not one."""
+    match = _STREAM_ARN.fullmatch(text or "")
+    return None if match is None else StreamArn(match["region"], match["account"], match["name"])
+
+
+def default_region() -> str | None:
+    """The region when no setting names one: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, then
+    the profile's (``AWS_PROFILE``, else ``default``), as the AWS SDKs look; None if none."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        return region
+    try:
+        import botocore.session  # only here: the shared layer needs botocore for nothing else
+
+        return botocore.session.Session().get_config_variable("region") or None
+    except Exception:  # noqa: BLE001 - a broken profile names no region: the caller says so
+        log.debug("no region from the AWS profile", exc_info=True)
+        return None
+
+
 _CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "sts_assume_role_arn",
                       "sts_session_name", "sts_external_id")
 
@@ -170,11 +206,16 @@ class ConsumerConfig:
 
     application_name: str
     stream_name: str
-    region_name: str = field(
-        default_factory=lambda: os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-        or "us-east-1"
-    )
+    # DynamoDB's, CloudWatch's and STS's region, and Kinesis' unless kinesis_region_name or
+    # the stream's ARN names another.
+    region_name: str = field(default_factory=lambda: default_region() or "us-east-1")
+    # The stream by ARN (Databricks' streamARN, the KCL's streamArn): every Kinesis call then
+    # names it by StreamARN, which a read of another account's stream through its resource
+    # policy needs. stream_name must be the ARN's.
+    stream_arn: str | None = None
+    # The region that signs Kinesis calls (the awslabs kinesis.kinesisRegion); by default the
+    # stream ARN's region, else region_name.
+    kinesis_region_name: str | None = None
     # Endpoints: None means boto3's own resolution, which honours
     # AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL_DYNAMODB.
     kinesis_endpoint: str | None = None
@@ -256,6 +297,16 @@ class ConsumerConfig:
         for name in ("application_name", "stream_name", "region_name"):
             if not getattr(self, name):
                 raise ConfigurationError(f"{name} is required")
+        if self.stream_arn is not None:
+            arn = parse_stream_arn(self.stream_arn)
+            if arn is None:
+                raise ConfigurationError(
+                    f"stream_arn {self.stream_arn!r} is not a Kinesis stream ARN "
+                    "(arn:aws:kinesis:<region>:<account>:stream/<name>)")
+            if arn.stream_name != self.stream_name:
+                raise ConfigurationError(
+                    f"stream_name {self.stream_name!r} is not the stream of stream_arn "
+                    f"{self.stream_arn!r}")
         if self.initial_position not in INITIAL_POSITIONS:
             raise ConfigurationError(
                 f"initial_position must be one of {INITIAL_POSITIONS}, got {self.initial_position!r}"
@@ -308,6 +359,13 @@ class ConsumerConfig:
                 f"got {self.sts_refresh_margin_s}")
         if not 1 <= self.max_records <= 10000:
             raise ConfigurationError(f"max_records must be within 1..10000, got {self.max_records}")
+
+    @property
+    def kinesis_region(self) -> str:
+        """The region that signs Kinesis calls: kinesis_region_name, else the stream ARN's,
+        else region_name (which DynamoDB, CloudWatch and STS use)."""
+        arn = parse_stream_arn(self.stream_arn) if self.stream_arn else None
+        return self.kinesis_region_name or (arn.region if arn else self.region_name)
 
     @property
     def lease_table_name(self) -> str:

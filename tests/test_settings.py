@@ -165,7 +165,7 @@ def test_config_and_sql_options_pair_credentials_by_one_rule(given, accepted):
              "sts_external_id": "kinesis.stsExternalId"}
     options = {names[field]: value for field, value in given.items()}
     attempts = (lambda: ConsumerConfig(application_name="a", stream_name="s", **given),
-                lambda: parse_options({"kinesis.streamName": "s", **options}),
+                lambda: parse_options({**SQL_BASE, **options}),
                 lambda: parse_source_options({**SQL_BASE, **options}))
     for attempt in attempts:
         if accepted:

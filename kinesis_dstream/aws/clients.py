@@ -215,7 +215,8 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
     """A boto3 client for ``kinesis``, ``dynamodb`` or ``cloudwatch``.
 
     An explicit endpoint in the config wins; otherwise boto3 resolves it, honouring
-    ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them. ``read_timeout_s`` and
+    ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them, in the service's
+    region (``ConsumerConfig.kinesis_region`` for Kinesis). ``read_timeout_s`` and
     ``pool_size`` are for a client of long-lived subscriptions (one connection each).
     """
     endpoint = {
@@ -224,6 +225,9 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
         "cloudwatch": config.cloudwatch_endpoint,
     }.get(service)
     session = _session(config)
+    # Kinesis may sign in another region than DynamoDB, CloudWatch and STS (the stream's ARN,
+    # kinesis_region_name); the session's credentials are the same.
+    region = config.kinesis_region if service == "kinesis" else config.region_name
     if service == "kinesis":
         # Keep ApproximateArrivalTimestamp as the epoch seconds on the wire: botocore would
         # build a tz-aware datetime per record only for us to turn it back into epoch
@@ -239,6 +243,7 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
     try:
         # boto3-stubs types session.client per literal service name; the overloads above do
         return session.client(service, endpoint_url=endpoint or None,  # type: ignore[call-overload]
+                              region_name=region,
                               config=_botocore_config(config, read_timeout_s=read_timeout_s,
                                                       pool_size=pool_size))
     except ValueError as exc:
