@@ -9,14 +9,18 @@ why we differ.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import ConfigurationError
 from .settings import BOOLEAN, Choice, Duration, Option, ValueType, Whole
 from .worker_id import default_worker_id
+
+log = logging.getLogger(__name__)
 
 # Spark conf keys honoured by the retry policy (same names and defaults as kinesis-asl).
 SPARK_RETRY_WAIT_TIME = "spark.streaming.kinesis.retry.waitTime"
@@ -104,16 +108,17 @@ def stall_options(name_of: Mapping[str, str]) -> tuple[Option, ...]:
                  for field_name, name in name_of.items() if field_name in declared)
 
 
-def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None = None, *,
-                      sts_all_or_none: bool = False) -> None:
+def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None = None
+                      ) -> None:
     """The one rule for pairing credentials, for ``ConsumerConfig`` fields in ``values``
     (None or absent: not given); messages use ``names`` (field -> the user's name for it).
 
-    A key id and a secret key come together. STS takes ExternalId as optional (only roles
-    whose trust policy asks for one need it), so a role needs a session name and may have an
-    external id; a session name or an external id without a role is a mistake.
-    ``sts_all_or_none``: Spark's rule for ``createStream``'s positional arguments, which
-    PySpark hands to its helper: all three STS arguments or none.
+    A key id and a secret key come together. A role may come alone: STS takes ExternalId as
+    optional (only roles whose trust policy asks for one need it), and Databricks makes the
+    session name optional too (``default_sts_session_name`` then names the session). A
+    session name or an external id without a role is a mistake, and so is an empty one.
+    PySpark's ``createStream`` passes its three STS arguments to a JVM helper that wants all
+    or none; we accept every combination with a role, a superset of what ran there.
     """
     def name(field_name: str) -> str:
         return (names or {}).get(field_name, field_name)
@@ -127,20 +132,69 @@ def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None
             raise ConfigurationError(f"{name(first)} is set but {name(second)} is null: "
                                      "give both or neither")
     sts = ("sts_assume_role_arn", "sts_session_name", "sts_external_id")
-    if sts_all_or_none and any(map(given, sts)) and not all(map(given, sts)):
-        raise ConfigurationError(f"{name(sts[0])}, {name(sts[1])}, and {name(sts[2])} "
-                                 "must all be defined or all be null")
     if not given("sts_assume_role_arn"):
         without_role = [name(f) for f in sts[1:] if given(f)]
         if without_role:
             raise ConfigurationError(f"{' and '.join(without_role)} given without "
                                      f"{name(sts[0])} (the role to assume)")
-    elif not values.get("sts_session_name"):
-        raise ConfigurationError(f"{name(sts[0])} needs {name(sts[1])} as well (the "
-                                 "RoleSessionName STS records)")
-    elif given("sts_external_id") and not values["sts_external_id"]:
-        raise ConfigurationError(f"{name(sts[2])} must not be empty: leave it out when the "
-                                 "role needs none")
+        return
+    if not values["sts_assume_role_arn"]:
+        raise ConfigurationError(f"{name(sts[0])} must not be empty")
+    for optional in sts[1:]:
+        if given(optional) and not values[optional]:
+            raise ConfigurationError(f"{name(optional)} must not be empty: leave it out "
+                                     "when the role needs none")
+    session = values.get("sts_session_name")
+    if session is not None and not _STS_SESSION_NAME.fullmatch(str(session)):
+        raise ConfigurationError(
+            f"{name(sts[1])}: {session!r} is not an STS RoleSessionName (2-64 of "
+            "a-z A-Z 0-9 _ + = , . @ -)")
+
+
+# STS AssumeRole's rule for RoleSessionName.
+_STS_SESSION_NAME = re.compile(r"[A-Za-z0-9_+=,.@-]{2,64}")
+# A role assumed without a session name: sessions are named this, then the epoch seconds, as
+# botocore names one for a profile without role_session_name (botocore-session-<seconds>).
+DEFAULT_STS_SESSION_PREFIX = "kinesis-dstream-"
+
+
+def default_sts_session_name(now_s: float | None = None) -> str:
+    """The RoleSessionName of a role given without one: ours, then the epoch seconds, so
+    that CloudTrail tells our sessions apart from others of the role and from each other."""
+    return f"{DEFAULT_STS_SESSION_PREFIX}{int(time.time() if now_s is None else now_s)}"
+
+
+# A Kinesis stream's ARN (any partition: aws, aws-cn, aws-us-gov).
+_STREAM_ARN = re.compile(r"arn:aws[a-z-]*:kinesis:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):"
+                         r"stream/(?P<name>[a-zA-Z0-9_.-]{1,128})")
+
+
+@dataclass(frozen=True)
+class StreamArn:
+    region: str
+    account_id: str
+    stream_name: str
+
+
+def parse_stream_arn(text: str) -> StreamArn | None:
+    """A Kinesis stream ARN's parts; None when ``text`` is not one."""
+    match = _STREAM_ARN.fullmatch(text or "")
+    return None if match is None else StreamArn(match["region"], match["account"], match["name"])
+
+
+def default_region() -> str | None:
+    """The region when no setting names one: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, then
+    the profile's (``AWS_PROFILE``, else ``default``), as the AWS SDKs look; None if none."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        return region
+    try:
+        import botocore.session  # only here: the shared layer needs botocore for nothing else
+
+        return botocore.session.Session().get_config_variable("region") or None
+    except Exception:  # noqa: BLE001 - a broken profile names no region: the caller says so
+        log.debug("no region from the AWS profile", exc_info=True)
+        return None
 
 
 _CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "sts_assume_role_arn",
@@ -152,11 +206,16 @@ class ConsumerConfig:
 
     application_name: str
     stream_name: str
-    region_name: str = field(
-        default_factory=lambda: os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-        or "us-east-1"
-    )
+    # DynamoDB's, CloudWatch's and STS's region, and Kinesis' unless kinesis_region_name or
+    # the stream's ARN names another.
+    region_name: str = field(default_factory=lambda: default_region() or "us-east-1")
+    # The stream by ARN (Databricks' streamARN, the KCL's streamArn): every Kinesis call then
+    # names it by StreamARN, which a read of another account's stream through its resource
+    # policy needs. stream_name must be the ARN's.
+    stream_arn: str | None = None
+    # The region that signs Kinesis calls (the awslabs kinesis.kinesisRegion); by default the
+    # stream ARN's region, else region_name.
+    kinesis_region_name: str | None = None
     # Endpoints: None means boto3's own resolution, which honours
     # AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL_DYNAMODB.
     kinesis_endpoint: str | None = None
@@ -238,6 +297,16 @@ class ConsumerConfig:
         for name in ("application_name", "stream_name", "region_name"):
             if not getattr(self, name):
                 raise ConfigurationError(f"{name} is required")
+        if self.stream_arn is not None:
+            arn = parse_stream_arn(self.stream_arn)
+            if arn is None:
+                raise ConfigurationError(
+                    f"stream_arn {self.stream_arn!r} is not a Kinesis stream ARN "
+                    "(arn:aws:kinesis:<region>:<account>:stream/<name>)")
+            if arn.stream_name != self.stream_name:
+                raise ConfigurationError(
+                    f"stream_name {self.stream_name!r} is not the stream of stream_arn "
+                    f"{self.stream_arn!r}")
         if self.initial_position not in INITIAL_POSITIONS:
             raise ConfigurationError(
                 f"initial_position must be one of {INITIAL_POSITIONS}, got {self.initial_position!r}"
@@ -290,6 +359,13 @@ class ConsumerConfig:
                 f"got {self.sts_refresh_margin_s}")
         if not 1 <= self.max_records <= 10000:
             raise ConfigurationError(f"max_records must be within 1..10000, got {self.max_records}")
+
+    @property
+    def kinesis_region(self) -> str:
+        """The region that signs Kinesis calls: kinesis_region_name, else the stream ARN's,
+        else region_name (which DynamoDB, CloudWatch and STS use)."""
+        arn = parse_stream_arn(self.stream_arn) if self.stream_arn else None
+        return self.kinesis_region_name or (arn.region if arn else self.region_name)
 
     @property
     def lease_table_name(self) -> str:

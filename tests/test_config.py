@@ -11,6 +11,7 @@ from kinesis_dstream.config import (
     SPARK_RETRY_MAX_ATTEMPTS,
     SPARK_RETRY_WAIT_TIME,
     ConsumerConfig,
+    default_sts_session_name,
 )
 from kinesis_dstream.errors import ConfigurationError
 
@@ -100,15 +101,21 @@ def test_key_and_secret_come_as_a_pair(given):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("given,named", [
-    (dict(sts_session_name="s"), ("sts_session_name", "sts_assume_role_arn")),
+    (dict(sts_session_name="sess"), ("sts_session_name", "sts_assume_role_arn")),
     (dict(sts_external_id="x"), ("sts_external_id", "sts_assume_role_arn")),
-    (dict(sts_session_name="s", sts_external_id="x"),
+    (dict(sts_session_name="sess", sts_external_id="x"),
      ("sts_session_name", "sts_external_id", "sts_assume_role_arn")),
-    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r"), ("sts_assume_role_arn", "sts_session_name")),
-    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s", sts_external_id=""),
+    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="sess", sts_external_id=""),
      ("sts_external_id",)),
+    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name=""),
+     ("sts_session_name",)),
+    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="has space"),
+     ("sts_session_name", "RoleSessionName")),
+    (dict(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="x" * 65),
+     ("sts_session_name",)),
+    (dict(sts_assume_role_arn=""), ("sts_assume_role_arn",)),
 ])
-def test_sts_arguments_without_a_role_or_session_name_are_refused(given, named):
+def test_sts_arguments_without_a_role_or_empty_are_refused(given, named):
     with pytest.raises(ConfigurationError) as info:
         make(**given)
     for name in named:
@@ -116,14 +123,25 @@ def test_sts_arguments_without_a_role_or_session_name_are_refused(given, named):
 
 
 @pytest.mark.unit
+def test_a_role_alone_is_accepted_and_named_by_default():
+    """Databricks makes roleSessionName optional: a role alone is assumed under a session
+    name of ours (kinesis-dstream-<epoch seconds>)."""
+    config = make(sts_assume_role_arn="arn:aws:iam::1:role/r")
+    assert (config.sts_session_name, config.sts_external_id) == (None, None)
+    assert default_sts_session_name(1_700_000_000.9) == "kinesis-dstream-1700000000"
+    make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_external_id="x")
+    make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="a.b@c-d_e=f,g+h")
+
+
+@pytest.mark.unit
 def test_a_role_without_an_external_id_is_accepted():
-    config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s")
-    assert (config.sts_session_name, config.sts_external_id) == ("s", None)
+    config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="sess")
+    assert (config.sts_session_name, config.sts_external_id) == ("sess", None)
 
 
 @pytest.mark.unit
 def test_all_three_sts_arguments_accepted():
-    config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s",
+    config = make(sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="sess",
                   sts_external_id="x")
     assert config.sts_external_id == "x"
 
@@ -250,7 +268,7 @@ def test_from_dict_validates():
 @pytest.mark.unit
 def test_repr_hides_the_secret_key_and_the_external_id():
     config = make(aws_access_key_id="AKIDEXAMPLE", aws_secret_key="s3cr3t-KEY-value",
-                  sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="s",
+                  sts_assume_role_arn="arn:aws:iam::1:role/r", sts_session_name="sess",
                   sts_external_id="ext-id-secret")
     text = repr(config) + str(config)
     assert "s3cr3t-KEY-value" not in text and "ext-id-secret" not in text

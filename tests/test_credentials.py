@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import uuid
 
 import boto3
@@ -71,6 +72,33 @@ def test_a_role_without_an_external_id_is_assumed_without_one(aws_env, dynamodb,
     assert "ExternalId" not in bodies[0]
     frozen = credentials.get_frozen_credentials()
     assert frozen.token and frozen.access_key != DUMMY_ACCESS_KEY_ID
+
+
+@pytest.mark.emulator
+def test_a_role_alone_is_assumed_under_a_session_name_of_ours(aws_env, dynamodb, make_config):
+    """Databricks' roleArn without roleSessionName: moto's STS is asked for the role with
+    the session kinesis-dstream-<epoch seconds>, no ExternalId, and its credentials sign."""
+    config = make_config("s", sts_assume_role_arn=ROLE, sts_endpoint=dynamodb,
+                         sts_duration_s=900)
+    assert config.sts_session_name is None
+    base = boto3.session.Session(aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+                                 aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+                                 region_name=DUMMY_REGION)
+    sent: list[dict] = []
+    base.events.register("provide-client-params.sts.AssumeRole",
+                         lambda params, **_: sent.append(dict(params)))
+    before = int(time.time())
+    credentials = assumed_role_credentials(config, base)
+    assert len(sent) == 1 and set(sent[0]) == {"RoleArn", "RoleSessionName", "DurationSeconds"}
+    name = sent[0]["RoleSessionName"]
+    assert name.startswith("kinesis-dstream-")
+    assert before <= int(name.rpartition("-")[2]) <= int(time.time())
+    frozen = credentials.get_frozen_credentials()
+    caller = boto3.client("sts", endpoint_url=dynamodb, region_name=DUMMY_REGION,
+                          aws_access_key_id=frozen.access_key,
+                          aws_secret_access_key=frozen.secret_key,
+                          aws_session_token=frozen.token).get_caller_identity()
+    assert caller["Arn"].endswith(f":assumed-role/stream-reader/{name}")
 
 
 class Counting(RecordProcessor):

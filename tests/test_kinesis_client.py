@@ -240,3 +240,81 @@ def test_clients_of_every_configuration_share_one_copy_of_botocore_s_models(aws_
     assert first is not second
     assert first.meta.service_model._service_description is \
         second.meta.service_model._service_description
+
+
+STREAM_ARN = f"arn:aws:kinesis:us-west-2:111122223333:stream/{STREAM}"
+
+
+@pytest.mark.unit
+def test_a_stream_given_by_arn_is_named_by_arn_in_every_call_signed_in_its_region():
+    """Cross-account reads through a resource policy: every call names the stream by
+    StreamARN (never StreamName), and Kinesis signs in the ARN's region while DynamoDB and
+    STS keep region_name."""
+    from kinesis_dstream.aws.clients import make_client
+    from kinesis_dstream.aws.producer import KinesisProducer
+
+    config = make_config(stream_arn=STREAM_ARN)
+    raw = make_client(config, "kinesis")
+    assert raw.meta.region_name == "us-west-2" == config.kinesis_region
+    assert make_client(config, "dynamodb").meta.region_name == "eu-west-1"
+    client = KinesisClient(config, client=raw, sleep=lambda s: None)
+    by_arn = {"StreamARN": STREAM_ARN}
+    shard = {"ShardId": "shardId-000000000000",
+             "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "1"},
+             "SequenceNumberRange": {"StartingSequenceNumber": "1"}}
+    with Stubber(raw) as stubber:
+        stubber.add_response("describe_stream_summary", SUMMARY, by_arn)
+        stubber.add_response("list_shards", {"Shards": [shard], "NextToken": "t"}, by_arn)
+        stubber.add_response("list_shards", {"Shards": []}, {"NextToken": "t"})
+        stubber.add_response("get_shard_iterator", {"ShardIterator": "it"},
+                             {**by_arn, "ShardId": "shardId-000000000000",
+                              "ShardIteratorType": "TRIM_HORIZON"})
+        stubber.add_response("get_records", {"Records": [], "NextShardIterator": "it2"},
+                             {**by_arn, "ShardIterator": "it", "Limit": 5})
+        stubber.add_response("put_records", {"Records": [
+            {"SequenceNumber": "1", "ShardId": "shardId-000000000000"}]},
+            {**by_arn, "Records": [{"Data": b"x", "PartitionKey": "k"}]})
+        client.describe_stream_summary()
+        assert [s.shard_id for s in client.list_shards()] == ["shardId-000000000000"]
+        assert client.get_shard_iterator("shardId-000000000000", "TRIM_HORIZON") == "it"
+        client.get_records("it", 5)
+        producer = KinesisProducer(config, client=raw, aggregation=False)
+        producer.put(b"x", "k")
+        producer.flush()
+        stubber.assert_no_pending_responses()
+
+
+@pytest.mark.unit
+def test_a_stream_arn_must_be_one_and_name_the_stream():
+    with pytest.raises(Exception, match="not a Kinesis stream ARN"):
+        make_config(stream_arn="orders-stream")
+    with pytest.raises(Exception, match="is not the stream of stream_arn"):
+        make_config(stream_arn=STREAM_ARN.replace(STREAM, "other"))
+    assert make_config(stream_arn=STREAM_ARN, kinesis_region_name="ap-east-1").kinesis_region \
+        == "ap-east-1"
+    assert make_config().kinesis_region == "eu-west-1"
+
+
+@pytest.mark.emulator
+def test_a_stream_read_and_written_by_arn_at_kinesis_local(kinesis_local, make_stream, aws_env):
+    """The ARN kinesis-local reports for a stream reads it: list, iterate, read and write by
+    StreamARN alone."""
+    from kinesis_dstream.aws.producer import KinesisProducer
+    from kinesis_dstream.local import DUMMY_REGION
+
+    stream = make_stream(1)
+    by_name = KinesisClient(make_config(stream_name=stream, kinesis_endpoint=kinesis_local,
+                                        region_name=DUMMY_REGION))
+    arn = by_name.describe_stream_summary()["StreamARN"]
+    config = make_config(stream_name=stream, stream_arn=arn, kinesis_endpoint=kinesis_local,
+                         region_name=DUMMY_REGION)
+    producer = KinesisProducer(config, aggregation=False)
+    for i in range(5):
+        producer.put(f"r{i}", f"k{i}")
+    producer.flush()
+    client = KinesisClient(config)
+    assert client.describe_stream_summary()["StreamARN"] == arn
+    [shard] = client.list_shards()
+    iterator = client.get_shard_iterator(shard.shard_id, "TRIM_HORIZON")
+    records = client.get_records(iterator, 100)["Records"]
+    assert [r["Data"] for r in records] == [f"r{i}".encode() for i in range(5)]

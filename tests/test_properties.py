@@ -67,6 +67,9 @@ def test_every_key_lands_in_config_and_settings(tmp_path, app_py):
     settings = load_properties(write(tmp_path, FULL))
     c = settings.config
     assert c.stream_name == "orders"  # streamArn wins, as in the Java daemon
+    # ... and names the stream in every Kinesis call, signed in the ARN's region
+    assert c.stream_arn == "arn:aws:kinesis:us-west-2:123456789012:stream/orders"
+    assert c.kinesis_region == "us-west-2"
     assert c.application_name == "OrdersApp"
     assert c.lease_table_name == "OrdersApp"
     assert c.region_name == "us-west-2"

@@ -52,7 +52,7 @@ def error_of(make) -> str:
 def create_stream_settings(secret: str, **changes) -> dict:
     return {**dict(application_name="app", stream_name="words", region_name="us-east-1",
                    aws_access_key_id="AKIDSTATIC", aws_secret_key=secret,
-                   sts_assume_role_arn=ROLE, sts_session_name="s", sts_external_id=secret),
+                   sts_assume_role_arn=ROLE, sts_session_name="sess", sts_external_id=secret),
             **changes}
 
 
@@ -120,7 +120,7 @@ def test_sql_source_and_sink_options_show_no_secret(secret, secret_key, caplog):
     caplog.set_level(logging.DEBUG)
     options = {"kinesis.streamName": "words", "kinesis.endpointUrl": "http://127.0.0.1:1",
                "kinesis.region": "us-east-1", "kinesis.awsAccessKeyId": "AKIDSTATIC",
-               secret_key: secret, "kinesis.stsRoleArn": ROLE, "kinesis.stsSessionName": "s",
+               secret_key: secret, "kinesis.stsRoleArn": ROLE, "kinesis.stsSessionName": "sess",
                "kinesis.stsExternalId": secret, "kinesis.secretKy": secret}
     source, sink = parse_source_options(options), parse_options(options)
     assert source.config.aws_secret_key == secret == sink.config.aws_secret_key

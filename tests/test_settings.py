@@ -13,7 +13,6 @@ from kinesis_dstream.config import (
     SPARK_FAIL_ON_DATA_LOSS,
     SPARK_RETRY_WAIT_TIME,
     ConsumerConfig,
-    check_credentials,
 )
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.multilang.properties import load_properties
@@ -148,10 +147,12 @@ ROLE = "arn:aws:iam::1:role/r"
 
 
 @pytest.mark.parametrize("given, accepted", [
-    (dict(sts_assume_role_arn=ROLE, sts_session_name="s"), True),
-    (dict(sts_assume_role_arn=ROLE, sts_session_name="s", sts_external_id="x"), True),
-    (dict(sts_assume_role_arn=ROLE), False),
-    (dict(sts_session_name="s"), False),
+    (dict(sts_assume_role_arn=ROLE, sts_session_name="sess"), True),
+    (dict(sts_assume_role_arn=ROLE, sts_session_name="sess", sts_external_id="x"), True),
+    (dict(sts_assume_role_arn=ROLE), True),
+    (dict(sts_assume_role_arn=ROLE, sts_external_id="x"), True),
+    (dict(sts_session_name="sess", sts_external_id="x"), False),
+    (dict(sts_session_name="sess"), False),
     (dict(sts_external_id="x"), False),
     (dict(aws_access_key_id="AK"), False),
     (dict(aws_access_key_id="AK", aws_secret_key="SK"), True),
@@ -164,7 +165,7 @@ def test_config_and_sql_options_pair_credentials_by_one_rule(given, accepted):
              "sts_external_id": "kinesis.stsExternalId"}
     options = {names[field]: value for field, value in given.items()}
     attempts = (lambda: ConsumerConfig(application_name="a", stream_name="s", **given),
-                lambda: parse_options({"kinesis.streamName": "s", **options}),
+                lambda: parse_options({**SQL_BASE, **options}),
                 lambda: parse_source_options({**SQL_BASE, **options}))
     for attempt in attempts:
         if accepted:
@@ -174,13 +175,13 @@ def test_config_and_sql_options_pair_credentials_by_one_rule(given, accepted):
                 attempt()
 
 
-def test_spark_positional_rule_wants_all_three_sts_arguments_or_none():
-    role_and_session = dict(sts_assume_role_arn=ROLE, sts_session_name="s")
-    check_credentials(role_and_session)
-    with pytest.raises(ConfigurationError, match="must all be defined or all be null"):
-        check_credentials(role_and_session, sts_all_or_none=True)
-    check_credentials({**role_and_session, "sts_external_id": "x"}, sts_all_or_none=True)
-    check_credentials({}, sts_all_or_none=True)
+def test_a_role_alone_is_accepted_by_every_front_end_with_the_databricks_names():
+    """Databricks' roleArn without roleSessionName: accepted by the source and the sink."""
+    for parse in (parse_options, parse_source_options):
+        parsed = parse({**SQL_BASE, "roleArn": ROLE})
+        assert (parsed.config.sts_assume_role_arn, parsed.config.sts_session_name) == (ROLE, None)
+    with pytest.raises(ConfigurationError, match="kinesis.stsSessionName"):
+        parse_source_options({**SQL_BASE, "roleArn": ROLE, "roleSessionName": "a b"})
 
 
 # -- the docs page -------------------------------------------------------------------------------

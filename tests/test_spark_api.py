@@ -52,8 +52,15 @@ def _create(**kwargs):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(awsAccessKeyId="AK"), "awsAccessKeyId is set but awsSecretKey is null"),
     (dict(awsSecretKey="SK"), "awsSecretKey is set but awsAccessKeyId is null"),
-    (dict(stsAssumeRoleArn="arn:aws:iam::1:role/r"), "must all be defined or all be null"),
-    (dict(stsAssumeRoleArn="arn", stsSessionName="s"), "must all be defined or all be null"),
+    (dict(stsSessionName="sess"), "stsSessionName given without stsAssumeRoleArn"),
+    (dict(stsExternalId="x", stsSessionName="sess"),
+     "stsSessionName and stsExternalId given without stsAssumeRoleArn"),
+    (dict(stsAssumeRoleArn="arn:aws:iam::1:role/r", stsSessionName=""),
+     "stsSessionName must not be empty"),
+    # a role alone passes the credentials rule (PySpark's JVM helper wanted all three): the
+    # next rule is the one that fails
+    (dict(stsAssumeRoleArn="arn:aws:iam::1:role/r", storageLevel="MEMORY"),
+     "storageLevel must be"),
     (dict(initialPositionInStream=7), "initialPositionInStream must be"),
     (dict(initialPositionInStream=2), "needs initialPositionTimestamp"),
     (dict(initialPositionTimestamp=datetime(2024, 1, 1)), "only for"),

@@ -45,7 +45,7 @@ from kinesis_dstream.sql.offsets import (
     position_of,
     stream_key,
 )
-from kinesis_dstream.sql.options import parse_source_options
+from kinesis_dstream.sql.options import parse_options, parse_source_options
 from kinesis_dstream.sql.partition_reader import arrow_schema, to_arrow
 from kinesis_dstream.sql.reader import FIRST_READING_MAX_RECORDS, KinesisStreamReader
 
@@ -779,16 +779,16 @@ def test_sink_options_are_warned_about_as_not_applying_to_a_read(caplog):
 
 @pytest.mark.unit
 def test_a_role_with_or_without_an_external_id_reaches_the_reader_config():
-    role = {"kinesis.stsRoleArn": "arn:aws:iam::1:role/r", "kinesis.stsSessionName": "s"}
+    role = {"kinesis.stsRoleArn": "arn:aws:iam::1:role/r", "kinesis.stsSessionName": "sess"}
     config = parse_source_options({**BASE, **role}).config
     assert (config.sts_assume_role_arn, config.sts_session_name, config.sts_external_id) == \
-        ("arn:aws:iam::1:role/r", "s", None)
+        ("arn:aws:iam::1:role/r", "sess", None)
     config = parse_source_options({**BASE, **role, "kinesis.stsExternalId": "ext",
                                    "kinesis.stsEndpointUrl": "http://127.0.0.1:2"}).config
     assert (config.sts_external_id, config.sts_endpoint) == ("ext", "http://127.0.0.1:2")
     for given, named in (({"kinesis.stsExternalId": "ext"}, "kinesis.stsExternalId"),
-                         ({"kinesis.stsSessionName": "s"}, "kinesis.stsSessionName"),
-                         ({"kinesis.stsRoleArn": "arn:aws:iam::1:role/r"}, "kinesis.stsSessionName")):
+                         ({"kinesis.stsSessionName": "sess"}, "kinesis.stsSessionName"),
+                         ({**role, "kinesis.stsSessionName": "s"}, "kinesis.stsSessionName")):
         with pytest.raises(ConfigurationError, match=named.replace(".", r"\.")):
             parse_source_options({**BASE, **given})
 
@@ -813,13 +813,93 @@ def test_qubole_short_names_are_aliases():
 
 
 @pytest.mark.unit
-def test_required_options_and_subscribe_to_shard():
-    with pytest.raises(ConfigurationError, match=r"kinesis\.streamName is required"):
+def test_required_options_and_subscribe_to_shard(monkeypatch, tmp_path):
+    with pytest.raises(ConfigurationError, match=r"kinesis\.streamName \(or kinesis\.streamArn\) "
+                       "is required"):
         parse_source_options({"kinesis.endpointUrl": "http://x"})
-    with pytest.raises(ConfigurationError, match=r"kinesis\.endpointUrl is required"):
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    with pytest.raises(ConfigurationError, match=r"kinesis\.region is required.*AWS_REGION"):
         parse_source_options({"kinesis.streamName": "s"})
     with pytest.raises(ConfigurationError, match=r"consumerName is required.*SubscribeToShard"):
         parse_source_options({**BASE, "kinesis.consumerType": "SubscribeToShard"})
+
+
+@pytest.mark.unit
+def test_the_region_comes_from_the_environment_then_the_profile(monkeypatch, tmp_path):
+    """Databricks' streamName alone: the region of AWS_REGION, AWS_DEFAULT_REGION or the
+    profile, and its public endpoint (or AWS_ENDPOINT_URL_KINESIS, as boto3 reads it)."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    profile = tmp_path / "config"
+    profile.write_text("[default]\nregion = ap-south-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(profile))
+
+    def read() -> tuple[str, str | None]:
+        config = parse_source_options({"streamName": "s"}).config
+        return config.region_name, config.kinesis_endpoint
+
+    assert read() == ("ap-south-1", "https://kinesis.ap-south-1.amazonaws.com")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
+    assert read() == ("eu-west-3", "https://kinesis.eu-west-3.amazonaws.com")
+    monkeypatch.setenv("AWS_REGION", "eu-north-1")
+    assert read() == ("eu-north-1", "https://kinesis.eu-north-1.amazonaws.com")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KINESIS", "http://127.0.0.1:4567")
+    assert read() == ("eu-north-1", "http://127.0.0.1:4567")
+    # an option wins over the environment
+    config = parse_source_options({"streamName": "s", "region": "us-west-2"}).config
+    assert config.region_name == "us-west-2"
+
+
+ARN = "arn:aws:kinesis:eu-west-1:111122223333:stream/orders"
+
+
+@pytest.mark.unit
+def test_a_stream_arn_names_the_stream_and_the_kinesis_region(monkeypatch):
+    """Databricks' streamARN: the stream's name and Kinesis' region come from the ARN; the
+    region of DynamoDB and STS is kinesis.region's when given, else the ARN's too."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL_KINESIS", raising=False)
+    config = parse_source_options({"streamARN": ARN}).config
+    assert (config.stream_name, config.stream_arn, config.region_name, config.kinesis_region,
+            config.kinesis_endpoint) == ("orders", ARN, "eu-west-1", "eu-west-1",
+                                         "https://kinesis.eu-west-1.amazonaws.com")
+    config = parse_source_options({"streamARN": ARN, "region": "us-east-2"}).config
+    assert (config.region_name, config.kinesis_region) == ("us-east-2", "eu-west-1")
+    assert config.kinesis_endpoint == "https://kinesis.eu-west-1.amazonaws.com"
+    # the same stream named twice is fine; two different ones are refused
+    assert parse_source_options({"streamARN": ARN, "streamName": "orders"}).config.stream_arn == ARN
+    with pytest.raises(ConfigurationError, match=r"kinesis\.streamName 'other' and "
+                       r"kinesis\.streamArn .* name different streams"):
+        parse_source_options({"streamARN": ARN, "streamName": "other"})
+    with pytest.raises(ConfigurationError, match=r"kinesis\.streamArn: 'orders' is not a Kinesis "
+                       "stream ARN"):
+        parse_source_options({"streamARN": "orders"})
+    # a list: each stream's reader config carries its own ARN
+    second = "arn:aws:kinesis:eu-west-1:444455556666:stream/refunds"
+    source = parse_source_options({"kinesis.streamArn": f"{ARN}, {second}"})
+    assert {name: c.stream_arn for name, c in source.stream_configs.items()} == \
+        {"orders": ARN, "refunds": second}
+    with pytest.raises(ConfigurationError, match="one query reads the streams of one region"):
+        parse_source_options({"streamARN": f"{ARN},{second.replace('eu-west-1', 'us-east-1')}"})
+    # the sink writes by ARN too, to one stream
+    sink = parse_options({"streamARN": ARN}).config
+    assert (sink.stream_name, sink.stream_arn, sink.kinesis_region) == ("orders", ARN, "eu-west-1")
+    with pytest.raises(ConfigurationError, match="a write goes to one stream"):
+        parse_options({"streamARN": f"{ARN},{second}"})
+
+
+@pytest.mark.unit
+def test_kinesis_region_is_kept_apart_from_the_region_of_dynamodb_and_sts(monkeypatch):
+    """awslabs' kinesis.kinesisRegion signs Kinesis; kinesis.region DynamoDB and STS."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL_KINESIS", raising=False)
+    config = parse_source_options({"kinesis.streamName": "s", "kinesis.region": "us-east-1",
+                                   "kinesis.kinesisRegion": "eu-central-1"}).config
+    assert (config.region_name, config.kinesis_region, config.kinesis_endpoint) == \
+        ("us-east-1", "eu-central-1", "https://kinesis.eu-central-1.amazonaws.com")
+    alone = parse_source_options({"kinesis.streamName": "s",
+                                  "kinesis.kinesisRegion": "eu-central-1"}).config
+    assert (alone.region_name, alone.kinesis_region) == ("eu-central-1", "eu-central-1")
 
 
 @pytest.mark.matrix

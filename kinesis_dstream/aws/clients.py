@@ -23,7 +23,7 @@ import botocore.loaders
 import botocore.parsers
 import botocore.session
 
-from ..config import ConsumerConfig
+from ..config import ConsumerConfig, default_sts_session_name
 from ..errors import (
     ConfigurationError,
     CredentialsError,
@@ -115,9 +115,9 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
     sts = base.client("sts", endpoint_url=config.sts_endpoint or None,
                       config=_botocore_config(config))
     arn = config.sts_assume_role_arn
-    session_name = config.sts_session_name
-    # ConsumerConfig names a session whenever it names a role (config.check_credentials)
-    assert arn is not None and session_name is not None
+    assert arn is not None  # the caller assumes only a configured role
+    # A role given without a session name (Databricks makes it optional): one of ours.
+    session_name = config.sts_session_name or default_sts_session_name()
 
     # ExternalId is optional in AssumeRole: sent only when the config has one, since STS
     # refuses an empty one and a role whose trust policy names none needs none.
@@ -132,7 +132,7 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
             raise translate_error(exc, f"assuming role {arn}") from exc
         creds = reply["Credentials"]
         log.info("assumed role %s (session %s); credentials expire at %s", arn,
-                 config.sts_session_name, creds["Expiration"].isoformat())
+                 session_name, creds["Expiration"].isoformat())
         return creds
 
     def refresh() -> dict[str, str]:
@@ -215,7 +215,8 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
     """A boto3 client for ``kinesis``, ``dynamodb`` or ``cloudwatch``.
 
     An explicit endpoint in the config wins; otherwise boto3 resolves it, honouring
-    ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them. ``read_timeout_s`` and
+    ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them, in the service's
+    region (``ConsumerConfig.kinesis_region`` for Kinesis). ``read_timeout_s`` and
     ``pool_size`` are for a client of long-lived subscriptions (one connection each).
     """
     endpoint = {
@@ -224,6 +225,9 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
         "cloudwatch": config.cloudwatch_endpoint,
     }.get(service)
     session = _session(config)
+    # Kinesis may sign in another region than DynamoDB, CloudWatch and STS (the stream's ARN,
+    # kinesis_region_name); the session's credentials are the same.
+    region = config.kinesis_region if service == "kinesis" else config.region_name
     if service == "kinesis":
         # Keep ApproximateArrivalTimestamp as the epoch seconds on the wire: botocore would
         # build a tz-aware datetime per record only for us to turn it back into epoch
@@ -239,6 +243,7 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
     try:
         # boto3-stubs types session.client per literal service name; the overloads above do
         return session.client(service, endpoint_url=endpoint or None,  # type: ignore[call-overload]
+                              region_name=region,
                               config=_botocore_config(config, read_timeout_s=read_timeout_s,
                                                       pool_size=pool_size))
     except ValueError as exc:

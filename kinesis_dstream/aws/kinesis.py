@@ -94,13 +94,18 @@ class KinesisClient:
         self._sleep = sleep
         self._rand = rand
         self.stream_name = config.stream_name
+        # How every call names the stream: by ARN when the config has one (a stream of another
+        # account, read through its resource policy, is known by ARN only), else by name.
+        self.stream: dict[str, Any] = ({"StreamARN": config.stream_arn} if config.stream_arn
+                                       else {"StreamName": config.stream_name})
 
     @property
     def endpoint_url(self) -> str:
         return str(getattr(self._client.meta, "endpoint_url", "") or "")
 
     def _where(self) -> str:
-        return f"stream {self.stream_name!r} in {self._config.region_name} at {self.endpoint_url}"
+        return (f"stream {self._config.stream_arn or self.stream_name!r} in "
+                f"{self._config.kinesis_region} at {self.endpoint_url}")
 
     def _call(self, operation: str, what: str, **kwargs: Any) -> dict:
         return call(self._policy, getattr(self._client, operation), what, sleep=self._sleep,
@@ -109,16 +114,16 @@ class KinesisClient:
     def describe_stream_summary(self) -> dict:
         """The stream's summary; called at start so a wrong name fails at once, clearly."""
         answer = self._call("describe_stream_summary", f"describing {self._where()}",
-                            StreamName=self.stream_name)
+                            **self.stream)
         return answer["StreamDescriptionSummary"]
 
     def list_shards(self) -> list[Shard]:
         """Every shard of the stream, open and closed, following NextToken."""
         what = f"listing shards of {self._where()}"
-        answer = self._call("list_shards", what, StreamName=self.stream_name)
+        answer = self._call("list_shards", what, **self.stream)
         shards = [Shard.from_api(s) for s in answer.get("Shards", [])]
         while answer.get("NextToken"):
-            # NextToken may not be combined with StreamName.
+            # NextToken may not be combined with StreamName (nor StreamARN).
             answer = self._call("list_shards", what, NextToken=answer["NextToken"])
             shards.extend(Shard.from_api(s) for s in answer.get("Shards", []))
         return shards
@@ -128,7 +133,7 @@ class KinesisClient:
                            timestamp: float | _dt.datetime | None = None) -> str:
         if iterator_type not in ITERATOR_TYPES:
             raise ValueError(f"unknown iterator type {iterator_type!r}")
-        kwargs: dict[str, Any] = {"StreamName": self.stream_name, "ShardId": shard_id,
+        kwargs: dict[str, Any] = {**self.stream, "ShardId": shard_id,
                                   "ShardIteratorType": iterator_type}
         if iterator_type in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER"):
             if not sequence_number:
@@ -153,8 +158,10 @@ class KinesisClient:
         Retrying with the same iterator is safe: an iterator can be read again until it expires.
         """
         shard = f" shard {shard_id}" if shard_id else ""
+        # GetRecords names no stream, but takes StreamARN: a cross-account read sends it.
+        arn = {"StreamARN": self._config.stream_arn} if self._config.stream_arn else {}
         return self._call("get_records", f"reading{shard} of {self._where()}",
-                          ShardIterator=iterator, Limit=limit)
+                          ShardIterator=iterator, Limit=limit, **arn)
 
     # -- enhanced fan-out -----------------------------------------------------------------------
     @property

@@ -288,7 +288,7 @@ class KinesisProducer:
             try:
                 answer = call(self._policy, self._client.put_records,
                               f"putting {len(pending)} records to stream {self.stream_name!r}",
-                              sleep=self._sleep, rand=self._rand, StreamName=self.stream_name,
+                              sleep=self._sleep, rand=self._rand, **self._kinesis.stream,
                               Records=[e.request for e in pending])
             except KinesisDStreamError as exc:
                 not_written = sum(e.user_records for e in pending)

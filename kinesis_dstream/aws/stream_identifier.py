@@ -17,12 +17,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..config import StreamArn, parse_stream_arn
 from ..errors import ConfigurationError
+
+__all__ = ["StreamArn", "StreamIdentifier", "parse_lease_key", "parse_stream_arn"]
 
 # account:stream:epoch, as the KCL's StreamIdentifier accepts it.
 _SERIALIZED = re.compile(r"(?P<account>[0-9]+):(?P<name>[^:]+):(?P<epoch>[0-9]+)")
-_ARN = re.compile(r"arn:aws[^:]*:kinesis:(?P<region>[-a-z0-9]+):(?P<account>[0-9]{12}):"
-                  r"stream/(?P<name>.+)")
 # What Kinesis accepts as a stream name.
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 
@@ -75,16 +76,3 @@ def parse_lease_key(lease_key: str) -> tuple[StreamIdentifier, str] | None:
         return StreamIdentifier.parse(prefix), shard_id
     except ConfigurationError:
         return None
-
-
-@dataclass(frozen=True)
-class StreamArn:
-    region: str
-    account_id: str
-    stream_name: str
-
-
-def parse_stream_arn(text: str) -> StreamArn | None:
-    """A Kinesis stream ARN's parts; None when ``text`` is not one."""
-    match = _ARN.fullmatch(text)
-    return None if match is None else StreamArn(match["region"], match["account"], match["name"])

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from ..config import (
     ConsumerConfig,
+    parse_stream_arn,
 )
 from ..errors import ConfigurationError
 from ..settings import (
@@ -70,13 +71,16 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
         if key in read.given:
             log.warning("%s: %s is read as fanoutConfig.%s, by the Java daemon and here; "
                         "ignored", source, key, key)
-    arn_stream = special.get("streamArn")
-    if arn_stream is not None:
+    stream_arn = special.get("streamArn")
+    if stream_arn is not None:
+        arn_stream = parse_stream_arn(stream_arn)
+        assert arn_stream is not None  # the key's type checked it
         # As the Java daemon: streamArn takes precedence over streamName.
-        if config.get("stream_name") not in (None, arn_stream):
+        if config.get("stream_name") not in (None, arn_stream.stream_name):
             log.warning("%s: streamArn names stream %r, streamName %r; using the ARN's",
-                        source, arn_stream, config["stream_name"])
-        config["stream_name"] = arn_stream
+                        source, arn_stream.stream_name, config["stream_name"])
+        config["stream_name"] = arn_stream.stream_name
+        config["stream_arn"] = stream_arn
     table_name = special.get("tableName")
     if table_name is not None and table_name != config.get("application_name", table_name):
         raise ConfigurationError(

@@ -7,7 +7,6 @@ configuration page is generated from it.
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -17,6 +16,7 @@ from ..config import (
     KCL_TABLE_KEYS,
     METRICS_LEVELS,
     STALL_KEYS,
+    parse_stream_arn,
     stall_options,
     table_options,
 )
@@ -75,14 +75,12 @@ def normalise_endpoint(key: str, value: str) -> str:
     return value
 
 
-def _stream_name_from_arn(key: str, value: str) -> str:
-    match = re.fullmatch(r"arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/([A-Za-z0-9_.-]{1,128})",
-                         value)
-    if not match:
+def _stream_arn(key: str, value: str) -> str:
+    if parse_stream_arn(value) is None:
         raise ConfigurationError(
             f"{key}: not a Kinesis stream ARN (arn:aws:kinesis:<region>:<account>:stream/<name>): "
             f"{value!r}")
-    return match.group(1)
+    return value
 
 
 def _timestamp(key: str, value: str) -> float:
@@ -155,8 +153,10 @@ PROPERTIES = FrontEnd(
     logger=__name__,
     options=(
         _config("streamName", _TEXT, "stream_name", "The Kinesis stream (or streamArn)."),
-        Option("streamArn", ValueType("Kinesis stream ARN", _stream_name_from_arn),
-               "The stream by ARN; wins over streamName.", target="special", field="streamArn"),
+        Option("streamArn", ValueType("Kinesis stream ARN", _stream_arn),
+               "The stream by ARN; wins over streamName. Every Kinesis call names it by "
+               "StreamARN (a stream of another account, through its resource policy), signed "
+               "in the ARN's region.", target="special", field="streamArn"),
         _config("applicationName", _TEXT, "application_name",
                 "The application; names the lease table (required)."),
         Option("tableName", _TEXT, "The lease table: must equal applicationName here.",

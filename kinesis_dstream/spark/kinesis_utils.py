@@ -126,7 +126,9 @@ class KinesisUtils:
         application name split the shards between them. Spark's checkpoint keeps
         ``awsAccessKeyId`` but never ``awsSecretKey``: a driver recovered by
         ``StreamingContext.getOrCreate`` reads that key's secret from its environment or
-        ``AWS_PROFILE`` (docs/operations.md, Secrets).
+        ``AWS_PROFILE`` (docs/operations.md, Secrets). ``stsAssumeRoleArn`` may come without
+        ``stsSessionName`` (the session is then named ``kinesis-dstream-<epoch seconds>``)
+        and without ``stsExternalId``, which PySpark's JVM helper refused.
 
         Keyword-only extensions:
         initialPositionTimestamp: with ``InitialPositionInStream.AT_TIMESTAMP`` (a datetime or
@@ -140,11 +142,12 @@ class KinesisUtils:
         configOverrides: ConsumerConfig fields by name (e.g. max_records,
             failover_time_ms), for tuning.
         """
-        # Spark's rule for the positional STS arguments: all three or none.
+        # A role may come alone (PySpark's JVM helper wanted all three STS arguments or none;
+        # every combination it ran still runs).
         check_credentials(dict(aws_access_key_id=awsAccessKeyId, aws_secret_key=awsSecretKey,
                                sts_assume_role_arn=stsAssumeRoleArn,
                                sts_session_name=stsSessionName, sts_external_id=stsExternalId),
-                          _CREDENTIAL_ARGUMENTS, sts_all_or_none=True)
+                          _CREDENTIAL_ARGUMENTS)
         if not isinstance(storageLevel, StorageLevel):
             raise ConfigurationError(f"storageLevel must be a pyspark StorageLevel, got {storageLevel!r}")
         if decoder is not None and not callable(decoder):

@@ -42,6 +42,7 @@ PARSER_LOGGER = "kinesis_dstream.sql.options"
 ENDPOINT_URL = "kinesis.endpointUrl"
 REGION = "kinesis.region"
 STREAM_NAME = "kinesis.streamName"
+STREAM_ARN = "kinesis.streamArn"  # Databricks' streamARN under an awslabs-style name
 ACCESS_KEY_ID = "kinesis.awsAccessKeyId"
 SECRET_KEY = "kinesis.awsSecretKey"
 STS_ROLE_ARN = "kinesis.stsRoleArn"
@@ -126,20 +127,29 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
     Option(ENDPOINT_URL, _TEXT, "The Kinesis endpoint. The source needs it or a region "
            "(then the region's public endpoint); the sink uses boto3's resolution without it.",
            aliases=("endpointUrl", "endpoint"), field="kinesis_endpoint"),
-    Option(REGION, _TEXT, "AWS region; by default the one in the endpoint's host name, else "
-           "AWS_REGION.", aliases=("regionName", "region"), field="region_name"),
+    Option(REGION, _TEXT, "AWS region of DynamoDB and STS, and of Kinesis unless "
+           "kinesis.kinesisRegion or the stream's ARN names another; by default the one in "
+           "the endpoint's host name, else kinesis.kinesisRegion, else the stream ARN's, else "
+           "AWS_REGION, AWS_DEFAULT_REGION, then the AWS profile's.",
+           aliases=("regionName", "region"), field="region_name"),
     Option(STREAM_NAME, _TEXT, "The Kinesis stream (required). A read takes a "
            "comma-separated list of streams too (as Databricks' streamName): one query reads "
            "them all. A write goes to one stream.", aliases=("streamName",),
            field="stream_name"),
+    Option(STREAM_ARN, _TEXT, "The stream by ARN, instead of kinesis.streamName (Databricks' "
+           "streamARN; a read takes a comma-separated list): every Kinesis call names it by "
+           "StreamARN, as a read of another account's stream through its resource policy "
+           "needs, in the ARN's region.", aliases=("streamARN",), field="stream_arn"),
     Option(ACCESS_KEY_ID, _TEXT, "Static credentials: the key id, with kinesis.awsSecretKey; "
            "without both, boto3's default chain.", aliases=("awsAccessKeyId", "awsAccessKey"),
            field="aws_access_key_id"),
     Option(SECRET_KEY, _TEXT, "Static credentials: the secret key, with "
            "kinesis.awsAccessKeyId.", aliases=("awsSecretKey",), field="aws_secret_key"),
-    Option(STS_ROLE_ARN, _TEXT, "A role to assume (needs kinesis.stsSessionName).",
-           aliases=("awsSTSRoleARN", "roleArn"), field="sts_assume_role_arn"),
-    Option(STS_SESSION_NAME, _TEXT, "The RoleSessionName STS records for the assumed role.",
+    Option(STS_ROLE_ARN, _TEXT, "A role to assume, assumed once per process and again "
+           "before its credentials expire; kinesis.stsSessionName and kinesis.stsExternalId "
+           "are optional.", aliases=("awsSTSRoleARN", "roleArn"), field="sts_assume_role_arn"),
+    Option(STS_SESSION_NAME, _TEXT, "The RoleSessionName STS records for the assumed role "
+           "(optional, as Databricks' roleSessionName).", "kinesis-dstream-<epoch seconds>",
            aliases=("awsSTSSessionName", "roleSessionName"), field="sts_session_name"),
     Option(STS_EXTERNAL_ID, _TEXT, "Ours: the ExternalId for roles whose trust policy "
            "asks for one (only with kinesis.stsRoleArn).", aliases=("roleExternalId",),
@@ -163,8 +173,9 @@ SINK_OPTIONS: tuple[Option, ...] = (
 
 SOURCE_OPTIONS: tuple[Option, ...] = (
     # kinesis.region wins over it: resolved in parse_source_options.
-    Option(KINESIS_REGION, _TEXT, "The region, when kinesis.region is not given (awslabs "
-           "name).", target="source", field="kinesis_region"),
+    Option(KINESIS_REGION, _TEXT, "The region that signs Kinesis calls (awslabs name); "
+           "kinesis.region stays that of DynamoDB and STS. Alone, it is both.",
+           field="kinesis_region_name"),
     Option(DYNAMODB_TABLE_NAME, _TEXT, "Names the DynamoDB table of batch ranges "
            "(<name>-kinesis-dstream-ranges).", DEFAULT_TABLE_PREFIX, field="application_name"),
     Option(DYNAMODB_ENDPOINT_URL, _TEXT, "Ours: the DynamoDB endpoint; by default "

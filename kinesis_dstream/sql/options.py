@@ -16,7 +16,13 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from ..config import ConsumerConfig, check_credentials
+from ..config import (
+    ConsumerConfig,
+    StreamArn,
+    check_credentials,
+    default_region,
+    parse_stream_arn,
+)
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, StartingPosition
 from ..settings import Read
@@ -26,6 +32,7 @@ from .option_table import (
     CONSUMER_TYPE,
     DEFAULT_TABLE_PREFIX,
     ENDPOINT_URL,
+    KINESIS_REGION,
     MAX_RECORDS_PER_GET,
     METADATA_COMMITTER_TYPE,
     METADATA_PATH,
@@ -33,6 +40,7 @@ from .option_table import (
     ROLE_DOING,
     ROLES,
     SQL_APPLICATION_NAME,
+    STREAM_ARN,
     STREAM_NAME,
 )
 from .other_connectors import endpoint_of_region, warn_no_effect
@@ -83,6 +91,7 @@ class SourceOptions:
 
     config: ConsumerConfig  # of the first stream; ``stream_configs`` has each stream's
     streams: tuple[str, ...] = ()
+    arns: tuple[str, ...] = ()  # kinesis.streamArn: each stream's ARN, in the order of streams
     starting_position: StartingPosition = field(
         default_factory=lambda: StartingPosition("LATEST"))
     fail_on_data_loss: bool = False
@@ -112,8 +121,10 @@ class SourceOptions:
     @property
     def stream_configs(self) -> dict[str, ConsumerConfig]:
         """The shard reader's config of each stream the query reads, in the order given."""
+        arns = dict(zip(self.streams, self.arns, strict=False))  # no ARNs: names only
         return {name: self.config if name == self.config.stream_name
-                else replace(self.config, stream_name=name) for name in self.stream_names}
+                else replace(self.config, stream_name=name, stream_arn=arns.get(name))
+                for name in self.stream_names}
 
     @property
     def fan_out(self) -> bool:
@@ -184,16 +195,60 @@ def _read(options: Mapping[str, Any], role: str) -> Read:
                       elsewhere=elsewhere)
 
 
-def _check_connection(config_values: dict[str, Any]) -> None:
+def _check_connection(config_values: dict[str, Any], *, role: str) -> tuple[str, ...]:
     """The rules between connection options, checked here so that errors name the options
-    rather than ``ConsumerConfig``'s fields; and the region from the endpoint if none given."""
+    rather than ``ConsumerConfig``'s fields. Fills in the stream names of
+    ``kinesis.streamArn`` and the region when no option names one; returns the ARNs given
+    (one per stream, in order), or none."""
+    arns: tuple[str, ...] = ()
+    if "stream_arn" in config_values:
+        arns = stream_arn_list(config_values.pop("stream_arn"))
+        names = tuple(_arn(arn).stream_name for arn in arns)
+        if "stream_name" in config_values and \
+                stream_list(config_values["stream_name"]) != names:
+            raise ConfigurationError(
+                f"{STREAM_NAME} {config_values['stream_name']!r} and {STREAM_ARN} "
+                f"{','.join(arns)!r} name different streams: give one of them")
+        regions = sorted({_arn(arn).region for arn in arns})
+        if len(regions) > 1:
+            raise ConfigurationError(f"{STREAM_ARN}: streams of regions {', '.join(regions)}: "
+                                     "one query reads the streams of one region")
+        config_values["stream_name"] = ",".join(names)
+        config_values["stream_arn"] = arns[0]
     if "stream_name" not in config_values:
-        raise ConfigurationError(f"{STREAM_NAME} is required: the Kinesis stream to use")
+        raise ConfigurationError(f"{STREAM_NAME} (or {STREAM_ARN}) is required: the Kinesis "
+                                 "stream to use")
     if "region_name" not in config_values:
-        region = region_from_endpoint(config_values.get("kinesis_endpoint"))
-        if region:
-            config_values["region_name"] = region
+        region = (region_from_endpoint(config_values.get("kinesis_endpoint"))
+                  or config_values.get("kinesis_region_name")
+                  or (_arn(arns[0]).region if arns else None) or default_region())
+        if not region and (role == "sink" or config_values.get("kinesis_endpoint")):
+            # An endpoint that names no region (an emulator): any region signs. The sink has
+            # always written to us-east-1 when nothing named a region; kept for its jobs.
+            region = "us-east-1"
+        if not region:
+            raise ConfigurationError(
+                f"{REGION} is required: no region in {ENDPOINT_URL}, {KINESIS_REGION} or "
+                f"{STREAM_ARN}, nor in AWS_REGION, AWS_DEFAULT_REGION or the AWS profile")
+        config_values["region_name"] = region
     check_credentials(config_values, _CREDENTIAL_NAMES)
+    return arns
+
+
+def _arn(text: str) -> StreamArn:
+    arn = parse_stream_arn(text)
+    assert arn is not None  # stream_arn_list checked it
+    return arn
+
+
+def stream_arn_list(value: str) -> tuple[str, ...]:
+    """``kinesis.streamArn`` / ``streamARN``: one stream ARN, or a comma-separated list."""
+    arns = tuple(arn.strip() for arn in str(value).split(","))
+    bad = [arn for arn in arns if parse_stream_arn(arn) is None]
+    if bad:
+        raise ConfigurationError(f"{STREAM_ARN}: {bad[0]!r} is not a Kinesis stream ARN "
+                                 "(arn:aws:kinesis:<region>:<account>:stream/<name>)")
+    return arns
 
 
 _CREDENTIAL_NAMES = {option.field: option.name for option in CONNECTION_OPTIONS}
@@ -224,8 +279,8 @@ def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> Kinesi
     """
     read = _read(options, "sink")
     config_values = read.of("config")
-    _check_connection(config_values)
-    if "," in str(config_values["stream_name"]):
+    arns = _check_connection(config_values, role="sink")
+    if len(arns) > 1 or "," in str(config_values["stream_name"]):
         raise ConfigurationError(f"{STREAM_NAME}: a write goes to one stream, not to the list "
                                  f"{config_values['stream_name']!r}")
     config_values.setdefault("application_name", SQL_APPLICATION_NAME)
@@ -237,25 +292,25 @@ def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> Kinesi
 def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     """The options of a streaming read -> ``SourceOptions``.
 
-    Raises ``ConfigurationError`` naming the option for a missing stream name or endpoint
-    (both required, as in the awslabs connector) or a bad value.
+    Raises ``ConfigurationError`` naming the option for a missing stream (name or ARN), a
+    region found nowhere, or a bad value. Unlike the awslabs connector, the endpoint is not
+    required: AWS_ENDPOINT_URL_KINESIS, else the Kinesis region's public endpoint.
     """
     read = _read(options, "source")
     config_values = read.of("config")
     source_values = read.of("source")
-    kinesis_region = source_values.pop("kinesis_region", None)
-    if kinesis_region and "region_name" not in config_values:
-        config_values["region_name"] = kinesis_region
-    _check_connection(config_values)
+    arns = _check_connection(config_values, role="source")
     streams = stream_list(config_values["stream_name"])
     config_values["stream_name"] = streams[0]
     if "fail_on_data_loss" in source_values:  # the executors' readers decide on a trimmed start
         config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
-    if "kinesis_endpoint" not in config_values and config_values.get("region_name"):
-        config_values["kinesis_endpoint"] = endpoint_of_region(config_values["region_name"])
     if "kinesis_endpoint" not in config_values:
-        raise ConfigurationError(f"{ENDPOINT_URL} is required: the Kinesis endpoint to read from "
-                                 f"(or {REGION}, whose public endpoint is then read)")
+        # Read on the driver, as boto3 would (AWS_ENDPOINT_URL_KINESIS, else the region's
+        # public endpoint), so that every executor reads the same endpoint.
+        kinesis_region = (config_values.get("kinesis_region_name")
+                          or (_arn(arns[0]).region if arns else config_values["region_name"]))
+        config_values["kinesis_endpoint"] = (os.environ.get("AWS_ENDPOINT_URL_KINESIS")
+                                             or endpoint_of_region(kinesis_region))
     qubole = read.of("qubole")
     if qubole.get("add_idle_time") and "min_fetch_period_s" not in source_values:
         source_values["min_fetch_period_s"] = qubole.get("idle_time_s", 1.0)
@@ -271,7 +326,7 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     for name, value in _SOURCE_CONFIG_DEFAULTS.items():
         config_values.setdefault(name, value)
     source = SourceOptions(config=ConsumerConfig(**config_values), streams=streams,
-                           unknown=read.unknown, **source_values)
+                           arns=arns, unknown=read.unknown, **source_values)
     if source.metadata_committer_type == "HDFS":
         log.info("aws-kinesis source: %s HDFS: batch ranges are kept in DynamoDB table %s all "
                  "the same (our only range store); the query's offsets stay in its "
