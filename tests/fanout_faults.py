@@ -16,7 +16,8 @@
   time, shard id and whether it carried records), so a test measures heartbeats where the
   front decides them, not where a loaded client happens to read them;
 - notes when it pushed records (``pushed``: the time and the shard of each event that
-  carried any), so a test knows when a subscriber could first have read a put;
+  carried any; ``first_pushed``: when each record's data was first pushed), so a test knows
+  when a subscriber could first have read a put, with a producer writing beside it too;
 - notes each successful subscribe and whether it took an open subscription over
   (``succeeded``), so a test waits for whole lifetimes of one reader
   (``whole_lifetimes``), not for calls that refusals also make;
@@ -28,8 +29,10 @@
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
+import struct
 import threading
 import time
 from collections import Counter
@@ -58,6 +61,7 @@ class FaultyFanOutFront(FanOutFront):
         # (monotonic s, shard id, whether it carried records) of each event sent
         self.events_sent_at: list[tuple[float, str, bool]] = []
         self.pushed: list[tuple[float, str]] = []  # (epoch s, shard id) of events with records
+        self.first_pushed: dict[bytes, float] = {}  # a record's data -> epoch s of its 1st push
         self.subscribed: list[tuple[float, str]] = []  # (epoch s, shard id) of each subscribe
         # (epoch s, shard id, whether it took over an open one) of each successful subscribe
         self.succeeded: list[tuple[float, str, bool]] = []
@@ -135,8 +139,11 @@ class FaultyFanOutFront(FanOutFront):
                                             b'"Data"' in message))
         super().send(subscription, message)
         if b"SubscribeToShardEvent" in message[:200] and b'"Data"' in message:
+            now = time.time()
             with self._fault_lock:
-                self.pushed.append((time.time(), subscription.request.shard_id))
+                self.pushed.append((now, subscription.request.shard_id))
+                for data in _records_data(message):
+                    self.first_pushed.setdefault(data, now)
 
     def began(self, operation: str) -> list[float]:
         """When each of the front's own calls of ``operation`` to the emulator began."""
@@ -165,6 +172,11 @@ class FaultyFanOutFront(FanOutFront):
             return max(min(at for at, s in self.pushed if at >= since and s == shard)
                        for shard in shards)
 
+    def pushed_at(self, data: list[bytes]) -> float:
+        """When the last of the records ``data`` was first pushed (KeyError: one never was)."""
+        with self._fault_lock:
+            return max(self.first_pushed[d] for d in data)
+
     def exchange(self, operation: str, method: str, path: str, body: bytes,
                  headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
         request = json.loads(body or b"{}") if body else {}
@@ -183,3 +195,11 @@ class FaultyFanOutFront(FanOutFront):
                 with self._fault_lock:
                     self._iterators[handed] = shard
         return status, reply_headers, data
+
+
+def _records_data(message: bytes) -> list[bytes]:
+    """The records' data in one SubscribeToShardEvent message (its JSON payload sits between
+    the prelude with the headers and the CRC: ``fanout_front.frames``)."""
+    total, headers = struct.unpack(">II", message[:8])
+    payload = json.loads(message[12 + headers:total - 4])
+    return [base64.b64decode(r["Data"]) for r in payload.get("Records", [])]

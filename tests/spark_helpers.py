@@ -44,6 +44,12 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
     wait_for(predicate, timeout, what, interval=0.2)
 
 
+def listeners_caught_up(spark: Any, timeout_s: float = 60.0) -> None:
+    """Wait until every listener has handled every event posted to Spark's listener bus so
+    far (the streaming query listeners too: Spark calls them from that bus)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(int(timeout_s * 1000))
+
+
 def word_lines(n: int) -> list[str]:
     """n lines of 1 to 4 words each."""
     return [" ".join(WORDS[(i + j) % 5] for j in range(1 + i % 4)) for i in range(n)]

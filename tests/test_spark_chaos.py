@@ -167,11 +167,15 @@ def _open_shards(kinesis: Any, stream: str) -> list[dict[str, Any]]:
 
 
 def _reshard(kinesis: Any, stream: str, **split_or_merge: str) -> None:
+    before = len(kinesis.list_shards(StreamName=stream)["Shards"])
     if "ShardToSplit" in split_or_merge:
         kinesis.split_shard(StreamName=stream, **split_or_merge)
     else:
         kinesis.merge_shards(StreamName=stream, **split_or_merge)
-    time.sleep(0.1)  # the stream turns UPDATING a moment after the call returns
+    # the stream turns UPDATING a moment after the call returns: done once the new shards
+    # are listed and it is ACTIVE again
+    wait_until(lambda: len(kinesis.list_shards(StreamName=stream)["Shards"]) > before, 60,
+               "the resharding's new shards")
     wait_stream_active(kinesis, stream, 60)
 
 

@@ -32,7 +32,7 @@ from spark_helpers import (
     wait_until,
 )
 from test_spark_chaos import _open_shards, _reshard, executors_alive
-from test_spark_drivers import owners, split_between_two
+from test_spark_drivers import TAKEN_WITHIN_S, owners, split_between_two
 from test_spark_executors import NO_CACHE, two_output_operations
 from test_worker_fanout import consumer_status, counted_over_60_s
 
@@ -244,11 +244,12 @@ def test_an_executor_killed_while_reading_by_fan_out_loses_nothing_and_doubles_n
 def test_a_shard_idle_at_latest_then_split_and_merged_under_load_is_read_promptly_parents_first(
         sc, env, make_stream, put_records, make_fanout_front, unique_app_name):
     """A shard read from LATEST and idle across two subscription lifetimes, then written to:
-    its records arrive within 2 s (the awslabs connector's fan-out looped silently on idle
-    and resharded shards: its issue #91). Under load it is split, and its children merged:
-    each parent's subscription ends with ChildShards, its children are read only in batches
-    after the parent's last records, every record comes once, and records written to a
-    child, then to the merged shard, once it is read, arrive within 2 s too."""
+    its records are pushed and read by the second batch after their push at the latest (the
+    awslabs connector's fan-out looped silently on idle and resharded shards: its issue
+    #91). Under load it is split, and its children merged: each parent's subscription ends
+    with ChildShards, its children are read only in batches after the parent's last
+    records, every record comes once, and records written to a child, then to the merged
+    shard, once it is read, come as promptly."""
     front = make_fanout_front(lifetime_s=IDLE_LIFETIME_S)
     stream = make_stream(1)
     parent = "shardId-000000000000"
@@ -264,20 +265,29 @@ def test_a_shard_idle_at_latest_then_split_and_merged_under_load_is_read_promptl
     sent: list[str] = []
 
     def arrive_promptly(name: str) -> None:
-        """Records written now (through the front, as a producer would) are read within
-        2 s: by a batch of a time at most 2 s later (its processing, which this loaded
-        machine stretches, is Spark's)."""
+        """Records written now (through the front, as a producer would) are pushed by the
+        shard's subscription and read by the first or the second batch whose time is at or
+        after their push (the first's read may begin while the push is on its way to its
+        process), whatever the machine's load: a batch of that time runs its tasks after the
+        push. The put -> push -> batch times are logged (quiet: well within 2 s)."""
         late = [f"{name}-{i}" for i in range(20)]
         put_at = time.time()
         put_records(stream, [(f"pk{i}", r) for i, r in enumerate(late)],
                     endpoint=front.endpoint)
         sent.extend(late)
         wait_until(lambda: set(late) <= {d for _, d in seen()}, 10, f"the {name} records")
+        pushed_at = front.pushed_at([d.encode() for d in late])
         got: set[str] = set()
-        for at, rows in sorted(batches, key=lambda b: b[0]):  # the batch that completed them
+        ordered = sorted(batches, key=lambda b: b[0])
+        for at, rows in ordered:  # the batch that completed them
             got |= {d for _, d in rows}
             if set(late) <= got:
-                assert at - put_at < 2.0, (name, at - put_at)
+                passed_over = [t for t, _ in ordered if pushed_at <= t < at]
+                log.info("%s: pushed %.3f s after the put, in the batch of %.3f s after it; "
+                         "batches passed over after the push: %d", name, pushed_at - put_at,
+                         at - put_at, len(passed_over))
+                assert len(passed_over) <= 1, (name, pushed_at - put_at, at - put_at,
+                                               [t - put_at for t in passed_over])
                 return
 
     kinesis = emulators.client("kinesis", front.endpoint)
@@ -440,7 +450,8 @@ def test_two_drivers_register_one_consumer_at_once_and_one_takes_the_other_s_sha
             wait_until(lambda: None not in owners(dynamodb, unique_app_name).values() and len(
                 set(owners(dynamodb, unique_app_name).values())) == 1, 30, "a taking b's shards")
             taken = time.monotonic()
-            assert taken - stopped <= 3.0 + 1.0, taken - stopped  # failover, a renew period
+            print(f"b's leases taken by a {taken - stopped:.2f} s after b stopped")
+            assert taken - stopped <= TAKEN_WITHIN_S, taken - stopped
             late = [f"late{i}" for i in range(100)]
             put_records(stream, [(f"pk{i}", r) for i, r in enumerate(late)],
                         endpoint=front.endpoint)

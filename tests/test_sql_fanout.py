@@ -21,7 +21,7 @@ import pytest
 
 import emulators
 import test_sql_source
-from spark_helpers import executor_jvm_of, wait_until
+from spark_helpers import executor_jvm_of, listeners_caught_up, wait_until
 from test_spark_chaos import executors_alive
 from test_sql_source import (
     Batches,
@@ -184,7 +184,9 @@ def test_a_query_stopped_between_its_first_plan_and_commit_keeps_its_one_query_n
     assert (folder / "offsets" / "0").exists() and not (folder / "commits" / "0").exists()
     named = {QUERY_CONSUMER_PREFIX + o["query"] for o in offsets_logged(checkpoint)}
     assert len(named) == 1 and query_named(kinesis_local, stream) == named
-    time.sleep(2)  # the listener has seen the end: the consumer is kept (Databricks' default)
+    # the listener has handled the query's end (Spark calls it on its listener bus, which
+    # the end was posted to before stop() returned): the consumer is kept (Databricks' default)
+    listeners_caught_up(spark)
     assert consumers(kinesis_local, stream)[next(iter(named))] == "ACTIVE"
     shards = emulators.list_shard_ids(kinesis_local, stream)
     for shard_id in shards:  # read normally: by the subscription only
@@ -281,10 +283,15 @@ def test_a_task_retry_and_a_split_and_merge_under_load_by_fan_out_read_every_rec
     delivered = sorted((s, q, u) for s, q, u, _, _ in sink.by_batch[fault["reading"] - 1]
                        if s in shards)
     assert delivered == sorted(tuple(r) for r in fault["rows"])
-    # the recorded range read again exactly (GetRecords), everything else pushed
-    assert sum(front.count("GetRecords", s) for s in shards) >= 1
-    assert all(front.count("SubscribeToShard", s) >= 1 for s in ancestors_of(
-        kinesis_local, stream))
+    # The recorded range read again exactly, by one GetRecords page a shard (a recorded read
+    # stops at the page holding its end); everything else pushed, each shard's records in
+    # subscriptions of at most lifetime_s: at least one a lifetime-long span of its pushes.
+    assert {s: front.count("GetRecords", s) for s in ancestors_of(kinesis_local, stream)} == \
+        {s: int(s in shards) for s in ancestors_of(kinesis_local, stream)}, (shards, front.calls)
+    for shard_id in ancestors_of(kinesis_local, stream):
+        pushes = [at for at, s in front.pushed if s == shard_id]
+        assert pushes and front.count("SubscribeToShard", shard_id) >= 1 + lifetimes_covering(
+            pushes, min(pushes), LIFETIME_S), (shard_id, front.calls)
 
 
 def listening_pid(port: int) -> int:
@@ -398,9 +405,10 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
     (taking its subscriptions over from each other: Kinesis has one per shard and consumer),
     and the first to stop keeps it for the other. The other's shard then stays idle at
     LATEST over two subscription lifetimes, is written to, then split: the records, and
-    those written to the children once they are read, arrive within 2 s (the awslabs
-    connector looped silently on such shards, its #91); those written as the parent ends
-    wait for its end to be read. The last to stop deregisters the consumer."""
+    those written to the children once they are read, are pushed and come by the second
+    micro-batch triggered after their push (the awslabs connector looped silently on such
+    shards, its #91); those written as the parent ends wait for its end to be read. The last
+    to stop deregisters the consumer."""
     stream = make_stream(1)
     (parent,) = emulators.list_shard_ids(kinesis_local, stream)
     # An idle shard's subscription polls the emulator every 0.2 s, not 1 s: Kinesis pushes a
@@ -457,10 +465,12 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
     print(f"batches passed over, pushed, triggered and in the sink after the put: idle "
           f"shard {idle}, records put as the parent ended {split}, child shards {child}; "
           f"around the idle shard's put: {around_put}")
-    # The idle shard's records, and a child shard's once it is read (as the worker's and
-    # the DStream's tests measure it), are in the sink within 2 s of the put, whatever the
-    # machine's load (the awslabs connector looped silently on such shards).
-    assert idle[3] < 2.0 and child[3] < 2.0, (idle, child, around_put)
+    # The idle shard's records, and a child shard's once it is read, are pushed by the
+    # shard's subscription (the awslabs connector looped silently on such shards) and come by
+    # the second micro-batch triggered after their push (the first one's read may begin
+    # while the push is on its way to its process), whatever the machine's load; the
+    # put -> sink seconds are printed above (quiet: within 2 s).
+    assert idle[0] <= 1 and child[0] <= 1, (idle, child, around_put)
     # Records put as the parent ends wait for its end to be read (parents before children):
     # by the second micro-batch triggered after their push (the first may be the one that
     # reads the parent's end).

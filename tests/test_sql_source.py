@@ -531,8 +531,12 @@ def reshard(kinesis: str, stream: str, action: Callable[[Any], None]) -> None:
     from emulators import wait_stream_active
 
     k = client("kinesis", kinesis)
+    before = len(k.list_shards(StreamName=stream)["Shards"])
     action(k)
-    time.sleep(0.1)  # the stream turns UPDATING a moment after the call returns
+    # the stream turns UPDATING a moment after the call returns: done once the new shards
+    # are listed and it is ACTIVE again
+    wait_until(lambda: len(k.list_shards(StreamName=stream)["Shards"]) > before, 60,
+               "the resharding's new shards")
     wait_stream_active(k, stream, 60)
 
 
