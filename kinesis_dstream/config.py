@@ -199,6 +199,8 @@ def default_region() -> str | None:
 
 _CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "sts_assume_role_arn",
                       "sts_session_name", "sts_external_id")
+# The fields one service's own credentials replace (ConsumerConfig.credentials_for).
+SERVICE_CREDENTIAL_FIELDS = (*_CREDENTIAL_FIELDS, "aws_profile", "sts_endpoint", "sts_region")
 
 @dataclass(frozen=True)
 class ConsumerConfig:
@@ -292,6 +294,25 @@ class ConsumerConfig:
     # stalled_shard_time_ms is logged once as stalled (worker.stall).
     stalled_shard_lag_ms: int = 60_000
     stalled_shard_time_ms: int = 300_000
+    # The lease table's name when it is not the application's (the KCL's tableName).
+    table_name: str | None = None
+    # A named profile of the shared config/credentials files signs every call (the KCL
+    # daemon's ProfileCredentialsProvider); None: boto3's default chain.
+    aws_profile: str | None = None
+    # The region whose STS endpoint assumes the role (the KCL's endpointRegion); None: the
+    # client's region.
+    sts_region: str | None = None
+    # Other credentials for DynamoDB or CloudWatch than for Kinesis (the KCL daemon's
+    # AWSCredentialsProviderDynamoDB / ...CloudWatch): each maps every credential field
+    # (SERVICE_CREDENTIAL_FIELDS) to its value; None: the same as Kinesis'. Kept out of the
+    # hash: a mapping is not hashable.
+    dynamodb_credentials: Mapping[str, Any] | None = field(default=None, repr=False,
+                                                           hash=False)
+    cloudwatch_credentials: Mapping[str, Any] | None = field(default=None, repr=False,
+                                                             hash=False)
+    # Delete a finished shard's lease once its children have started (the KCL's
+    # cleanupLeasesUponShardCompletion, true there; the properties file defaults to true).
+    cleanup_leases_upon_shard_completion: bool = False
 
     def __post_init__(self) -> None:
         for name in ("application_name", "stream_name", "region_name"):
@@ -326,6 +347,14 @@ class ConsumerConfig:
                 f"metrics_level must be one of {METRICS_LEVELS}, got {self.metrics_level!r}"
             )
         check_credentials({name: getattr(self, name) for name in _CREDENTIAL_FIELDS})
+        for service in ("dynamodb", "cloudwatch"):
+            own = getattr(self, f"{service}_credentials")
+            if own is not None:
+                unknown = set(own) - set(SERVICE_CREDENTIAL_FIELDS)
+                if unknown:
+                    raise ConfigurationError(f"{service}_credentials: unknown field(s) "
+                                             f"{', '.join(sorted(unknown))}")
+                check_credentials(own, {f: f"{service}_credentials.{f}" for f in own})
         if self.billing_mode not in BILLING_MODES:
             raise ConfigurationError(
                 f"billing_mode must be one of {BILLING_MODES}, got {self.billing_mode!r}")
@@ -369,8 +398,18 @@ class ConsumerConfig:
 
     @property
     def lease_table_name(self) -> str:
-        """The KCL names the lease table after the application."""
-        return self.application_name
+        """The KCL names the lease table after the application unless told (tableName)."""
+        return self.table_name or self.application_name
+
+    def credentials_for(self, service: str) -> "ConsumerConfig":
+        """This config with ``service``'s own credentials, if it has any
+        (``dynamodb_credentials``, ``cloudwatch_credentials``): every credential field is
+        replaced, so a service given the default chain does not inherit Kinesis' role."""
+        own = getattr(self, f"{service}_credentials", None)
+        if own is None:
+            return self
+        return dataclasses.replace(self, **{name: own.get(name)
+                                            for name in SERVICE_CREDENTIAL_FIELDS})
 
     @property
     def fan_out_consumer_name(self) -> str:

@@ -138,7 +138,6 @@ def test_unknown_key_is_warned_by_name(tmp_path, app_py, caplog):
     ("streamArn = arn:aws:s3:::bucket", "streamArn"),
     ("initialPositionInStreamExtended = yesterday", "initialPositionInStreamExtended"),
     ("taskBackoffTimeMillis = soon", "taskBackoffTimeMillis"),
-    ("tableName = OtherTable", "tableName"),
     # KCL 3.x keys
     ("clientVersionConfig = CLIENT_VERSION_CONFIG_2X", "clientVersionConfig"),
     ("workerMetricsBillingMode = ON_DEMAND", "workerMetricsBillingMode"),
@@ -168,12 +167,15 @@ def test_required_keys(tmp_path, app_py):
         load_properties(tmp_path / "missing.properties")
 
 
-def test_at_timestamp_and_fanout_and_credentials(tmp_path, app_py, caplog):
+def test_at_timestamp_and_fanout_and_credentials(tmp_path, app_py, caplog, monkeypatch):
+    profiles = tmp_path / "aws_config"
+    profiles.write_text("[profile team]\naws_access_key_id = AKIDTEAM\n"
+                        "aws_secret_access_key = team-secret\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(profiles))
     path = write(tmp_path, "executableName = app.py\nstreamName = s\napplicationName = a\n"
                            "initialPositionInStreamExtended = 1636609142\n"
                            "retrievalMode = FANOUT\n"
-                           "AWSCredentialsProvider = "
-                           "ProfileCredentialsProvider|EnvironmentVariableCredentialsProvider\n")
+                           "AWSCredentialsProvider = ProfileCredentialsProvider|team\n")
     with caplog.at_level(logging.WARNING):
         settings = load_properties(path)
     assert settings.config.initial_position == "AT_TIMESTAMP"
@@ -181,7 +183,7 @@ def test_at_timestamp_and_fanout_and_credentials(tmp_path, app_py, caplog):
     assert settings.retrieval_mode == settings.config.retrieval_mode == "FANOUT"
     assert settings.config.fan_out_consumer_name == "a"  # the application's name, as the KCL
     assert "retrievalMode" not in caplog.text
-    assert "AWSCredentialsProvider" in caplog.text
+    assert settings.config.aws_profile == "team"
 
 
 BASE = "executableName = app.py\nstreamName = s\napplicationName = a\n"
@@ -346,14 +348,23 @@ def test_a_kcl3_file_loads_quietly_and_its_keys_that_mean_something_here_take_ef
 @pytest.mark.parametrize("key", ["AwsCredentialsProvider", "awsCredentialsProvider",
                                  "AWSCREDENTIALSPROVIDER", "AwsCredentialsProviderCloudWatch"])
 def test_kcl3_credentials_key_spellings_are_read_as_the_kcl3_daemon_reads_them(
-        tmp_path, app_py, caplog, key):
-    # Read, not ignored: a provider we do not implement is warned about, naming the key.
+        tmp_path, app_py, caplog, key, monkeypatch):
+    profiles = tmp_path / "aws_config"
+    profiles.write_text("[default]\naws_access_key_id = AKIDDEFAULT\n"
+                        "aws_secret_access_key = default-secret\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(profiles))
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
     path = write(tmp_path, "executableName = app.py\nstreamName = s\napplicationName = a\n"
                            f"{key} = ProfileCredentialsProvider\n")
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.multilang.properties"):
-        load_properties(path)
+        config = load_properties(path).config
     assert "unknown property" not in caplog.text
-    assert f"{key} = ProfileCredentialsProvider: only DefaultAWSCredentialsProviderChain" in caplog.text
+    if key.endswith("CloudWatch"):
+        assert config.aws_profile is None
+        assert config.cloudwatch_credentials is not None
+        assert config.cloudwatch_credentials["aws_profile"] == "default"
+    else:
+        assert config.aws_profile == "default"  # the SDK's default profile, files only
 
 
 def test_free_text_keys_the_java_daemon_knows_are_accepted(tmp_path, app_py):

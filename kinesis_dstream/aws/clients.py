@@ -75,11 +75,16 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
     ``RefreshableCredentials``, so every client re-assumes the role before expiry on its own,
     without the worker noticing, instead of failing with ExpiredToken an hour after start.
     """
-    session = boto3.session.Session(
-        aws_access_key_id=config.aws_access_key_id,
-        aws_secret_access_key=config.aws_secret_key,
-        region_name=config.region_name,
-    )
+    try:
+        session = boto3.session.Session(
+            aws_access_key_id=config.aws_access_key_id,
+            aws_secret_access_key=config.aws_secret_key,
+            region_name=config.region_name,
+            profile_name=config.aws_profile,
+        )
+    except botocore.exceptions.ProfileNotFound:
+        raise ConfigurationError(f"profile {config.aws_profile!r} is in none of the shared "
+                                 "config and credentials files") from None
     session._session.register_component("data_loader", _MODELS)
     if config.sts_assume_role_arn is None:
         return session
@@ -113,7 +118,7 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
     less than half that is left.
     """
     sts = base.client("sts", endpoint_url=config.sts_endpoint or None,
-                      config=_botocore_config(config))
+                      region_name=config.sts_region or None, config=_botocore_config(config))
     arn = config.sts_assume_role_arn
     assert arn is not None  # the caller assumes only a configured role
     # A role given without a session name (Databricks makes it optional): one of ours.
@@ -224,7 +229,7 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
         "dynamodb": config.dynamodb_endpoint,
         "cloudwatch": config.cloudwatch_endpoint,
     }.get(service)
-    session = _session(config)
+    session = _session(config.credentials_for(service))
     # Kinesis may sign in another region than DynamoDB, CloudWatch and STS (the stream's ARN,
     # kinesis_region_name); the session's credentials are the same.
     region = config.kinesis_region if service == "kinesis" else config.region_name

@@ -286,5 +286,19 @@ class LeaseTable:
         self._call(f"deleting lease {lease.lease_key}", "delete_item", TableName=self.table_name,
                    Key={"leaseKey": {"S": lease.lease_key}})
 
+    def delete_finished_lease(self, lease: Lease) -> bool:
+        """Delete a finished shard's lease (cleanupLeasesUponShardCompletion) if it is still
+        finished and nobody has taken it since it was read; False if it changed."""
+        try:
+            self._call(f"deleting finished lease {lease.lease_key}", "delete_item",
+                       TableName=self.table_name, Key={"leaseKey": {"S": lease.lease_key}},
+                       ConditionExpression="#cp = :end AND leaseCounter = :expected",
+                       ExpressionAttributeNames={"#cp": "checkpoint"},
+                       ExpressionAttributeValues={":end": {"S": "SHARD_END"},
+                                                  ":expected": {"N": str(lease.lease_counter)}})
+            return True
+        except botocore.exceptions.ClientError:  # only the condition comes back raw
+            return False
+
     def delete_table(self) -> None:
         self._call("deleting the lease table", "delete_table", TableName=self.table_name)

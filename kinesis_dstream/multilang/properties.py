@@ -81,12 +81,15 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
                         source, arn_stream.stream_name, config["stream_name"])
         config["stream_name"] = arn_stream.stream_name
         config["stream_arn"] = stream_arn
-    table_name = special.get("tableName")
-    if table_name is not None and table_name != config.get("application_name", table_name):
-        raise ConfigurationError(
-            f"tableName: {table_name!r} differs from applicationName "
-            f"{config.get('application_name')!r}; this engine names the lease table after the "
-            "application (as the KCL does by default)")
+    kinesis_credentials = special.get("AWSCredentialsProvider")
+    if kinesis_credentials is not None:
+        config.update({name: value for name, value in kinesis_credentials.items()
+                       if value is not None})
+    for service in ("DynamoDB", "CloudWatch"):
+        if f"AWSCredentialsProvider{service}" in special:
+            config[f"{service.lower()}_credentials"] = special[f"AWSCredentialsProvider{service}"]
+    # The KCL's default; ConsumerConfig's is false, for the front ends without this key.
+    config.setdefault("cleanup_leases_upon_shard_completion", True)
     settings["ignored_keys"] = tuple(ignored)
     return config, settings
 

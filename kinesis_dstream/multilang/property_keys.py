@@ -32,6 +32,7 @@ from ..settings import (
     ValueType,
     Whole,
 )
+from .credentials_providers import read_provider_chain
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ POLLING_KEYS = ("maxRecords", "idleTimeBetweenReadsInMillis", "retryGetRecordsIn
                 "maxGetRecordsThreadPool")
 PRIMITIVE_POLLING_KEYS = POLLING_KEYS[:2]
 CLIENT_VERSIONS = ("CLIENT_VERSION_CONFIG_3X", "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X")
-_DEFAULT_PROVIDERS = {"DefaultAWSCredentialsProviderChain", "DefaultCredentialsProvider"}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
 
 
@@ -96,19 +96,6 @@ def _timestamp(key: str, value: str) -> float:
     return parsed.timestamp()
 
 
-def _credentials_provider(key: str, value: str) -> str:
-    names = [part.strip().rsplit(".", 1)[-1] for part in value.split("|") if part.strip()]
-    if not names:
-        raise ConfigurationError(f"{key}: a credentials provider is required, got {value!r}")
-    if not any(name in _DEFAULT_PROVIDERS for name in names):
-        # The class name only: a provider's arguments (after a ``|``) may be a key or an
-        # external id, and a log line is read by more people than the file.
-        log.warning("%s = %s: only DefaultAWSCredentialsProviderChain is implemented; using "
-                    "boto3's default chain (environment, profile, container/instance role)",
-                    key, names[0])
-    return value
-
-
 # --------------------------------------------------------------------------- key table
 
 _CREDENTIALS_PREFIX = "AWSCredentialsProvider"
@@ -126,14 +113,26 @@ def canonical_key(key: str) -> str:
 _TEXT = Text()
 _ANY = ValueType("text", _any)
 _ENDPOINT = ValueType("URL (http(s)://host:port; host:port gets a scheme)", normalise_endpoint)
-_PROVIDER = ValueType("credentials provider class names (one or more, |-separated)",
-                      _credentials_provider)
-_NO_EFFECT = "Known to the Java daemon; the value is checked, then has no effect here."
+_PROVIDER = ValueType("credentials provider chain: Class[|arg...][,Class...]",
+                      read_provider_chain)
+_PROVIDER_DOC = (
+    "Honoured: DefaultAWSCredentialsProviderChain / DefaultCredentialsProvider (boto3's "
+    "default chain); EnvironmentVariableCredentialsProvider (AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY must be set); ProfileCredentialsProvider[|<profile>] (AWS_PROFILE "
+    "or default without one); KclStsAssumeRoleCredentialsProvider|<role arn>[|<session "
+    "name>][|externalId=<id>][|endpointRegion=<region>][|endpoint=<url>^<region>], also "
+    "spelt StsAssumeRoleCredentialsProvider, STSAssumeRoleSessionCredentialsProvider and "
+    "KclSTSAssumeRoleSessionCredentialsProvider: the role is assumed with the default "
+    "chain's credentials and refreshed before it expires; without a session name the "
+    "session is kinesis-dstream-<epoch seconds>. A comma-separated chain is resolved once at "
+    "start: the first provider that can give credentials then. Any other provider (JVM system "
+    "properties, instance or container role alone, static keys in the file, a custom class) "
+    "is refused at start naming the key and the class, never its arguments.")
 _KCL3 = ("KCL 3.x: this engine speaks the 2.x lease protocol (no leader, no worker metrics, "
          "no extra tables); the value is checked, then left to the Java daemon.")
 
 
-def _ignored(name: str, value_type: ValueType, doc: str = _NO_EFFECT) -> Option:
+def _ignored(name: str, value_type: ValueType, doc: str) -> Option:
     return Option(name, value_type, doc, target="ignore", field=name)
 
 
@@ -159,8 +158,13 @@ PROPERTIES = FrontEnd(
                "in the ARN's region.", target="special", field="streamArn"),
         _config("applicationName", _TEXT, "application_name",
                 "The application; names the lease table (required)."),
-        Option("tableName", _TEXT, "The lease table: must equal applicationName here.",
-               target="special", field="tableName"),
+        _config("tableName", _TEXT, "table_name", "The lease table, if not named after "
+                "the application (as the KCL's).", "applicationName"),
+        _config("cleanupLeasesUponShardCompletion", BOOLEAN,
+                "cleanup_leases_upon_shard_completion", "Delete a finished shard's lease "
+                "once every child has a lease checkpointed past its start and its own "
+                "parents' leases are gone (the KCL's LeaseCleanupManager rules), checked on "
+                "the shard-sync interval; false keeps every finished lease.", "true"),
         Option("executableName", _TEXT, "The record processor's command (a .py script runs "
                "with this interpreter); required by the daemon.", target="settings",
                field="executable_name"),
@@ -173,11 +177,15 @@ PROPERTIES = FrontEnd(
             "epoch seconds or ISO-8601 time", _timestamp), "A start time: sets "
             "initialPositionInStream to AT_TIMESTAMP.", target="special",
             field="initialPositionInStreamExtended"),
-        *(Option(name, _PROVIDER, "Only DefaultAWSCredentialsProviderChain is implemented: "
-                 "boto3's default chain; another provider is warned about.",
-                 "DefaultAWSCredentialsProviderChain", target="none")
-          for name in ("AWSCredentialsProvider", "AWSCredentialsProviderDynamoDB",
-                       "AWSCredentialsProviderCloudWatch")),
+        Option("AWSCredentialsProvider", _PROVIDER, _PROVIDER_DOC + " Signs Kinesis calls, "
+               "and DynamoDB's and CloudWatch's unless their own keys are set.",
+               "DefaultAWSCredentialsProviderChain", target="special",
+               field="AWSCredentialsProvider"),
+        *(Option(f"AWSCredentialsProvider{service}", _PROVIDER, f"The same forms, for "
+                 f"{service} calls only (the lease table's, or metrics').",
+                 "AWSCredentialsProvider's", target="special",
+                 field=f"AWSCredentialsProvider{service}")
+          for service in ("DynamoDB", "CloudWatch")),
         _config("kinesisEndpoint", _ENDPOINT, "kinesis_endpoint",
                 "The Kinesis endpoint; by default boto3's resolution."),
         _config("dynamoDBEndpoint", _ENDPOINT, "dynamodb_endpoint",
@@ -234,22 +242,50 @@ PROPERTIES = FrontEnd(
         # daemon has no key for it and ignores it; the 3.x daemon reads the last two).
         *table_options(KCL_TABLE_KEYS, what="the lease table"),
         *stall_options(STALL_KEYS),
-        _ignored("maxActiveThreads", Whole(-2**31)),
-        _ignored("metricsMaxQueueSize", Whole(0)),
-        _ignored("metricsEnabledDimensions", _ANY),
-        _ignored("validateSequenceNumberBeforeCheckpointing", BOOLEAN),
-        _ignored("taskBackoffTimeMillis", Whole(0)),
-        _ignored("cleanupLeasesUponShardCompletion", BOOLEAN),
-        _ignored("ignoreUnexpectedChildShards", BOOLEAN),
-        _ignored("maxLeaseRenewalThreads", Whole(1)),
-        _ignored("listShardsBackoffTimeInMillis", Whole(0)),
-        _ignored("maxListShardsRetryAttempts", Whole(0)),
-        _ignored("logWarningForTaskAfterMillis", Whole(0)),
-        _ignored("maxGetRecordsThreadPool", Whole(0)),
-        _ignored("retryGetRecordsInSeconds", Whole(0)),
-        _ignored("schedulerInitializationBackoffTimeMillis", Whole(0)),
-        _ignored("shardPrioritization", _ANY),
-        _ignored("skipShardSyncAtWorkerInitializationIfLeasesExist", BOOLEAN),
+        _ignored("maxActiveThreads", Whole(-2**31), "The KCL's record-processor thread "
+                 "pool. Accepted with no effect: here each held lease has one thread and one "
+                 "child process; maxLeasesForWorker bounds them."),
+        _ignored("maxLeaseRenewalThreads", Whole(1), "The KCL's renewer thread pool. "
+                 "Accepted with no effect: renewals run on a bounded pool of 20, as the "
+                 "KCL's default."),
+        _ignored("maxGetRecordsThreadPool", Whole(0), "The KCL's asynchronous GetRecords "
+                 "pool. Accepted with no effect beyond retrievalMode DEFAULT's choice of "
+                 "polling: each shard reads on its own thread."),
+        _ignored("retryGetRecordsInSeconds", Whole(0), "The KCL's asynchronous GetRecords "
+                 "retry. Accepted with no effect beyond retrievalMode DEFAULT's choice of "
+                 "polling: a GetRecords is retried by the one retry policy."),
+        _ignored("metricsMaxQueueSize", Whole(0), "The KCL's queue of metrics waiting to "
+                 "be published. Accepted with no effect: metrics are aggregated per metric "
+                 "and dimensions into one statistic set, so the buffer is bounded by the "
+                 "number of series, not by a queue."),
+        _ignored("metricsEnabledDimensions", _ANY, "Accepted with no effect: the dimensions "
+                 "follow metricsLevel, as the KCL's defaults (Operation, ShardId at "
+                 "DETAILED)."),
+        _ignored("validateSequenceNumberBeforeCheckpointing", BOOLEAN, "Accepted with no "
+                 "effect: every checkpoint is checked against the records delivered to its "
+                 "shard (one beyond the last delivered is refused), without the KCL's "
+                 "GetShardIterator call; false does not turn that off."),
+        _ignored("taskBackoffTimeMillis", Whole(0), "The KCL's wait after a failed task. "
+                 "Accepted with no effect: a failed read or child is retried after the "
+                 "retry policy's backoff."),
+        _ignored("ignoreUnexpectedChildShards", BOOLEAN, "Accepted with no effect: shard "
+                 "sync creates a lease for every shard it lists, a child naming its "
+                 "parents, so no child is unexpected."),
+        _ignored("listShardsBackoffTimeInMillis", Whole(0), "Accepted with no effect: "
+                 "ListShards is retried by the one retry policy, as every call."),
+        _ignored("maxListShardsRetryAttempts", Whole(0), "Accepted with no effect: "
+                 "ListShards is retried by the one retry policy, as every call."),
+        _ignored("logWarningForTaskAfterMillis", Whole(0), "Accepted with no effect: a "
+                 "child silent for timeoutInSeconds in one action is restarted from its "
+                 "checkpoint, with a warning."),
+        _ignored("schedulerInitializationBackoffTimeMillis", Whole(0), "Accepted with no "
+                 "effect: start-up fails fast, within the retry policy, instead of the KCL's "
+                 "initialization retries."),
+        _ignored("shardPrioritization", _ANY, "Accepted with no effect: a child is read "
+                 "only after its parents, whatever the order leases are taken in."),
+        _ignored("skipShardSyncAtWorkerInitializationIfLeasesExist", BOOLEAN, "Accepted "
+                 "with no effect: the start's shard sync is one ListShards and one table "
+                 "scan, which finds nothing to create when the leases exist."),
         *(_ignored(name, _ANY, "The Java daemon reads this only as fanoutConfig." + name +
                    " (a top-level key reaches no property there); ignored here too, with a "
                    "warning.") for name in ("consumerArn", "consumerName")),

@@ -10,6 +10,7 @@ import time
 from typing import Callable, Protocol
 
 from ..config import ConsumerConfig
+from .lease_cleanup import LeaseCleaner
 from .lease_taker import TakingPace
 from .leases import LeaseCoordinator
 from .metrics import (
@@ -31,8 +32,10 @@ class ShardSync(Protocol):
 class LeaseManager:
     """The lease side of a worker's loop: shard sync on its interval (or when asked), lease
     taking at the pace of ``TakingPace``, and, while a held child waits for its parents, a
-    table refresh every ``parent_shard_poll_interval_ms``. The Scheduler and the Spark
-    driver's coordinator both run it; what they do with the leases is theirs."""
+    table refresh every ``parent_shard_poll_interval_ms``. With
+    ``cleanup_leases_upon_shard_completion`` each shard sync is followed by a pass of the
+    ``LeaseCleaner`` over the leases as last scanned. The Scheduler and the Spark driver's
+    coordinator both run it; what they do with the leases is theirs."""
 
     def __init__(self, config: ConsumerConfig, coordinator: "LeaseCoordinator", syncer: ShardSync,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -47,6 +50,8 @@ class LeaseManager:
         self._next_lease_report = 0.0
         self._taken_since_report = 0
         self._clock = clock
+        self.cleaner = (LeaseCleaner(coordinator.table)
+                        if config.cleanup_leases_upon_shard_completion else None)
 
     def sync_soon(self) -> None:
         self._sync_now.set()
@@ -76,6 +81,8 @@ class LeaseManager:
         if self._sync_now.is_set() or now >= self._next_sync:
             self._sync_now.clear()
             self.syncer.sync()
+            if self.cleaner is not None:
+                self.cleaner.clean(self.coordinator.known_leases().values())
             self._next_sync = now + self.config.shard_sync_interval_ms / 1000.0
             self.pace.soon()
         if self.pace.due(now):

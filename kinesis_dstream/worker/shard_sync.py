@@ -42,9 +42,14 @@ def new_leases(shards: Iterable[Shard], existing: dict[str, Lease],
     shards = list(shards)
     known = {shard.shard_id for shard in shards} | set(existing)
     fresh_table = not existing
+    leased_lineage = _with_leased_descendants(shards, existing)
     leases = []
     for shard in shards:
         if shard.shard_id in existing:
+            continue
+        # A closed shard whose descendants have leases was read (its lease was deleted at
+        # completion, lease_cleanup) or skipped as history: leasing it again would replay it.
+        if shard.is_closed and shard.shard_id in leased_lineage:
             continue
         # Every closed shard, not only closed roots: a leased closed middle generation
         # would make the open shards its children, read from TRIM_HORIZON (a full replay).
@@ -71,6 +76,20 @@ def new_leases(shards: Iterable[Shard], existing: dict[str, Lease],
             lease = replace(lease, checkpoint=initial_checkpoint(config), parent_shard_ids=parents)
         fixed.append(lease)
     return fixed
+
+
+def _with_leased_descendants(shards: list[Shard], existing: dict[str, Lease]) -> set[str]:
+    """The shard ids with a descendant (child, grandchild, ...) among ``existing``."""
+    parents_of = {shard.shard_id: shard.parent_shard_ids for shard in shards}
+    found: set[str] = set()
+    pending = [p for shard_id in existing for p in parents_of.get(shard_id, ())]
+    pending += [p for lease in existing.values() for p in lease.parent_shard_ids]
+    while pending:
+        shard_id = pending.pop()
+        if shard_id not in found:
+            found.add(shard_id)
+            pending.extend(parents_of.get(shard_id, ()))
+    return found
 
 
 def in_generations(leases: list[Lease]) -> list[list[Lease]]:
