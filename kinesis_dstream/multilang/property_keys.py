@@ -113,7 +113,8 @@ def canonical_key(key: str) -> str:
 _TEXT = Text()
 _ANY = ValueType("text", _any)
 _ENDPOINT = ValueType("URL (http(s)://host:port; host:port gets a scheme)", normalise_endpoint)
-_PROVIDER = ValueType("credentials provider chain: Class[|arg...][,Class...]",
+_PROVIDER = ValueType("credentials provider chain (Class, arguments after a bar, classes "
+                      "separated by commas)",
                       read_provider_chain)
 _PROVIDER_DOC = (
     "Honoured: DefaultAWSCredentialsProviderChain / DefaultCredentialsProvider (boto3's "
@@ -289,8 +290,9 @@ PROPERTIES = FrontEnd(
         *(_ignored(name, _ANY, "The Java daemon reads this only as fanoutConfig." + name +
                    " (a top-level key reaches no property there); ignored here too, with a "
                    "warning.") for name in ("consumerArn", "consumerName")),
-        *(_ignored(f"{prefix}{name}", Whole(0), "The KCL's fan-out registration retries; "
-                   "here registration waits throttles out for 10 s and ACTIVE for 60 s.")
+        *(_ignored(f"{prefix}{name}", Whole(0), "The KCL's fan-out registration retries. "
+                   "Accepted with no effect: registration waits throttles out for 10 s and "
+                   "ACTIVE for 60 s.")
           for prefix in ("", "fanoutConfig.")
           for name in ("maxDescribeStreamConsumerRetries", "maxDescribeStreamSummaryRetries",
                        "registerStreamConsumerRetries", "retryBackoffMillis")),
