@@ -2,7 +2,8 @@
 or (``dropping``) drops every connection unanswered, as an endpoint outage does.
 
 With ``share=0`` it is a plain counting proxy: ``calls`` counts every forwarded call by
-(operation, TableName), which the benchmarks use to count DynamoDB writes.
+(operation, TableName), which the benchmarks use to count DynamoDB writes, and ``signers``
+by (operation, the access key id that signed it).
 
 With ``put_failure_share`` it also fails a share of PutRecords *entries* the way Kinesis
 does: those entries are taken out of the request before it is forwarded (so they are not
@@ -181,6 +182,8 @@ class FaultProxy:
         self.calls: Counter[tuple[str, str]] = Counter()  # (operation, TableName or "")
         # (operation, TableName or "", shard id) for calls that name one shard
         self.shard_calls: Counter[tuple[str, str, str]] = Counter()
+        # (operation, access key id of the request's SigV4 signature) for every forwarded call
+        self.signers: Counter[tuple[str, str]] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
@@ -480,6 +483,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.owner.forwarded += 1
             operation = _operation(self.headers.get("X-Amz-Target", ""), body)
             self.owner.calls[operation] += 1
+            signer = re.search(r"Credential=([^/,\s]+)/", self.headers.get("Authorization", ""))
+            self.owner.signers[(operation[0], signer.group(1) if signer else "")] += 1
             shard = _shard_named(body) or limited
             if shard:
                 self.owner.shard_calls[(*operation, shard)] += 1

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -224,12 +225,15 @@ def test_bad_properties_file_exits_2_naming_the_key(tmp_path, aws_env):
 @pytest.mark.timeout(180)
 def test_shard_split_sample_checkpoints_shard_end_and_children_follow(
         aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
-        daemons):
+        daemons, make_fault_proxy):
+    proxy = make_fault_proxy(share=0.0)  # counts ListShards: the shard syncs
     stream = make_stream(1)
     before = put_records(stream, [f"before-{i}".encode() for i in range(50)])
-    properties = write_properties(tmp_path, stream, unique_app_name, kinesis_local, dynamodb)
+    properties = write_properties(tmp_path, stream, unique_app_name, proxy.endpoint, dynamodb,
+                                  cleanupLeasesUponShardCompletion="false")
     log = tmp_path / "records.jsonl"
-    daemon = Daemon(properties, tmp_path, "split", KCLPY_RECORD_LOG=str(log))
+    daemon = Daemon(properties, tmp_path, "split", KCLPY_RECORD_LOG=str(log),
+                    KCLPY_CHECKPOINT_FREQ_S="0")
     daemons.append(daemon)
     wait_for_records(log, {p.sequence_number for p in before}, daemon)
 
@@ -243,7 +247,13 @@ def test_shard_split_sample_checkpoints_shard_end_and_children_follow(
     seen = wait_for_records(log, {p.sequence_number for p in before + after}, daemon)
 
     # The sample's shard_ended called checkpoint() -> SHARD_END; every parent record came
-    # before any child record.
+    # before any child record. With cleanupLeasesUponShardCompletion false the parent's lease
+    # stays, also after its children have checkpointed and shard syncs have run since.
+    children = {p.shard_id for p in after}
+    wait_until(lambda: all(started(lease_items(dynamodb, unique_app_name).get(c, {}))
+                           for c in children), "the children never checkpointed", daemon)
+    syncs = proxy.calls[("ListShards", "")]
+    wait_until(lambda: proxy.calls[("ListShards", "")] >= syncs + 2, "no shard sync", daemon)
     items = lease_items(dynamodb, unique_app_name)
     assert items[parent]["checkpoint"]["S"] == "SHARD_END"
     order = [r["shard"] for r in seen]
@@ -287,6 +297,93 @@ def test_two_daemons_share_the_shards_and_lease_lost_reaches_the_sample(
     seen = wait_for_records(log, {p.sequence_number for p in more}, second)
     assert {p.sequence_number for p in puts + more} <= {r["seq"] for r in seen}
     assert first.stop() == 0 and second.stop() == 0
+
+
+def assumed_roles_at_moto(moto: str) -> list[dict]:
+    """The sessions moto's STS has handed out (its /moto-api/ state dump)."""
+    with urllib.request.urlopen(f"{moto}/moto-api/data.json", timeout=10) as answer:
+        state = json.load(answer)
+    return [role for roles in state.get("sts", {}).values() for role in roles]
+
+
+def wait_until(condition, what: str, daemon: Daemon, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if daemon.proc.poll() is not None:
+            pytest.fail(f"daemon exited with {daemon.proc.returncode}:\n{daemon.log()[-4000:]}")
+        assert time.monotonic() < deadline, f"{what}; daemon log:\n{daemon.log()[-4000:]}"
+        time.sleep(0.3)
+
+
+def started(item: dict) -> bool:
+    return item.get("checkpoint", {}).get("S") not in (None, "TRIM_HORIZON", "LATEST",
+                                                       "AT_TIMESTAMP")
+
+
+@pytest.mark.emulator
+@pytest.mark.timeout(240)
+def test_sample_runs_as_an_assumed_role_and_a_finished_shards_lease_goes_once_children_start(
+        aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
+        daemons, make_fault_proxy):
+    """amazon-kclpy's sample, from a file whose AWSCredentialsProvider is the KCL's STS form:
+    every Kinesis call reaches kinesis-local signed with the session moto's STS handed out
+    for that role and session name, never with the environment's keys. After a split, the
+    parent's lease is deleted once both children have checkpointed (the KCL's default
+    cleanupLeasesUponShardCompletion), and no lease is created for it again."""
+    role = f"arn:aws:iam::123456789012:role/{unique_app_name[:40]}"
+    session = f"kd-{unique_app_name[-20:]}"
+    proxy = make_fault_proxy(share=0.0)  # counts who signed each call
+    stream = make_stream(1)
+    before = put_records(stream, [f"before-{i}".encode() for i in range(30)])
+    properties = write_properties(
+        tmp_path, stream, unique_app_name, proxy.endpoint, dynamodb,
+        AWSCredentialsProvider=f"KclStsAssumeRoleCredentialsProvider|{role}|{session}")
+    log = tmp_path / "records.jsonl"
+    daemon = Daemon(properties, tmp_path, "role", KCLPY_RECORD_LOG=str(log),
+                    KCLPY_CHECKPOINT_FREQ_S="0", AWS_ENDPOINT_URL_STS=dynamodb)
+    daemons.append(daemon)
+    wait_for_records(log, {p.sequence_number for p in before}, daemon)
+
+    kinesis = emulators.client("kinesis", kinesis_local)
+    parent = before[0].shard_id
+    kinesis.split_shard(StreamName=stream, ShardToSplit=parent, NewStartingHashKey=str(2 ** 127))
+    emulators.wait_stream_active(kinesis, stream)
+    after = put_records(stream, [f"after-{i}".encode() for i in range(60)])
+    children = {p.shard_id for p in after}
+    assert len(children) == 2 and parent not in children
+    wait_for_records(log, {p.sequence_number for p in before + after}, daemon)
+
+    # The parent's lease goes once both children have checkpointed; theirs stay.
+    wait_until(lambda: parent not in lease_items(dynamodb, unique_app_name),
+               "the finished parent's lease was never deleted", daemon)
+    syncs = proxy.calls[("ListShards", "")]
+    items = lease_items(dynamodb, unique_app_name)
+    assert set(items) == children and all(started(items[c]) for c in children)
+    assert f"deleted lease {parent}" in daemon.log()
+
+    # Signed as the role: the session moto's STS handed out for it, never the env's keys.
+    kinesis_signers = {key for (_, key) in proxy.signers}  # the proxy fronts Kinesis only
+    assert {op for (op, _) in proxy.signers} >= {"GetRecords", "ListShards"}, proxy.signers
+    assert aws_env["AWS_ACCESS_KEY_ID"] not in kinesis_signers
+    assert kinesis_signers and all(key.startswith("ASIA") for key in kinesis_signers)
+    sessions = {role_["access_key_id"]: role_ for role_ in assumed_roles_at_moto(dynamodb)
+                if role_.get("role_arn") == role}
+    assert kinesis_signers <= set(sessions), (kinesis_signers, sorted(sessions))
+    assert {sessions[key]["session_name"] for key in kinesis_signers} == {session}
+    assert session in daemon.log() and "ASIA" not in daemon.log()
+
+    # Shard syncs after the deletion (each lists the shards, the closed parent included) do
+    # not lease the parent again.
+    wait_until(lambda: proxy.calls[("ListShards", "")] >= syncs + 2,
+               "no shard sync after the deletion", daemon)
+    more = put_records(stream, [f"more-{i}".encode() for i in range(20)])
+    wait_for_records(log, {p.sequence_number for p in more}, daemon)
+    assert parent not in lease_items(dynamodb, unique_app_name)
+    assert not [r for r in read_log(log) if r["shard"] == parent and r["data"].startswith("more")]
+    assert daemon.stop() == 0, daemon.log()[-4000:]
 
 
 def processed_by(cloudwatch, namespace: str) -> float:

@@ -146,7 +146,9 @@ def test_properties_file_credentials_show_no_secret(secret, tmp_path, caplog):
     # createStream(propertiesFile=..., awsAccessKeyId=..., awsSecretKey=...)
     config = consumer_config_from_properties(path, aws_access_key_id="AKIDSTATIC",
                                              aws_secret_key=secret)
-    assert "StsAssumeRoleCredentialsProvider" in shown(config, caplog)  # it was warned about
+    # Honoured (the role, its external id, for every service), and shown nowhere.
+    assert config.sts_external_id == secret
+    assert config.credentials_for("dynamodb").sts_external_id == secret
     assert secret not in shown(config, caplog)
     text = error_of(lambda: consumer_config_from_properties(
         path, aws_access_key_id="AKIDSTATIC", aws_secret_key=secret, max_records=0))
