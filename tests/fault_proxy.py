@@ -3,7 +3,8 @@ or (``dropping``) drops every connection unanswered, as an endpoint outage does.
 
 With ``share=0`` it is a plain counting proxy: ``calls`` counts every forwarded call by
 (operation, TableName), which the benchmarks use to count DynamoDB writes, and ``signers``
-by (operation, the access key id that signed it).
+by (operation, the access key id that signed it), and ``by_arn`` the calls naming the stream
+by StreamARN.
 
 With ``put_failure_share`` it also fails a share of PutRecords *entries* the way Kinesis
 does: those entries are taken out of the request before it is forwarded (so they are not
@@ -184,6 +185,8 @@ class FaultProxy:
         self.shard_calls: Counter[tuple[str, str, str]] = Counter()
         # (operation, access key id of the request's SigV4 signature) for every forwarded call
         self.signers: Counter[tuple[str, str]] = Counter()
+        # operation -> forwarded calls that named the stream by StreamARN
+        self.by_arn: Counter[str] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
@@ -485,6 +488,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.owner.calls[operation] += 1
             signer = re.search(r"Credential=([^/,\s]+)/", self.headers.get("Authorization", ""))
             self.owner.signers[(operation[0], signer.group(1) if signer else "")] += 1
+            if b'"StreamARN"' in body:
+                self.owner.by_arn[operation[0]] += 1
             shard = _shard_named(body) or limited
             if shard:
                 self.owner.shard_calls[(*operation, shard)] += 1

@@ -386,6 +386,33 @@ def test_sample_runs_as_an_assumed_role_and_a_finished_shards_lease_goes_once_ch
     assert daemon.stop() == 0, daemon.log()[-4000:]
 
 
+@pytest.mark.emulator
+@pytest.mark.timeout(120)
+def test_stream_arn_alone_names_the_stream_by_arn_in_every_kinesis_call(
+        aws_env, kinesis_local, dynamodb, make_stream, put_records, unique_app_name, tmp_path,
+        daemons, make_fault_proxy):
+    proxy = make_fault_proxy(share=0.0)
+    stream = make_stream(1)
+    arn = emulators.client("kinesis", kinesis_local).describe_stream_summary(
+        StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+    puts = put_records(stream, [f"arn-{i}".encode() for i in range(20)])
+    properties = write_properties(tmp_path, stream, unique_app_name, proxy.endpoint, dynamodb,
+                                  streamArn=arn)
+    text = properties.read_text()
+    properties.write_text("\n".join(line for line in text.splitlines()
+                                    if not line.startswith(("streamName", "regionName"))) + "\n")
+    log = tmp_path / "records.jsonl"
+    daemon = Daemon(properties, tmp_path, "arn", KCLPY_RECORD_LOG=str(log))
+    daemons.append(daemon)
+    wait_for_records(log, {p.sequence_number for p in puts}, daemon)
+    assert daemon.stop() == 0, daemon.log()[-4000:]
+    named = {op for (op, _) in proxy.calls if op in
+             ("DescribeStreamSummary", "ListShards", "GetShardIterator", "GetRecords")}
+    assert named == {"DescribeStreamSummary", "ListShards", "GetShardIterator", "GetRecords"}
+    for operation in named:  # every call of each, by ARN
+        assert proxy.by_arn[operation] == proxy.calls[(operation, "")], (operation, proxy.by_arn)
+
+
 def processed_by(cloudwatch, namespace: str) -> float:
     """RecordsProcessed (operation ProcessTask) the daemon has published so far."""
     points = cloudwatch.get_metric_statistics(
