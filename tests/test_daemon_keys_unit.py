@@ -274,3 +274,17 @@ def test_shard_sync_does_not_lease_a_deleted_finished_shard_again(position):
     # A closed shard with no leased descendant is still leased (never read yet).
     shards.append(shard("lone", closed=True))
     assert [x.lease_key for x in new_leases(shards, existing, config)] == ["lone"]
+
+
+# -- the Java daemon's nested SDK client keys ---------------------------------------------------
+def test_client_endpoint_overrides_are_honoured_and_other_client_keys_refused_by_name(app_dir):
+    config = load(app_dir, "kinesisClient.endpointOverride = http://127.0.0.1:4567\n"
+                           "dynamoDbClient.endpointOverride = http://127.0.0.1:8000\n"
+                           "cloudWatchClient.endpointOverride = http://127.0.0.1:8001\n").config
+    assert (config.kinesis_endpoint, config.dynamodb_endpoint, config.cloudwatch_endpoint) == \
+        ("http://127.0.0.1:4567", "http://127.0.0.1:8000", "http://127.0.0.1:8001")
+    with pytest.raises(ConfigurationError) as info:
+        load(app_dir, "dynamoDbClient.region = eu-west-1\nkinesisClient.httpClient = x\n")
+    assert "dynamoDbClient.region, kinesisClient.httpClient" in str(info.value)
+    with pytest.raises(ConfigurationError, match="given twice"):
+        load(app_dir, "kinesisEndpoint = http://a:1\nkinesisClient.endpointOverride = http://b:2\n")

@@ -98,6 +98,10 @@ def _timestamp(key: str, value: str) -> float:
 
 # --------------------------------------------------------------------------- key table
 
+# The Java daemon's nested SDK client builder keys (MultiLangDaemonConfiguration's
+# kinesisClient, dynamoDbClient, cloudWatchClient beans).
+CLIENT_PREFIXES = ("kinesisClient.", "dynamoDbClient.", "cloudWatchClient.")
+
 _CREDENTIALS_PREFIX = "AWSCredentialsProvider"
 
 
@@ -148,7 +152,11 @@ PROPERTIES = FrontEnd(
     name="KCL properties file (multilang daemon, propertiesFile)",
     doc="The Java MultiLangDaemon's keys (KCL 2.x and 3.x names), read by `python -m "
         "kinesis_dstream multilang` and by createStream's propertiesFile; the same file runs "
-        "under the Java daemon. The AWSCredentialsProvider keys are read in any case.",
+        "under the Java daemon. The AWSCredentialsProvider keys are read in any case. The "
+        "Java daemon's nested SDK client keys (kinesisClient.*, dynamoDbClient.*, "
+        "cloudWatchClient.*) are refused at start by name, except endpointOverride (an alias "
+        "of the endpoint key). A key marked 'Accepted with no effect' has no meaning here; "
+        "its row says why.",
     case_sensitive=True, noun="property", canonical=canonical_key,
     logger=__name__,
     options=(
@@ -187,13 +195,19 @@ PROPERTIES = FrontEnd(
                  "AWSCredentialsProvider's", target="special",
                  field=f"AWSCredentialsProvider{service}")
           for service in ("DynamoDB", "CloudWatch")),
+        # The Java daemon also sets its SDK clients' builder properties by nested keys
+        # (kinesisClient.endpointOverride, ...): the endpoint is the one we honour; any other
+        # CLIENT_PREFIXES key is refused by name (properties.py).
         _config("kinesisEndpoint", _ENDPOINT, "kinesis_endpoint",
-                "The Kinesis endpoint; by default boto3's resolution."),
+                "The Kinesis endpoint; by default boto3's resolution.",
+                aliases=("kinesisClient.endpointOverride",)),
         _config("dynamoDBEndpoint", _ENDPOINT, "dynamodb_endpoint",
-                "The DynamoDB endpoint of the lease table."),
-        # Not a Java daemon key (it has no CloudWatch endpoint setting); ours.
+                "The DynamoDB endpoint of the lease table.",
+                aliases=("dynamoDbClient.endpointOverride",)),
         _config("cloudWatchEndpoint", _ENDPOINT, "cloudwatch_endpoint",
-                "Ours: the CloudWatch endpoint for metrics."),
+                "The CloudWatch endpoint for metrics (ours; the Java daemon's only way is "
+                "its nested cloudWatchClient.endpointOverride).",
+                aliases=("cloudWatchClient.endpointOverride",)),
         _config("maxRecords", Whole(1), "max_records", "Records per GetRecords call "
                 "(at most 10000).", "10000"),
         _config("idleTimeBetweenReadsInMillis", Whole(0), "idle_time_between_reads_ms",
