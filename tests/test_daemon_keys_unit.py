@@ -288,3 +288,39 @@ def test_client_endpoint_overrides_are_honoured_and_other_client_keys_refused_by
     assert "dynamoDbClient.region, kinesisClient.httpClient" in str(info.value)
     with pytest.raises(ConfigurationError, match="given twice"):
         load(app_dir, "kinesisEndpoint = http://a:1\nkinesisClient.endpointOverride = http://b:2\n")
+
+
+def test_the_lease_manager_cleans_after_each_shard_sync_only_when_told():
+    from kinesis_dstream.worker.lease_manager import LeaseManager
+
+    finished = [lease("p", "SHARD_END", children=("c",)), lease("c", "49000", parents=("p",))]
+
+    class Coordinator:
+        table = FakeTable({"p": True})
+        wanted_more = False
+
+        def owned_shard_ids(self) -> list[str]:
+            return []
+
+        def known_leases(self) -> dict[str, Lease]:
+            return {x.lease_key: x for x in finished}
+
+        def take_leases(self, limit: int | None = None) -> list[str]:
+            return []
+
+    class Syncer:
+        syncs = 0
+
+        def sync(self) -> int:
+            Syncer.syncs += 1
+            return 0
+
+    for flag, asked in ((False, []), (True, [("p", 5)])):
+        coordinator = Coordinator()
+        coordinator.table = FakeTable({"p": True})
+        config = ConsumerConfig(application_name="a", stream_name="s", worker_id="w",
+                                cleanup_leases_upon_shard_completion=flag)
+        manager = LeaseManager(config, coordinator, Syncer(), clock=lambda: 0.0)  # type: ignore[arg-type]
+        manager.sync_soon()
+        manager.run_due(0.0, lambda: False)
+        assert coordinator.table.asked == asked
