@@ -64,12 +64,10 @@ def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
      {"sts_assume_role_arn": ROLE, "sts_session_name": "s3"}),
     (f"KclSTSAssumeRoleSessionCredentialsProvider|{ROLE}|s4|externalId={SECRET_ID}",
      {"sts_assume_role_arn": ROLE, "sts_session_name": "s4", "sts_external_id": SECRET_ID}),
-    # The session name is optional here (Databricks' rule): ours, with the epoch seconds.
-    (f"KclStsAssumeRoleCredentialsProvider|{ROLE}",
-     {"sts_assume_role_arn": ROLE, "sts_session_name": "kinesis-dstream-1700000000"}),
+    # The session name is optional here (Databricks' rule): the clients name one.
+    (f"KclStsAssumeRoleCredentialsProvider|{ROLE}", {"sts_assume_role_arn": ROLE}),
     (f"KclStsAssumeRoleCredentialsProvider|{ROLE}|externalId={SECRET_ID}",
-     {"sts_assume_role_arn": ROLE, "sts_session_name": "kinesis-dstream-1700000000",
-      "sts_external_id": SECRET_ID}),
+     {"sts_assume_role_arn": ROLE, "sts_external_id": SECRET_ID}),
     ("DefaultAWSCredentialsProviderChain", {}),
     ("com.amazonaws.auth.DefaultAWSCredentialsProviderChain", {}),
     ("DefaultCredentialsProvider", {}),
@@ -81,7 +79,7 @@ def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("ProfileCredentialsProvider|nobody,DefaultCredentialsProvider", {}),
 ])
 def test_provider_forms_give_the_credential_fields(profiles, value, expected):
-    got = read_provider_chain("AWSCredentialsProvider", value, environ={}, now_s=1700000000)
+    got = read_provider_chain("AWSCredentialsProvider", value, environ={})
     assert set(got) == set(SERVICE_CREDENTIAL_FIELDS)
     assert {k: v for k, v in got.items() if v is not None} == expected
 
@@ -150,7 +148,7 @@ def test_properties_file_sets_role_profile_and_per_service_credentials(app_dir, 
     cloudwatch = config.credentials_for("cloudwatch")
     assert (cloudwatch.aws_profile, cloudwatch.sts_assume_role_arn) == (None, None)
     # Without the service keys, DynamoDB and CloudWatch sign as Kinesis does (the KCL's rule).
-    plain = load(app_dir, f"AWSCredentialsProvider = KclStsAssumeRoleCredentialsProvider|{ROLE}|n\n"
+    plain = load(app_dir, f"AWSCredentialsProvider = KclStsAssumeRoleCredentialsProvider|{ROLE}|s2\n"
                  ).config
     assert plain.credentials_for("dynamodb").sts_assume_role_arn == ROLE
     assert plain.to_dict()["dynamodb_credentials"] is None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -56,9 +55,6 @@ REFUSED: Mapping[str, str] = {
                     "ProfileCredentialsProvider)"),
 }
 NESTED_KEYS = ("externalId", "endpointRegion", "endpoint")
-# Sessions of a role given without a session name: this, then the epoch seconds, as botocore
-# names a profile role's session (botocore-session-<seconds>).
-SESSION_PREFIX = "kinesis-dstream-"
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 _ROLE_ARN = re.compile(r"arn:aws[a-zA-Z-]*:iam::\d{12}:role/\S+")
 
@@ -73,15 +69,15 @@ class Provider:
     unavailable: str | None = None
 
 
-def read_provider_chain(key: str, value: str, environ: Mapping[str, str] | None = None,
-                        now_s: float | None = None) -> dict[str, Any]:
+def read_provider_chain(key: str, value: str, environ: Mapping[str, str] | None = None
+                        ) -> dict[str, Any]:
     """Every credential field (``SERVICE_CREDENTIAL_FIELDS``) as ``value`` sets it; raises
     ``ConfigurationError`` naming ``key`` and a provider class when it cannot be honoured."""
     environ = os.environ if environ is None else environ
     entries = [entry.strip() for entry in value.split(",") if entry.strip()]
     if not entries:
         raise ConfigurationError(f"{key}: a credentials provider is required")
-    chain = [_provider(key, entry, environ, now_s) for entry in entries]
+    chain = [_provider(key, entry, environ) for entry in entries]
     for provider in chain:
         if provider.unavailable is None:
             return {name: provider.fields.get(name) for name in SERVICE_CREDENTIAL_FIELDS}
@@ -90,8 +86,7 @@ def read_provider_chain(key: str, value: str, environ: Mapping[str, str] | None 
                              f"{reasons}")
 
 
-def _provider(key: str, entry: str, environ: Mapping[str, str],
-              now_s: float | None) -> Provider:
+def _provider(key: str, entry: str, environ: Mapping[str, str]) -> Provider:
     name, *args = [part.strip() for part in entry.split("|")]
     short = name.rsplit(".", 1)[-1]
     where = f"{key} = {short}"
@@ -109,7 +104,7 @@ def _provider(key: str, entry: str, environ: Mapping[str, str],
     if short == PROFILE:
         return _profile(where, short, args, environ)
     if short in ASSUME_ROLE:
-        return Provider(short, _assume_role(where, args, now_s))
+        return Provider(short, _assume_role(where, args))
     if short in REFUSED:
         raise ConfigurationError(f"{where}: not supported by this engine: it {REFUSED[short]}")
     raise ConfigurationError(
@@ -134,7 +129,7 @@ def _profile(where: str, short: str, args: list[str], environ: Mapping[str, str]
     return Provider(short, {"aws_profile": profile}, unavailable)
 
 
-def _assume_role(where: str, args: list[str], now_s: float | None) -> dict[str, Any]:
+def _assume_role(where: str, args: list[str]) -> dict[str, Any]:
     positional = [a for a in args if not _is_nested(a)]
     nested = [a for a in args if _is_nested(a)]
     if not positional or not _ROLE_ARN.fullmatch(positional[0]):
@@ -146,9 +141,9 @@ def _assume_role(where: str, args: list[str], now_s: float | None) -> dict[str, 
                                  "arguments")
     fields: dict[str, Any] = {
         "sts_assume_role_arn": positional[0],
-        # The Java daemon needs a session name; Databricks makes it optional, and so do we.
-        "sts_session_name": positional[1] if len(positional) == 2 and positional[1]
-        else f"{SESSION_PREFIX}{int(time.time() if now_s is None else now_s)}",
+        # The Java daemon needs a session name; without one ours names the session
+        # (config.default_sts_session_name), as for Databricks' roleArn alone.
+        "sts_session_name": positional[1] if len(positional) == 2 and positional[1] else None,
     }
     for item in nested:
         nested_key, _, value = item.partition("=")

@@ -129,7 +129,7 @@ _PROVIDER_DOC = (
     "spelt StsAssumeRoleCredentialsProvider, STSAssumeRoleSessionCredentialsProvider and "
     "KclSTSAssumeRoleSessionCredentialsProvider: the role is assumed with the default "
     "chain's credentials and refreshed before it expires; without a session name the "
-    "session is kinesis-dstream-<epoch seconds>. A comma-separated chain is resolved once at "
+    "session is named kinesis-dstream-<epoch seconds>. A comma-separated chain is resolved once at "
     "start: the first provider that can give credentials then. Any other provider (JVM system "
     "properties, instance or container role alone, static keys in the file, a custom class) "
     "is refused at start naming the key and the class, never its arguments.")
