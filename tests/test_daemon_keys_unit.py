@@ -322,3 +322,14 @@ def test_the_lease_manager_cleans_after_each_shard_sync_only_when_told():
         manager.sync_soon()
         manager.run_due(0.0, lambda: False)
         assert coordinator.table.asked == asked
+
+
+def test_stream_arn_of_another_region_than_region_name_keeps_only_the_name(app_dir, caplog):
+    arn = "arn:aws:kinesis:us-east-5:000000000000:stream/kclpysample"  # kclpy's sample's
+    with caplog.at_level(logging.WARNING):
+        config = load(app_dir, f"streamArn = {arn}\nregionName = us-east-1\n").config
+    assert (config.stream_name, config.stream_arn, config.kinesis_region) == \
+        ("kclpysample", None, "us-east-1")
+    assert "streamArn is in us-east-5, regionName us-east-1" in caplog.text
+    config = load(app_dir, f"streamArn = {arn}\nregionName = us-east-5\n").config
+    assert (config.stream_arn, config.kinesis_region) == (arn, "us-east-5")

@@ -91,7 +91,14 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
             log.warning("%s: streamArn names stream %r, streamName %r; using the ARN's",
                         source, arn_stream.stream_name, config["stream_name"])
         config["stream_name"] = arn_stream.stream_name
-        config["stream_arn"] = stream_arn
+        if config.get("region_name", arn_stream.region) == arn_stream.region:
+            config["stream_arn"] = stream_arn
+        else:
+            # The Java daemon keeps only the ARN's name and reads it in regionName; amazon-
+            # kclpy's own sample.properties has an ARN of a made-up region beside regionName.
+            log.warning("%s: streamArn is in %s, regionName %s: reading stream %r in %s by "
+                        "name, as the Java daemon does", source, arn_stream.region,
+                        config["region_name"], arn_stream.stream_name, config["region_name"])
     kinesis_credentials = special.get("AWSCredentialsProvider")
     if kinesis_credentials is not None:
         config.update({name: value for name, value in kinesis_credentials.items()

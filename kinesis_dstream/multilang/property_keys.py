@@ -164,7 +164,9 @@ PROPERTIES = FrontEnd(
         Option("streamArn", ValueType("Kinesis stream ARN", _stream_arn),
                "The stream by ARN; wins over streamName. Every Kinesis call names it by "
                "StreamARN (a stream of another account, through its resource policy), signed "
-               "in the ARN's region.", target="special", field="streamArn"),
+               "in the ARN's region. With a regionName of another region only its name is "
+               "kept, with a warning, as the Java daemon keeps only the name (amazon-kclpy's "
+               "sample.properties has an ARN of a made-up region).", target="special", field="streamArn"),
         _config("applicationName", _TEXT, "application_name",
                 "The application; names the lease table (required)."),
         _config("tableName", _TEXT, "table_name", "The lease table, if not named after "
