@@ -22,10 +22,11 @@ import pytest
 
 import emulators
 from spark_helpers import wait_until
-from test_new_user import python_without_the_package
 from test_sql_fanout import consumers
 from test_sql_preflight import SPARK_VARS
 from test_sql_source import Batches, options, stop
+
+from kinesis_dstream.preflight import SQL_MODULES
 
 pytestmark = pytest.mark.spark
 
@@ -142,6 +143,17 @@ NO_PACKAGE_JOB = textwrap.dedent("""
 """)
 
 
+def first_missing(python: str, env: dict[str, str]) -> str | None:
+    """The first module of what the reads need that ``python`` cannot import in ``env``
+    (the package itself, unless PYTHONPATH points at a checkout: then boto3)."""
+    for name in SQL_MODULES:
+        probe = subprocess.run([python, "-c", f"import {name}"], env=env, cwd="/",
+                               capture_output=True, timeout=60)
+        if probe.returncode != 0:
+            return name
+    return None
+
+
 @pytest.mark.matrix
 @pytest.mark.timeout(300)
 def test_without_register_executors_without_the_package_fail_the_first_batch_naming_the_fix(
@@ -158,7 +170,9 @@ def test_without_register_executors_without_the_package_fail_the_first_batch_nam
     if os.environ.get("PYTHONPATH"):  # a worktree's package before the venv's (make setup)
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in
                                             os.environ["PYTHONPATH"].split(os.pathsep))
-    workers = python_without_the_package()
+    workers = getattr(sys, "_base_executable", "")  # python3 as a user's PATH has it
+    missing = first_missing(workers, env)
+    assert missing is not None, f"{workers} imports everything the reads need"
     done = subprocess.run([sys.executable, str(script), stream, kinesis_local, dynamodb,
                            workers],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
@@ -168,7 +182,7 @@ def test_without_register_executors_without_the_package_fail_the_first_batch_nam
     assert float(lines[0].split()[2]) < 30.0, lines[0]
     error = [line for line in lines if "ExecutorEnvironmentError" in line]
     assert error, done.stdout[-5000:]
-    assert f"runs {workers}" in error[0] and "cannot import kinesis_dstream" in error[0]
+    assert f"runs {workers}" in error[0] and f"cannot import {missing}" in error[0]
     assert "spark.sql.execution.pyspark.python" in error[0] and sys.executable in error[0]
 
 
