@@ -12,6 +12,7 @@ COMMANDS = {
     "multilang": ("kinesis_dstream.multilang.daemon", "run a KCL properties file (MultiLangDaemon)"),
     "leases": ("kinesis_dstream.operations.leases", "status, reset, release, create-table of a lease table"),
     "checkpoint": ("kinesis_dstream.operations.checkpoint", "show a Structured Streaming checkpoint"),
+    "consumers": ("kinesis_dstream.operations.consumers", "list or deregister a stream's fan-out consumers"),
 }
 
 

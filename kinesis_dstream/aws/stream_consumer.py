@@ -92,6 +92,21 @@ def consumer_arn_named(kinesis: KinesisClient, consumer_name: str) -> str | None
     return None if described is None else described["ConsumerARN"]
 
 
+def list_stream_consumers(kinesis: KinesisClient) -> list[dict]:
+    """Every consumer registered on the stream (ConsumerName, ConsumerARN, ConsumerStatus,
+    ConsumerCreationTimestamp), following NextToken: what an operator looks at for one that
+    outlived its application."""
+    stream_arn = kinesis.describe_stream_summary()["StreamARN"]
+    what = f"listing the fan-out consumers of stream {kinesis.stream_name!r}"
+    answer = kinesis.call_consumers("list_stream_consumers", what, StreamARN=stream_arn)
+    found = list(answer.get("Consumers", []))
+    while answer.get("NextToken"):
+        answer = kinesis.call_consumers("list_stream_consumers", what, StreamARN=stream_arn,
+                                        NextToken=answer["NextToken"])
+        found.extend(answer.get("Consumers", []))
+    return found
+
+
 def deregister_stream_consumer(kinesis: KinesisClient, consumer_arn: str) -> bool:
     """Deregister a consumer; False if it was gone already. Never called by a worker."""
     try:

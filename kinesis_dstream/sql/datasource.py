@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, NoReturn
+from contextlib import contextmanager
+from typing import Any, Iterator, NoReturn
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -38,10 +39,12 @@ from ..preflight import (
     use_driver_python_on_local_master,
 )
 from .consumer_listener import ConsumerDeregistration
+from .executor_guard import guarded_reduce
 from .options import parse_options, parse_source_options
 from .partition_reader import spark_schema
 from .reader import KinesisStreamReader
 from .sink import KinesisBatchWriter, KinesisStreamWriter
+from .source_stop import LISTENER_ENV
 from .worker_probe import data_source_probe_job
 
 
@@ -63,6 +66,19 @@ def _check_this_python() -> None:
     check_local_imports(SQL_MODULES[1:], _ROLE)
 
 
+def _choose_workers_python() -> None:
+    """``spark.dataSource.register(KinesisDataSource)`` asks ``name()`` in the driver just
+    before it records the interpreter the source's processes run (``sc.pythonExec``): on a
+    local master with none chosen, this driver's, as ``register(spark)`` does, rather than
+    ``python3`` from PATH. Elsewhere (Spark's own lookup, the source's processes) no
+    SparkContext is active in the process and nothing changes."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is not None:
+        use_driver_python_on_local_master(sc)
+
+
 class KinesisDataSource(DataSource):
     """``format("aws-kinesis")``: options as the awslabs spark-sql-kinesis-connector names them."""
 
@@ -71,7 +87,14 @@ class KinesisDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        _choose_workers_python()
         return "aws-kinesis"
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Spark ships the source with its readers: a worker without the package fails
+        # naming its interpreter (executor_guard).
+        return guarded_reduce(self, dict(self.__dict__), "format(\"aws-kinesis\")'s reads "
+                              "and writes") or super().__reduce_ex__(protocol)
 
     def schema(self) -> StructType:
         # Spark asks for the schema of a read only: a bad source option fails load(), named.
@@ -103,6 +126,7 @@ class KinesisShortNameDataSource(KinesisDataSource):
 
     @classmethod
     def name(cls) -> str:
+        _choose_workers_python()
         return "kinesis"
 
 
@@ -134,10 +158,26 @@ def register(spark: Any) -> None:
         if chosen is None:
             spark.conf.unset(SQL_WORKER_PYTHON)
         raise
-    with python_exec(sc, sys.executable):
+    # The sources' processes leave deregistration to the listener (source_stop).
+    with python_exec(sc, sys.executable), _environment(sc, LISTENER_ENV, "1"):
         for source in (KinesisDataSource, KinesisShortNameDataSource):
             _register_unless_found(spark, source)
     _listen_for_stops(spark)
+
+
+@contextmanager
+def _environment(sc: Any, name: str, value: str) -> Iterator[None]:
+    """``name=value`` in the environment of the Python functions (here: data sources) that
+    are wrapped meanwhile: PySpark gives them ``sc.environment``."""
+    previous = sc.environment.get(name)
+    sc.environment[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            sc.environment.pop(name, None)
+        else:
+            sc.environment[name] = previous
 
 
 def _listen_for_stops(spark: Any) -> None:

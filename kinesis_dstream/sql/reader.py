@@ -33,10 +33,13 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 from ..aws.kinesis import Shard
+from ..aws.stream_consumer import deregister_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
 from ..retrieval import ShardRange, group_shards
+from . import source_stop
 from .driver_state import DriverState
+from .executor_guard import guarded_reduce
 from .initial_positions import child_start, initial_positions, read_checkpoints
 from .offsets import (
     StreamSet,
@@ -98,11 +101,18 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_driver": None}
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A worker without the package fails naming its interpreter (executor_guard).
+        return guarded_reduce(self, self.__getstate__(), "format(\"aws-kinesis\")'s reads") \
+            or super().__reduce_ex__(protocol)
+
     @property
     def driver(self) -> DriverState:
         """The driver-only state, created on first use in the driver process."""
         if self._driver is None:
             self._driver = DriverState(self.config, self.options.stream_configs)
+            # This is the source's driver-side process: learn when Spark stops it.
+            source_stop.install(id(self), self.stop)
         return self._driver
 
     @property
@@ -355,9 +365,46 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         self.driver.forget_readings(end["query"], old, list(self.streams.flatten(end)))
 
     def stop(self) -> None:
-        """The query stopped (PySpark calls this as the source's process ends, if it gets
-        the chance): the driver's threads end. The fan-out consumers are deregistered by the
-        driver's query listener instead (``consumer_listener``), which is told."""
+        """The source's process is ending (PySpark calls this in a ``finally``; see
+        ``source_stop`` for how a stop by Spark reaches it): the fan-out consumers this
+        process registered are deregistered if Spark stopped the query and the options ask
+        for it, and the driver's threads end."""
+        source_stop.forget(id(self))
+        source_stop.ignore_further_stops()
         driver, self._driver = self._driver, None
-        if driver is not None:
+        if driver is None:
+            return
+        try:
+            self._deregister_consumers(driver)
+        finally:
             driver.stop()
+
+    def _deregister_consumers(self, driver: DriverState) -> None:
+        """Deregister on a stop by Spark (``stop()``, ``Trigger.AvailableNow`` done, or a
+        failure outside the source, which this process cannot tell apart); keep the
+        consumers when the source itself failed, when the driver's listener decides
+        (``register(spark)``), or when the options keep them (Databricks' default)."""
+        if not self.options.fan_out or not driver.consumers:
+            return
+        names = ", ".join(f"{name} of stream {stream}"
+                          for stream, (name, _) in driver.consumers.items())
+        if source_stop.listener_in_driver():
+            return  # consumer_listener, in the driver, knows whether the query failed
+        if not source_stop.stopped_by_spark():
+            log.info("aws-kinesis source ended without a stop by Spark (its own error, or its "
+                     "driver gone): fan-out consumer %s kept", names)
+            return
+        if not self.options.deregisters_consumer:
+            log.info("aws-kinesis query stopped: fan-out consumer %s kept "
+                     "(requireConsumerDeregistration is false)", names)
+            return
+        for stream, (name, arn) in driver.consumers.items():
+            try:
+                gone = deregister_stream_consumer(driver.kinesis_of(stream), arn)
+            except KinesisDStreamError as exc:
+                log.warning("aws-kinesis: could not deregister fan-out consumer %s of stream "
+                            "%s as the query stopped (`kinesis-dstream consumers` lists "
+                            "it): %s", name, stream, exc)
+                continue
+            log.info("aws-kinesis query stopped: fan-out consumer %s of stream %s %s", name,
+                     stream, "deregistered" if gone else "was gone already")

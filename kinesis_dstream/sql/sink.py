@@ -22,6 +22,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from ..aws.producer import PUT_RECORDS_RETRY, KinesisProducer
 from ..errors import ConfigurationError
 from ..preflight import check_executors, use_driver_python_on_local_master
+from .executor_guard import guarded_reduce
 from .option_table import ENDPOINT_URL, REGION, STREAM_NAME
 from .options import KinesisOptions, parse_options
 
@@ -84,6 +85,11 @@ class _RowWriter:
     def __init__(self, options: KinesisOptions, schema: StructType) -> None:
         self.options = options
         self.indexes = _column_indexes(schema)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A worker without the package fails naming its interpreter (executor_guard).
+        return guarded_reduce(self, dict(self.__dict__), "format(\"aws-kinesis\")'s writes") \
+            or super().__reduce_ex__(protocol)
 
     def write(self, iterator: Iterator[Any]) -> KinesisCommitMessage:
         data_at, key_at, ehk_at = self.indexes
