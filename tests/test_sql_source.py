@@ -31,7 +31,16 @@ if __name__ != "__main__":  # the subprocess driver needs none of the emulator h
     from emulators import put_records as put_at
 
 import pyspark  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    BinaryType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
+from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError, DataLossError
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
@@ -46,7 +55,7 @@ from kinesis_dstream.sql.offsets import (
     stream_key,
 )
 from kinesis_dstream.sql.options import parse_options, parse_source_options
-from kinesis_dstream.sql.partition_reader import arrow_schema, to_arrow
+from kinesis_dstream.sql.partition_reader import _to_tuples, arrow_schema, spark_schema, to_arrow
 from kinesis_dstream.sql.reader import FIRST_READING_MAX_RECORDS, KinesisStreamReader
 
 # Admission control, Trigger.AvailableNow and the offset a restarted query stands at reach
@@ -965,17 +974,41 @@ def test_offsets_are_plain_json_in_a_fixed_order():
     assert position_of(entry) == (ExtendedSequenceNumber(seq, 3), None)
 
 
+# The awslabs connector's source schema (its KinesisClientFactory.kinesisSchema): StructFields
+# with Spark's default nullability.
+AWSLABS_SCHEMA = StructType([
+    StructField("data", BinaryType()), StructField("streamName", StringType()),
+    StructField("partitionKey", StringType()), StructField("sequenceNumber", StringType()),
+    StructField("approximateArrivalTimestamp", TimestampType())])
+
+
 @pytest.mark.unit
 @pytest.mark.matrix
-def test_arrow_batches_match_the_declared_schema_exactly():
+def test_aws_kinesis_rows_start_with_the_awslabs_schema_exactly():
+    import pyarrow as pa
+
     from kinesis_dstream.records import Record
 
-    batch = to_arrow([Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")],
-                                "s", arrow_schema())
+    declared = spark_schema("awslabs")
+    assert declared.fields[:5] == AWSLABS_SCHEMA.fields  # names, order, types, nullability
+    assert declared.fieldNames()[5:] == ["shardId", "subSequenceNumber"]
+    assert declared["subSequenceNumber"].dataType == LongType()
+    assert KinesisSource({"kinesis.streamName": "s", "kinesis.region": "us-east-1"}).schema() \
+        == declared
+    # The Arrow batches read() yields: the declared schema, nullability included.
+    assert arrow_schema() == pa.schema(
+        [pa.field(f.name, t, nullable=True) for f, t in zip(declared.fields, [
+            pa.binary(), pa.string(), pa.string(), pa.string(), pa.timestamp("us", tz="UTC"),
+            pa.string(), pa.int64()])])
+    record = Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")
+    batch = to_arrow([record], "s", arrow_schema())
     assert batch.schema.equals(arrow_schema())
-    assert all(not f.nullable for f in batch.schema)
-    row = batch.to_pylist()[0]
-    assert row["approximateArrivalTimestamp"].timestamp() == 1_700_000_000.123
+    arrow_row = batch.to_pylist()[0]
+    assert arrow_row["approximateArrivalTimestamp"].timestamp() == 1_700_000_000.123
+    # kinesis.arrowBatches false: tuples in the same order.
+    (row,) = _to_tuples("awslabs")([record], ConsumerConfig("a", "s", region_name="us-east-1"))
+    assert row == tuple(arrow_row.values())
+    assert row[:4] == (b"x", "s", "pk", "1") and row[5:] == ("shardId-0", 2)
 
 
 # -- kill -9 of the driver ---------------------------------------------------------------------
