@@ -1011,6 +1011,70 @@ def test_aws_kinesis_rows_start_with_the_awslabs_schema_exactly():
     assert row[:4] == (b"x", "s", "pk", "1") and row[5:] == ("shardId-0", 2)
 
 
+@pytest.mark.spark
+def test_aws_kinesis_df_schema_is_the_awslabs_schema_in_its_first_five_fields(spark, env):
+    """What Spark declares for a query on the registered source, not only our function."""
+    opts = {"kinesis.streamName": "s", "kinesis.endpointUrl": env["kinesis"],
+            "kinesis.region": "us-east-1"}  # load() reads nothing
+    df = spark.readStream.format("aws-kinesis").options(**opts).load()
+    assert df.schema.fields[:5] == AWSLABS_SCHEMA.fields
+    assert df.columns[5:] == ["shardId", "subSequenceNumber"]
+
+
+class Positional(Batches):
+    """foreachBatch target keeping whole rows as tuples, to check what each position holds."""
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = sorted(tuple(r) for r in df.collect())
+        with self.lock:
+            self.by_batch[batch_id] = rows
+
+    def data(self) -> Counter:
+        return Counter(bytes(r[0]) for r in self.rows())
+
+
+@pytest.mark.matrix
+@pytest.mark.spark
+def test_a_query_naming_only_its_stream_reads_with_region_and_endpoint_from_the_environment(
+        spark, env, make_stream, put_records, checkpoint, monkeypatch):
+    """kinesis.streamName alone: the region from AWS_REGION, the endpoints from
+    AWS_ENDPOINT_URL_KINESIS / _DYNAMODB (read on the driver), LATEST by default; every
+    record put after the first trigger is read once, in the awslabs connector's columns."""
+    import datetime as dt
+
+    stream = make_stream(2)
+    monkeypatch.delenv("AWS_DEFAULT_REGION")  # AWS_REGION alone names it
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KINESIS", env["kinesis"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", env["dynamodb"])
+    opts = {"kinesis.streamName": stream}
+    source = parse_source_options(opts)
+    assert (source.config.region_name, source.config.kinesis_endpoint) == ("us-east-1",
+                                                                           env["kinesis"])
+    put_records(stream, [f"before-{i}" for i in range(30)])
+    sink = Positional()
+    query = start_query(spark, opts, checkpoint, sink)
+    try:
+        wait_until(lambda: query.lastProgress is not None or not query.isActive, 60,
+                   "the first trigger")
+        after = put_records(stream, [(f"k{i % 5}", f"after-{i}") for i in range(80)])
+        wait_until(lambda: sum(sink.data().values()) >= len(after) or not query.isActive, 90,
+                   "80 records")
+    finally:
+        stop(query)
+        dynamodb = client("dynamodb", env["dynamodb"])
+        try:  # the default range table: this test's alone
+            dynamodb.delete_table(TableName=source.range_table_name)
+        except dynamodb.exceptions.ResourceNotFoundException:
+            pass  # never created: the query failed before
+    assert sink.data() == Counter(p.data for p in after)  # every record once, none before
+    put = {p.data: p for p in after}
+    for row in sink.rows():
+        p = put[bytes(row[0])]
+        assert row[1:4] == (stream, p.partition_key, p.sequence_number)
+        assert isinstance(row[4], dt.datetime)  # approximateArrivalTimestamp, awslabs' 5th
+        assert row[5:] == (p.shard_id, 0)
+
+
 # -- kill -9 of the driver ---------------------------------------------------------------------
 def spawn_driver(out_dir: Path, checkpoint: str, opts: dict[str, str], log_path: Path) -> Any:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(
