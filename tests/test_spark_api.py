@@ -89,3 +89,41 @@ def test_worker_and_executor_reader_never_import_pyspark() -> None:
     code = ("import sys, kinesis_dstream.retrieval, kinesis_dstream.worker.process;"
             "sys.exit(1 if any(m.startswith('pyspark') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+class _Built(Exception):
+    """Stops createStream once its config is built (no SparkContext here)."""
+
+
+def _config_of(monkeypatch, **kwargs):
+    def build(*args):
+        raise _Built(real(*args))
+
+    real = kinesis_utils._build_config
+    monkeypatch.setattr(kinesis_utils, "_build_config", build)
+    with pytest.raises(_Built) as built:
+        _create(**kwargs)
+    return built.value.args[0]
+
+
+@pytest.mark.unit
+def test_a_stream_arn_as_stream_name_reads_by_arn(monkeypatch, tmp_path) -> None:
+    arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/orders"
+    config = _config_of(monkeypatch, streamName=arn, regionName="us-east-1")
+    assert (config.stream_name, config.stream_arn) == ("orders", arn)
+    # the ARN's region signs Kinesis calls; regionName stays DynamoDB's and CloudWatch's
+    assert (config.kinesis_region, config.region_name) == ("eu-west-1", "us-east-1")
+    plain = _config_of(monkeypatch, streamName="orders")
+    assert (plain.stream_name, plain.stream_arn) == ("orders", None)
+    # a properties file's streamName gives way to the ARN given to createStream
+    path = tmp_path / "app.properties"
+    path.write_text("streamName = other\napplicationName = app\nregionName = us-east-1\n")
+    from_file = _config_of(monkeypatch, streamName=arn, propertiesFile=str(path))
+    assert (from_file.stream_name, from_file.stream_arn) == ("orders", arn)
+
+
+@pytest.mark.unit
+def test_a_malformed_stream_arn_is_refused_by_name() -> None:
+    bad = "arn:aws:kinesis:eu-west-1:1234:stream/orders"  # an account id has 12 digits
+    with pytest.raises(ConfigurationError, match=f"streamName '{bad}' is neither"):
+        _create(streamName=bad)

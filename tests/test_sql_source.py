@@ -31,7 +31,16 @@ if __name__ != "__main__":  # the subprocess driver needs none of the emulator h
     from emulators import put_records as put_at
 
 import pyspark  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    BinaryType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
+from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError, DataLossError
 from kinesis_dstream.records import ExtendedSequenceNumber
 from kinesis_dstream.sql.datasource import KinesisDataSource as KinesisSource
@@ -46,7 +55,7 @@ from kinesis_dstream.sql.offsets import (
     stream_key,
 )
 from kinesis_dstream.sql.options import parse_options, parse_source_options
-from kinesis_dstream.sql.partition_reader import arrow_schema, to_arrow
+from kinesis_dstream.sql.partition_reader import _to_tuples, arrow_schema, spark_schema, to_arrow
 from kinesis_dstream.sql.reader import FIRST_READING_MAX_RECORDS, KinesisStreamReader
 
 # Admission control, Trigger.AvailableNow and the offset a restarted query stands at reach
@@ -969,17 +978,97 @@ def test_offsets_are_plain_json_in_a_fixed_order():
     assert position_of(entry) == (ExtendedSequenceNumber(seq, 3), None)
 
 
+# The awslabs connector's source schema (its KinesisClientFactory.kinesisSchema): StructFields
+# with Spark's default nullability.
+AWSLABS_SCHEMA = StructType([
+    StructField("data", BinaryType()), StructField("streamName", StringType()),
+    StructField("partitionKey", StringType()), StructField("sequenceNumber", StringType()),
+    StructField("approximateArrivalTimestamp", TimestampType())])
+
+
 @pytest.mark.unit
 @pytest.mark.matrix
-def test_arrow_batches_match_the_declared_schema_exactly():
+def test_aws_kinesis_rows_start_with_the_awslabs_schema_exactly():
+    import pyarrow as pa
+
     from kinesis_dstream.records import Record
 
-    batch = to_arrow([Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")],
-                                "s", arrow_schema())
+    declared = spark_schema("awslabs")
+    assert declared.fields[:5] == AWSLABS_SCHEMA.fields  # names, order, types, nullability
+    assert declared.fieldNames()[5:] == ["shardId", "subSequenceNumber"]
+    assert declared["subSequenceNumber"].dataType == LongType()
+    assert KinesisSource({"kinesis.streamName": "s", "kinesis.region": "us-east-1"}).schema() \
+        == declared
+    # The Arrow batches read() yields: the declared schema, nullability included.
+    assert arrow_schema() == pa.schema(
+        [pa.field(f.name, t, nullable=True) for f, t in zip(declared.fields, [
+            pa.binary(), pa.string(), pa.string(), pa.string(), pa.timestamp("us", tz="UTC"),
+            pa.string(), pa.int64()])])
+    record = Record(b"x", "pk", "1", 2, 1_700_000_000_123, "shardId-0")
+    batch = to_arrow([record], "s", arrow_schema())
     assert batch.schema.equals(arrow_schema())
-    assert all(not f.nullable for f in batch.schema)
-    row = batch.to_pylist()[0]
-    assert row["approximateArrivalTimestamp"].timestamp() == 1_700_000_000.123
+    arrow_row = batch.to_pylist()[0]
+    assert arrow_row["approximateArrivalTimestamp"].timestamp() == 1_700_000_000.123
+    # kinesis.arrowBatches false: tuples in the same order.
+    (row,) = _to_tuples("awslabs")([record], ConsumerConfig("a", "s", region_name="us-east-1"))
+    assert row == tuple(arrow_row.values())
+    assert row[:4] == (b"x", "s", "pk", "1") and row[5:] == ("shardId-0", 2)
+
+
+@pytest.mark.spark
+def test_aws_kinesis_df_schema_is_the_awslabs_schema_in_its_first_five_fields(spark, env):
+    """What Spark declares for a query on the registered source, not only our function."""
+    opts = {"kinesis.streamName": "s", "kinesis.endpointUrl": env["kinesis"],
+            "kinesis.region": "us-east-1"}  # load() reads nothing
+    df = spark.readStream.format("aws-kinesis").options(**opts).load()
+    assert df.schema.fields[:5] == AWSLABS_SCHEMA.fields
+    assert df.columns[5:] == ["shardId", "subSequenceNumber"]
+
+
+@pytest.mark.matrix
+@pytest.mark.spark  # a Spark driver in a process of its own
+def test_a_query_naming_only_its_stream_reads_with_region_and_endpoint_from_the_environment(
+        env, make_stream, put_records, tmp_path, monkeypatch):
+    """kinesis.streamName alone: the region from AWS_REGION, the endpoints from
+    AWS_ENDPOINT_URL_KINESIS / _DYNAMODB, LATEST by default; every record put after the first
+    trigger is read once. The source's driver side runs in a Python process that Spark's JVM
+    starts, with the JVM's environment: the variables are set before the job starts, as a user
+    exports them, so the driver is a process of its own (the session's JVM started earlier)."""
+    stream = make_stream(2)
+    monkeypatch.delenv("AWS_DEFAULT_REGION")  # AWS_REGION alone names it
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KINESIS", env["kinesis"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", env["dynamodb"])
+    opts = {"kinesis.streamName": stream}
+    source = parse_source_options(opts)
+    assert (source.config.region_name, source.config.kinesis_endpoint) == ("us-east-1",
+                                                                           env["kinesis"])
+    put_records(stream, [f"before-{i}" for i in range(30)])
+    out_dir, checkpoint = tmp_path / "out", str(tmp_path / "checkpoint")
+    out_dir.mkdir()
+    log_path = tmp_path / "driver.log"
+    driver = spawn_driver(out_dir, checkpoint, opts, log_path)
+    read = lambda: Counter(r[4].encode() for files in batch_files(out_dir).values()  # noqa: E731
+                           for r in files[0])
+    try:
+        wait_until(lambda: (Path(checkpoint) / "offsets" / "0").exists()
+                   or driver.poll() is not None, 120, "the first trigger")
+        after = put_records(stream, [(f"k{i % 5}", f"after-{i}") for i in range(80)])
+        wait_until(lambda: sum(read().values()) >= len(after) or driver.poll() is not None, 90,
+                   "80 records")
+    finally:
+        (out_dir / "STOP").touch()
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+        dynamodb = client("dynamodb", env["dynamodb"])
+        try:  # the default range table: this test's alone
+            dynamodb.delete_table(TableName=source.range_table_name)
+        except dynamodb.exceptions.ResourceNotFoundException:
+            pass  # never created: the query failed before
+    assert sum(read().values()) >= len(after), log_path.read_text()[-3000:]
+    assert read() == Counter(p.data for p in after)  # every record once, none put before
 
 
 # -- kill -9 of the driver ---------------------------------------------------------------------

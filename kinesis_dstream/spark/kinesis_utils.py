@@ -19,7 +19,7 @@ from pyspark.storagelevel import StorageLevel
 from pyspark.streaming import DStream, StreamingContext
 from pyspark.streaming import kinesis as _pyspark_kinesis  # pure Python: needs no ASL jar
 
-from ..config import ConsumerConfig, check_credentials
+from ..config import ConsumerConfig, check_credentials, parse_stream_arn
 from ..errors import ConfigurationError
 from ..preflight import check_executors, use_driver_python_on_local_master
 from ..worker.stall import ShardsView, largest_lag
@@ -128,7 +128,10 @@ class KinesisUtils:
         ``StreamingContext.getOrCreate`` reads that key's secret from its environment or
         ``AWS_PROFILE`` (docs/operations.md, Secrets). ``stsAssumeRoleArn`` may come without
         ``stsSessionName`` (the session is then named ``kinesis-dstream-<epoch seconds>``)
-        and without ``stsExternalId``, which PySpark's JVM helper refused.
+        and without ``stsExternalId``, which PySpark's JVM helper refused. ``streamName``
+        may be the stream's ARN: every Kinesis call then names it by ARN (a stream of another
+        account, read through its resource policy) and the ARN's region signs them;
+        ``regionName`` stays the lease table's and the metrics' region.
 
         Keyword-only extensions:
         initialPositionTimestamp: with ``InitialPositionInStream.AT_TIMESTAMP`` (a datetime or
@@ -167,7 +170,7 @@ class KinesisUtils:
 
         settings: dict[str, Any] = dict(
             application_name=kinesisAppName,
-            stream_name=streamName,
+            **_stream_identity(streamName),
             region_name=regionName,
             kinesis_endpoint=endpointUrl or None,
             dynamodb_endpoint=dynamoDBEndpoint,
@@ -225,12 +228,27 @@ class KinesisUtils:
         failures waited out). The application's figures are attributes (``ShardsView``):
         millis_behind_latest (the largest over the shards), stalled_shards, stalls.
         """
+        if streamName is not None:  # an ARN as createStream took it
+            streamName = _stream_identity(streamName)["stream_name"]
         views = [coordinator.metrics() for coordinator in coordinators()
                  if coordinator.started and streamName in (None, coordinator.config.stream_name)]
         return ShardsView({k: v for view in views for k, v in view.items()},
                           largest_lag(view.millis_behind_latest for view in views),
                           [s for view in views for s in view.stalled_shards],
                           sum(view.stalls for view in views))
+
+
+def _stream_identity(stream_name: str) -> dict[str, Any]:
+    """ConsumerConfig's stream fields for createStream's ``streamName``, a name or an ARN
+    (stream names have no colon, so anything starting ``arn:`` is meant as one)."""
+    arn = parse_stream_arn(stream_name) if isinstance(stream_name, str) else None
+    if arn is not None:
+        return {"stream_name": arn.stream_name, "stream_arn": stream_name}
+    if isinstance(stream_name, str) and stream_name.startswith("arn:"):
+        raise ConfigurationError(
+            f"streamName {stream_name!r} is neither a stream name nor a Kinesis stream ARN "
+            "(arn:aws:kinesis:<region>:<account>:stream/<name>)")
+    return {"stream_name": stream_name, "stream_arn": None}
 
 
 def _fan_out_consumer(config: ConsumerConfig) -> str:

@@ -44,18 +44,23 @@ _COLUMNS: dict[str, tuple[Any, Callable[[Record, str], Any]]] = {
     "approximateArrivalTimestamp": (TimestampType(), lambda r, s: datetime.datetime.fromtimestamp(
         r.approximate_arrival_timestamp / 1000.0, datetime.timezone.utc)),
 }
-# format("aws-kinesis"): the awslabs connector's columns, plus subSequenceNumber and shardId
-# (KPL user records and their shards told apart).
-AWSLABS_COLUMNS = ("data", "streamName", "partitionKey", "sequenceNumber", "subSequenceNumber",
-                   "shardId", "approximateArrivalTimestamp")
+# format("aws-kinesis"): the awslabs connector's five columns, in its order and nullable as
+# its StructFields are (Spark's default), so positional access and unions with its output
+# work; then ours, shardId and subSequenceNumber (KPL user records and their shards told apart).
+AWSLABS_COLUMNS = ("data", "streamName", "partitionKey", "sequenceNumber",
+                   "approximateArrivalTimestamp", "shardId", "subSequenceNumber")
 # format("kinesis"): Databricks' columns in Databricks' order, plus subSequenceNumber last.
 DATABRICKS_COLUMNS = ("partitionKey", "data", "stream", "shardId", "sequenceNumber",
                       "approximateArrivalTimestamp", "subSequenceNumber")
 LAYOUTS = {"awslabs": AWSLABS_COLUMNS, "databricks": DATABRICKS_COLUMNS}
+# Whether a layout's columns are declared nullable (no value is ever null): awslabs' are,
+# Databricks' documented schema has none so we keep them non-nullable.
+NULLABLE = {"awslabs": True, "databricks": False}
 
 
 def spark_schema(layout: str = "awslabs") -> StructType:
-    return StructType([StructField(name, _COLUMNS[name][0], False) for name in LAYOUTS[layout]])
+    return StructType([StructField(name, _COLUMNS[name][0], NULLABLE[layout])
+                       for name in LAYOUTS[layout]])
 
 
 SCHEMA = spark_schema("awslabs")
@@ -91,7 +96,7 @@ def arrow_schema(layout: str = "awslabs") -> Any:
 
     types = {"data": pa.binary(), "subSequenceNumber": pa.int64(),
              "approximateArrivalTimestamp": pa.timestamp("us", tz="UTC")}
-    return pa.schema([pa.field(name, types.get(name, pa.string()), nullable=False)
+    return pa.schema([pa.field(name, types.get(name, pa.string()), nullable=NULLABLE[layout])
                       for name in LAYOUTS[layout]])
 
 
