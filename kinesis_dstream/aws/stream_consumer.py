@@ -30,6 +30,9 @@ REGISTER_PATIENCE_S = 10.0
 # 30 s, and users report first registrations that outlasted 10 s.
 ACTIVE_TIMEOUT_S = 60.0
 ACTIVE = "ACTIVE"
+# What the SQL source names a consumer after its query (consumerMode efo without a name):
+# this prefix and the query id; the operator's ``consumers list`` recognises it.
+QUERY_CONSUMER_PREFIX = "kinesis-dstream-sql-"
 
 
 def register_stream_consumer(kinesis: KinesisClient, consumer_name: str, *,

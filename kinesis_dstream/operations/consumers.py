@@ -21,6 +21,7 @@ from typing import Any
 
 from ..aws.kinesis import KinesisClient
 from ..aws.stream_consumer import (
+    QUERY_CONSUMER_PREFIX,
     consumer_arn_named,
     deregister_stream_consumer,
     list_stream_consumers,
@@ -37,9 +38,6 @@ from .connection import (
     main_of,
 )
 
-# What the SQL source names a consumer after a query (sql.options.QUERY_CONSUMER_PREFIX;
-# not imported: the operator's command needs no pyspark).
-QUERY_CONSUMER_PREFIX = "kinesis-dstream-sql-"
 EPILOG = ("exit codes: 0 done; 1 a finding (list --older-than-minutes: some are); 2 usage or "
           "bad input; 3 service unreachable, credentials refused or failing")
 

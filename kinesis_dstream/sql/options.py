@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from ..aws.stream_consumer import QUERY_CONSUMER_PREFIX
 from ..config import (
     ConsumerConfig,
     StreamArn,
@@ -150,8 +151,6 @@ class SourceOptions:
         return range_table_name(self.config.application_name)
 
 
-# consumerMode efo without consumerName: the consumer is this prefix and the query id.
-QUERY_CONSUMER_PREFIX = "kinesis-dstream-sql-"
 _CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 
 
