@@ -275,3 +275,15 @@ def table_items(dynamodb: str, table: str) -> list[dict]:
         if "LastEvaluatedKey" not in page:
             return items
         start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+
+
+def python_with_sitecustomize(directory: Path, name: str, sitecustomize: str) -> Path:
+    """An executable that runs this interpreter with ``sitecustomize`` loaded first (a test's
+    interpreter lacking a module: the sitecustomize blocks its import)."""
+    site = directory / f"{name}-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(sitecustomize)
+    python = directory / name
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return python

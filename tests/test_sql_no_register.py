@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import pytest
 
 import emulators
-from spark_helpers import wait_until
+from spark_helpers import python_with_sitecustomize, wait_until
 from test_sql_fanout import consumers
 from test_sql_preflight import SPARK_VARS
 from test_sql_source import Batches, options, stop
@@ -165,12 +165,8 @@ def test_without_register_executors_without_the_package_fail_the_first_batch_nam
     PySpark's own unpickling of its read function: "No module named 'pyarrow'".)"""
     stream = make_stream(1)
     emulators.put_records(kinesis_local, stream, [(f"pk-{i}", f"r-{i}") for i in range(5)])
-    blocker = tmp_path / "no_package"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(BLOCK_THE_PACKAGE)
-    workers = tmp_path / "python-without-the-package"
-    workers.write_text(f'#!/bin/sh\nPYTHONPATH="{blocker}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')
-    workers.chmod(0o755)
+    workers = python_with_sitecustomize(tmp_path, "python-without-the-package",
+                                        BLOCK_THE_PACKAGE)
     script = tmp_path / "job.py"
     script.write_text(NO_PACKAGE_JOB)
     env = {k: v for k, v in os.environ.items() if k not in SPARK_VARS}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_helpers import python_with_sitecustomize
 from test_new_user import python_without_the_package
 from test_producer import read_back
 
@@ -88,12 +89,7 @@ def test_the_format_names_a_python_without_pyarrow(aws_env, kinesis_local, make_
                                                    tmp_path):
     """PYSPARK_PYTHON has the package but not pyarrow (the [spark] extra only): the write
     fails when Spark asks the data source for its writer, naming interpreter and extra."""
-    blocker = tmp_path / "no_pyarrow"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(BLOCK_PYARROW)
-    python = tmp_path / "python-without-pyarrow"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{blocker}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')
-    python.chmod(0o755)
+    python = python_with_sitecustomize(tmp_path, "python-without-pyarrow", BLOCK_PYARROW)
     script = tmp_path / "write.py"
     script.write_text(textwrap.dedent("""
         import sys
