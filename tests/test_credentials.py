@@ -33,15 +33,22 @@ def role_settings(sts_endpoint: str, **overrides) -> dict:
                 sts_duration_s=900, **overrides)
 
 
-@pytest.mark.emulator
-def test_assume_role_sends_the_external_id_and_duration(aws_env, dynamodb, make_config):
-    config = make_config("s", **role_settings(dynamodb))
+
+def session_noting_assume_role() -> tuple[boto3.session.Session, list[dict]]:
+    """A session with the dummy credentials, and the list its AssumeRole calls' parameters
+    are appended to."""
     base = boto3.session.Session(aws_access_key_id=DUMMY_ACCESS_KEY_ID,
                                  aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
                                  region_name=DUMMY_REGION)
     sent: list[dict] = []
     base.events.register("provide-client-params.sts.AssumeRole",
                          lambda params, **_: sent.append(dict(params)))
+    return base, sent
+
+@pytest.mark.emulator
+def test_assume_role_sends_the_external_id_and_duration(aws_env, dynamodb, make_config):
+    config = make_config("s", **role_settings(dynamodb))
+    base, sent = session_noting_assume_role()
     credentials = assumed_role_credentials(config, base)
     assert sent == [{"RoleArn": ROLE, "RoleSessionName": "kd-test",
                      "ExternalId": config.sts_external_id, "DurationSeconds": 900}]
@@ -81,12 +88,7 @@ def test_a_role_alone_is_assumed_under_a_session_name_of_ours(aws_env, dynamodb,
     config = make_config("s", sts_assume_role_arn=ROLE, sts_endpoint=dynamodb,
                          sts_duration_s=900)
     assert config.sts_session_name is None
-    base = boto3.session.Session(aws_access_key_id=DUMMY_ACCESS_KEY_ID,
-                                 aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
-                                 region_name=DUMMY_REGION)
-    sent: list[dict] = []
-    base.events.register("provide-client-params.sts.AssumeRole",
-                         lambda params, **_: sent.append(dict(params)))
+    base, sent = session_noting_assume_role()
     before = int(time.time())
     credentials = assumed_role_credentials(config, base)
     assert len(sent) == 1 and set(sent[0]) == {"RoleArn", "RoleSessionName", "DurationSeconds"}
