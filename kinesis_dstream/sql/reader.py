@@ -370,7 +370,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         process registered are deregistered if Spark stopped the query and the options ask
         for it, and the driver's threads end."""
         source_stop.forget(id(self))
-        source_stop.ignore_further_stops()
+        source_stop.note_further_stops()
         driver, self._driver = self._driver, None
         if driver is None:
             return
@@ -391,8 +391,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         if source_stop.listener_in_driver():
             return  # consumer_listener, in the driver, knows whether the query failed
         if not source_stop.stopped_by_spark():
-            log.info("aws-kinesis source ended without a stop by Spark (its own error, or its "
-                     "driver gone): fan-out consumer %s kept", names)
+            log.warning("aws-kinesis source ended without a stop by Spark (its own error, or "
+                        "its driver gone): fan-out consumer %s kept", names)
             return
         if not self.options.deregisters_consumer:
             log.info("aws-kinesis query stopped: fan-out consumer %s kept "

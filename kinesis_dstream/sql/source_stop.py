@@ -12,10 +12,19 @@ never runs (measured on pyspark 4.3: not called on a graceful ``stop()``).
 PySpark makes the calls), in that process only (run as ``SOURCE_RUNNER``, which no other
 process is: a test's or a user's interpreter keeps its own SIGTERM). SIGTERM then raises
 ``SourceStopped`` in the main thread, which unwinds into PySpark's ``finally`` and so into
-the reader's ``stop()``; ``stopped_by_spark`` says that this is why. Any other end of the
-process is not a stop by Spark: the source's own error (PySpark calls ``stop()`` as that
-error unwinds, before any SIGTERM), or the socket closed under it (the driver killed). A
-pyspark without that ``finally`` still reaches the readers' ``stop()`` through ``atexit``.
+the reader's ``stop()``; ``stopped_by_spark`` says that this is why. The source's own
+error is not a stop by Spark: PySpark calls ``stop()`` as that error unwinds, before any
+SIGTERM. A pyspark without that ``finally`` still reaches the readers' ``stop()`` through
+``atexit``.
+
+The socket to the driver's JVM closing under the process is either. ``stop()`` interrupts
+the query's thread, and a thread interrupted while it waits for this process's answer closes
+the socket (``ClosedByInterruptException``); the SIGTERM follows only once that thread has
+unwound to ``stopSources``, which under load, or after Spark's own error handling
+(``StreamExecution.isInterruptionException`` can overflow the stack on a long Py4J message),
+takes seconds. A driver that died sends nothing. So a process that lost its socket waits up
+to ``SPARK_STOP_WAIT_S`` for that SIGTERM before it decides (found in CI: without the wait,
+a graceful ``stop()`` now and then kept the consumer).
 
 The process cannot learn whether the query failed elsewhere (its sink, a task): Spark
 stops the source the same way. The driver's query listener knows (``consumer_listener``);
@@ -30,6 +39,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 log = logging.getLogger(__name__)
@@ -39,6 +49,10 @@ log = logging.getLogger(__name__)
 LISTENER_ENV = "KINESIS_DSTREAM_STOP_LISTENER"
 # The module PySpark runs (python -m) as a stream source's driver-side process.
 SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+# How long a process whose socket to the JVM closed waits for Spark's SIGTERM (see above).
+SPARK_STOP_WAIT_S = 15.0
+# What PySpark's loop raises when the JVM closed the socket (EOFError: read_int at its end).
+_SOCKET_CLOSED = (EOFError, ConnectionError)
 
 
 class SourceStopped(SystemExit):
@@ -62,15 +76,34 @@ def in_source_process() -> bool:
     return getattr(getattr(main, "__spec__", None), "name", None) == SOURCE_RUNNER
 
 
-def stopped_by_spark() -> bool:
+def stopped_by_spark(wait_s: float | None = None) -> bool:
+    """Whether Spark stopped the query, asked as the reader stops. Where the socket to the
+    JVM closed under the process (the exception PySpark's ``finally`` runs for), Spark's
+    SIGTERM may still be on its way: wait up to ``wait_s`` (``SPARK_STOP_WAIT_S``) for it."""
+    wait_s = SPARK_STOP_WAIT_S if wait_s is None else wait_s
+    if _stopped_by_spark or not _installed:
+        return _stopped_by_spark
+    if not isinstance(sys.exc_info()[1], _SOCKET_CLOSED):
+        return False  # the source's own error: no stop by Spark came first
+    deadline = time.monotonic() + wait_s
+    while not _stopped_by_spark and time.monotonic() < deadline:
+        time.sleep(0.05)  # a SIGTERM cuts it short: _note_sigterm runs in this thread
+    if not _stopped_by_spark:
+        log.warning("the socket to the driver's JVM closed and no stop by Spark followed "
+                    "within %.0f s: taken as the driver gone", wait_s)
     return _stopped_by_spark
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    global _stopped_by_spark
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Spark may send it twice: act once
-    _stopped_by_spark = True
+    _note_sigterm(signum, frame)
     raise SourceStopped(0)
+
+
+def _note_sigterm(signum: int, frame: Any) -> None:
+    """Spark may send it twice, and once the reader is stopping, a SIGTERM is noted only."""
+    global _stopped_by_spark
+    signal.signal(signal.SIGTERM, _note_sigterm)
+    _stopped_by_spark = True
 
 
 def _run_at_exit() -> None:
@@ -101,7 +134,8 @@ def forget(key: int) -> None:
     _on_exit.pop(key, None)
 
 
-def ignore_further_stops() -> None:
-    """Past this point a SIGTERM changes nothing (the reader is stopping already)."""
+def note_further_stops() -> None:
+    """Past this point a SIGTERM interrupts nothing (the reader is stopping already); it is
+    noted, for ``stopped_by_spark``."""
     if _installed and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _note_sigterm)
