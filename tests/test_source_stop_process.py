@@ -39,9 +39,9 @@ SOURCE_PROCESS = textwrap.dedent("""
     source = reader.KinesisStreamReader(parse_source_options(AWSLABS))
     source._driver = FakeDriver()
     assert source_stop.install(id(source), source.stop)
-    print("ready", flush=True)
     try:
         try:
+            print("ready", flush=True)  # inside: a SIGTERM may come before print returns
             while True:
                 if read_int(sys.stdin.buffer) == 7:
                     raise ValueError("the source's own error")
