@@ -131,6 +131,10 @@ def check_credentials(values: Mapping[str, Any], names: Mapping[str, str] | None
         if given(first) and not given(second):
             raise ConfigurationError(f"{name(first)} is set but {name(second)} is null: "
                                      "give both or neither")
+    if given("aws_session_token") and not given("aws_access_key_id"):
+        raise ConfigurationError(f"{name('aws_session_token')} given without "
+                                 f"{name('aws_access_key_id')} and {name('aws_secret_key')}: "
+                                 "a session token signs only with the temporary key it came with")
     sts = ("sts_assume_role_arn", "sts_session_name", "sts_external_id")
     if not given("sts_assume_role_arn"):
         without_role = [name(f) for f in sts[1:] if given(f)]
@@ -197,8 +201,8 @@ def default_region() -> str | None:
         return None
 
 
-_CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "sts_assume_role_arn",
-                      "sts_session_name", "sts_external_id")
+_CREDENTIAL_FIELDS = ("aws_access_key_id", "aws_secret_key", "aws_session_token",
+                      "sts_assume_role_arn", "sts_session_name", "sts_external_id")
 # The fields one service's own credentials replace (ConsumerConfig.credentials_for).
 SERVICE_CREDENTIAL_FIELDS = (*_CREDENTIAL_FIELDS, "aws_profile", "sts_endpoint", "sts_region")
 
@@ -227,6 +231,9 @@ class ConsumerConfig:
     aws_access_key_id: str | None = None
     # repr=False: a config is logged and shown in tracebacks; secrets never are.
     aws_secret_key: str | None = field(default=None, repr=False)
+    # The session token of temporary static credentials (the awslabs kinesis.sessionToken),
+    # with the key id and secret key above; None: long-term keys.
+    aws_session_token: str | None = field(default=None, repr=False)
     sts_assume_role_arn: str | None = None
     sts_session_name: str | None = None
     sts_external_id: str | None = field(default=None, repr=False)

@@ -109,8 +109,7 @@ def test_every_front_end_takes_both_duration_forms(tmp_path):
     assert config().with_spark_conf({SPARK_RETRY_WAIT_TIME: "PT0.25S"}).retry_wait_time_ms == 250
     parsed = parse_source_options({**SQL_BASE, "kinesis.describeShardInterval": "PT2S",
                                    "kinesis.getRecords.fetchIntervalMs": "1s"})
-    assert (parsed.describe_shard_interval_s, parsed.config.idle_time_between_reads_ms) == \
-        (2.0, 1000)
+    assert (parsed.describe_shard_interval_s, parsed.fetch_interval_s) == (2.0, 1.0)
     properties(tmp_path, "staleWorkerMetricsEntryCleanupDuration = 15min")  # checked, ignored
     with pytest.raises(ConfigurationError, match="staleWorkerMetricsEntryCleanupDuration"):
         properties(tmp_path, "staleWorkerMetricsEntryCleanupDuration = soon")

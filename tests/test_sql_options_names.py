@@ -226,9 +226,11 @@ def test_the_reading_is_paced_and_capped_as_the_options_say():
         "fetchBufferSize": "10mb"}))
     assert reader._pacing(4) == {"max_bytes": 10 * MB // 4, "max_bytes_per_s": 1.5 * MB,
                                  "min_fetch_period_s": 0.4}
+    # kinesis.getRecords.fetchIntervalMs' 200 ms (awslabs' default) is the least period
+    # when nothing names one (Databricks' own minFetchPeriod default is longer: 400 ms).
     plain = KinesisStreamReader(parse_source_options(DATABRICKS))
     assert plain._pacing(4) == {"max_bytes": 0, "max_bytes_per_s": 0.0,
-                                "min_fetch_period_s": 0.0}
+                                "min_fetch_period_s": 0.2}
 
 
 def test_an_option_without_effect_here_is_warned_about_once_by_name(caplog, monkeypatch):

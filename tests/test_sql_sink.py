@@ -179,9 +179,10 @@ def test_the_sink_flush_wait_is_the_first_wait_of_the_producers_entry_retry(aws_
     options = parse_options(sink_options("s", "http://127.0.0.1:9",
                                          **{"kinesis.sink.flushWaitTimeMs": "250"}))
     producer = make_producer(options)
+    # kinesis.sink.recordTtl (awslabs' 30 s) is the deadline; tries enough that it governs.
     assert producer.retry == RetryPolicy(
-        wait_time_ms=250, max_attempts=PUT_RECORDS_RETRY.max_attempts,
-        max_wait_ms=PUT_RECORDS_RETRY.max_wait_ms, deadline_ms=PUT_RECORDS_RETRY.deadline_ms)
+        wait_time_ms=250, max_attempts=PUT_RECORDS_RETRY.max_attempts + 12,
+        max_wait_ms=PUT_RECORDS_RETRY.max_wait_ms, deadline_ms=30_000)
 
 
 @pytest.mark.unit

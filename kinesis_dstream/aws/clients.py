@@ -79,6 +79,7 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
         session = boto3.session.Session(
             aws_access_key_id=config.aws_access_key_id,
             aws_secret_access_key=config.aws_secret_key,
+            aws_session_token=config.aws_session_token,
             region_name=config.region_name,
             profile_name=config.aws_profile,
         )
@@ -163,8 +164,10 @@ USER_AGENT = (f"kinesis-dstream botocore/{botocore.__version__} "
 
 
 def _botocore_config(config: ConsumerConfig, *, read_timeout_s: float | None = None,
-                     pool_size: int = 50) -> botocore.config.Config:
+                     pool_size: int = 50, proxies: Mapping[str, str] | None = None
+                     ) -> botocore.config.Config:
     return botocore.config.Config(
+        proxies=dict(proxies) if proxies else None,
         connect_timeout=config.connect_timeout_s,
         read_timeout=config.read_timeout_s if read_timeout_s is None else read_timeout_s,
         retries={"total_max_attempts": 1, "mode": "standard"},
@@ -210,19 +213,21 @@ class _GetRecordsParser:
 
 @overload
 def make_client(config: ConsumerConfig, service: Literal["kinesis"], *,
-                read_timeout_s: float | None = None, pool_size: int = 50) -> KinesisAPI: ...
+                read_timeout_s: float | None = None, pool_size: int = 50,
+                proxies: Mapping[str, str] | None = None) -> KinesisAPI: ...
 @overload
 def make_client(config: ConsumerConfig, service: Literal["dynamodb"]) -> DynamoDBAPI: ...
 @overload
 def make_client(config: ConsumerConfig, service: Literal["cloudwatch"]) -> CloudWatchAPI: ...
 def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float | None = None,
-                pool_size: int = 50) -> Any:
+                pool_size: int = 50, proxies: Mapping[str, str] | None = None) -> Any:
     """A boto3 client for ``kinesis``, ``dynamodb`` or ``cloudwatch``.
 
     An explicit endpoint in the config wins; otherwise boto3 resolves it, honouring
     ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them, in the service's
     region (``ConsumerConfig.kinesis_region`` for Kinesis). ``read_timeout_s`` and
-    ``pool_size`` are for a client of long-lived subscriptions (one connection each).
+    ``pool_size`` are for a client of long-lived subscriptions (one connection each);
+    ``proxies`` (botocore's, scheme -> proxy URL) for the sink's proxy options.
     """
     endpoint = {
         "kinesis": config.kinesis_endpoint,
@@ -250,7 +255,7 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
         return session.client(service, endpoint_url=endpoint or None,  # type: ignore[call-overload]
                               region_name=region,
                               config=_botocore_config(config, read_timeout_s=read_timeout_s,
-                                                      pool_size=pool_size))
+                                                      pool_size=pool_size, proxies=proxies))
     except ValueError as exc:
         raise ConfigurationError(f"bad {service} endpoint {endpoint!r}: {exc}") from exc
 

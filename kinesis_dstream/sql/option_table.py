@@ -24,6 +24,7 @@ from ..settings import (
     ValueType,
     Whole,
 )
+from .credential_provider import PROVIDER_CLASS, PROVIDER_PARAM, accepted_classes
 from .other_connectors import (
     CONSUMER_MODE,
     CONSUMER_NAME,
@@ -45,6 +46,7 @@ STREAM_NAME = "kinesis.streamName"
 STREAM_ARN = "kinesis.streamArn"  # Databricks' streamARN under an awslabs-style name
 ACCESS_KEY_ID = "kinesis.awsAccessKeyId"
 SECRET_KEY = "kinesis.awsSecretKey"
+SESSION_TOKEN = "kinesis.sessionToken"
 STS_ROLE_ARN = "kinesis.stsRoleArn"
 STS_SESSION_NAME = "kinesis.stsSessionName"
 STS_EXTERNAL_ID = "kinesis.stsExternalId"  # our extension: roles whose trust policy wants one
@@ -54,6 +56,12 @@ SINK_FLUSH_WAIT_TIME_MS = "kinesis.sink.flushWaitTimeMs"
 SINK_RECORD_MAX_BUFFERED_TIME_MS = "kinesis.sink.recordMaxBufferedTimeMs"
 SINK_MAX_CONNECTIONS = "kinesis.sink.maxConnections"
 SINK_AGGREGATION_ENABLED = "kinesis.sink.aggregationEnabled"
+SINK_RECORD_TTL = "kinesis.sink.recordTtl"
+# The awslabs sink's proxy (KPL proxyHost and friends); older releases read them unprefixed.
+SINK_PROXY_ADDRESS = "kinesis.sink.proxyAddress"
+SINK_PROXY_PORT = "kinesis.sink.proxyPort"
+SINK_PROXY_USERNAME = "kinesis.sink.proxyUsername"
+SINK_PROXY_PASSWORD = "kinesis.sink.proxyPassword"
 # -- source ----------------------------------------------------------------------------------
 KINESIS_REGION = "kinesis.kinesisRegion"
 CONSUMER_TYPE = "kinesis.consumerType"
@@ -80,6 +88,9 @@ CLIENT_NUM_RETRIES = "kinesis.clientNumRetries"
 CLIENT_RETRY_INTERVALS_MS = "kinesis.clientRetryIntervalsMs"
 MAX_RECORDS_PER_TRIGGER = "kinesis.maxRecordsPerTrigger"  # our extension: ReadMaxRows
 MAX_FETCH_TIME_PER_SHARD_MS = "kinesis.maxFetchTimePerShardMs"  # our extension
+MAX_FETCH_TIME_PER_SHARD_SEC = "kinesis.maxFetchTimePerShardSec"  # awslabs' (whole seconds)
+# awslabs refuses less: Kinesis sometimes takes more than 5 s to answer.
+MIN_FETCH_TIME_PER_SHARD_SEC = 10
 SHARDS_PER_TASK = "kinesis.shardsPerTask"  # the Databricks connector's shardsPerTask
 ARROW_BATCHES = "kinesis.arrowBatches"  # our extension: read() yields Arrow (true) or tuples
 # Ours: a new query starts at the checkpoints of a KCL application's lease table.
@@ -145,6 +156,17 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
            field="aws_access_key_id"),
     Option(SECRET_KEY, _TEXT, "Static credentials: the secret key, with "
            "kinesis.awsAccessKeyId.", aliases=("awsSecretKey",), field="aws_secret_key"),
+    Option(SESSION_TOKEN, _TEXT, "Temporary static credentials: their session token, "
+           "with kinesis.awsAccessKeyId and kinesis.awsSecretKey (sent as "
+           "X-Amz-Security-Token; nobody refreshes it: the job fails when it expires).",
+           field="aws_session_token"),
+    Option(PROVIDER_CLASS, _TEXT, "The awslabs connector's credential provider class, where "
+           "it means credentials this connector has (with kinesis.credentialProviderParam "
+           "as said); any other class is refused, since no JVM class is loaded here. "
+           "Accepted: " + accepted_classes() + ".", target="credentials",
+           field="provider_class"),
+    Option(PROVIDER_PARAM, _TEXT, "The parameter of kinesis.credentialProviderClass: that "
+           "class's fields, comma-separated.", target="credentials", field="provider_param"),
     Option(STS_ROLE_ARN, _TEXT, "A role to assume, assumed once per process and again "
            "before its credentials expire; kinesis.stsSessionName and kinesis.stsExternalId "
            "are optional.", aliases=("awsSTSRoleARN", "roleArn"), field="sts_assume_role_arn"),
@@ -169,6 +191,20 @@ SINK_OPTIONS: tuple[Option, ...] = (
     Option(SINK_AGGREGATION_ENABLED, BOOLEAN, "Write KPL aggregates (grouped by the shard "
            "each user record belongs on) instead of one Kinesis record per row.", "true",
            target="sink", field="aggregation_enabled"),
+    Option(SINK_RECORD_TTL, Duration(1), "Most time a write spends getting its records "
+           "into Kinesis, retries of failed entries included; past it the write fails, "
+           "naming the entries not written (the KPL drops them and awslabs fails the task).",
+           "30000", target="sink", field="record_ttl_ms"),
+    Option(SINK_PROXY_ADDRESS, _TEXT, "An HTTP proxy host for the sink's Kinesis calls "
+           "(HTTPS through CONNECT), with kinesis.sink.proxyPort.",
+           aliases=("proxyAddress",), target="sink", field="proxy_address"),
+    Option(SINK_PROXY_PORT, Whole(1, 65535), "The proxy's port.", "443",
+           aliases=("proxyPort",), target="sink", field="proxy_port"),
+    Option(SINK_PROXY_USERNAME, _TEXT, "The proxy's user (basic authentication), with "
+           "kinesis.sink.proxyPassword.", aliases=("proxyUsername",), target="sink",
+           field="proxy_username"),
+    Option(SINK_PROXY_PASSWORD, _TEXT, "The proxy user's password.",
+           aliases=("proxyPassword",), target="sink", field="proxy_password"),
 )
 
 SOURCE_OPTIONS: tuple[Option, ...] = (
@@ -188,8 +224,10 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "GetRecords call.", str(MAX_RECORDS_PER_GET),
            aliases=("maxRecordsPerFetch", "kinesis.executor.maxRecordPerRead"),
            field="max_records"),
-    Option(FETCH_INTERVAL_MS, Duration(0), "Wait between GetRecords calls on a shard at its "
-           "tip.", "200", field="idle_time_between_reads_ms"),
+    Option(FETCH_INTERVAL_MS, Duration(0, unit_ms=1000), "Least time between the starts of "
+           "two GetRecords calls of one shard's reading (Kinesis serves 5 a second per shard "
+           "to every reader together); with kinesis.minFetchPeriod too, the longer one.",
+           "200", target="source", field="fetch_interval_s"),
     Option(CLIENT_NUM_RETRIES, _ATTEMPTS, "Retries of a failed AWS call.", "5",
            aliases=("kinesis.client.numRetries",), field="retry_max_attempts"),
     Option(CLIENT_RETRY_INTERVALS_MS, Duration(1), "First wait between retries of a failed "
@@ -226,6 +264,12 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            "read of a micro-batch may take.", f"{int(MAX_FETCH_TIME_PER_SHARD_S * 1000)}",
            aliases=("maxFetchDuration", "kinesis.executor.maxFetchTimeInMs"), target="source",
            field="max_fetch_time_per_shard_s"),
+    Option(MAX_FETCH_TIME_PER_SHARD_SEC, Whole(MIN_FETCH_TIME_PER_SHARD_SEC), "Longest one "
+           "shard's read of a micro-batch may take, in whole seconds (at least 10, as the "
+           "awslabs connector wants). Unset, awslabs has no time cap; here "
+           f"{MAX_FETCH_TIME_PER_SHARD_MS} (5 s) applies: a longer read only delays the "
+           "batch, since a caught-up shard stops at its tip.", "5 s",
+           target="source", field="max_fetch_time_per_shard_sec"),
     Option(DESCRIBE_SHARD_INTERVAL, Duration(0, unit_ms=1000), "Shortest time between two "
            "looks at the stream's shards.", "1s",
            aliases=("shardFetchInterval", "kinesis.client.describeShardInterval"),

@@ -15,6 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
+from urllib.parse import quote
 
 from ..aws.stream_consumer import QUERY_CONSUMER_PREFIX
 from ..config import (
@@ -27,6 +28,7 @@ from ..config import (
 from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, StartingPosition
 from ..settings import Read
+from .credential_provider import apply_provider
 from .option_table import (
     AWSLABS_CONSUMER_NAME,
     CONNECTION_OPTIONS,
@@ -34,12 +36,18 @@ from .option_table import (
     DEFAULT_TABLE_PREFIX,
     ENDPOINT_URL,
     KINESIS_REGION,
+    MAX_FETCH_TIME_PER_SHARD_MS,
+    MAX_FETCH_TIME_PER_SHARD_SEC,
     MAX_RECORDS_PER_GET,
     METADATA_COMMITTER_TYPE,
     METADATA_PATH,
     REGION,
     ROLE_DOING,
     ROLES,
+    SINK_PROXY_ADDRESS,
+    SINK_PROXY_PASSWORD,
+    SINK_PROXY_PORT,
+    SINK_PROXY_USERNAME,
     SQL_APPLICATION_NAME,
     STREAM_ARN,
     STREAM_NAME,
@@ -70,6 +78,35 @@ class SinkOptions:
     record_max_buffered_time_ms: int = 1000
     max_connections: int = 1
     aggregation_enabled: bool = True
+    # kinesis.sink.recordTtl: the most a write spends getting its records in, retries included.
+    record_ttl_ms: int = 30_000
+    proxy_address: str | None = None
+    proxy_port: int = 443
+    proxy_username: str | None = None
+    proxy_password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.proxy_address is None and (self.proxy_username or self.proxy_password):
+            raise ConfigurationError(f"{SINK_PROXY_USERNAME} and {SINK_PROXY_PASSWORD} need "
+                                     f"{SINK_PROXY_ADDRESS} (the proxy they sign in to)")
+        if (self.proxy_username is None) != (self.proxy_password is None):
+            raise ConfigurationError(f"{SINK_PROXY_USERNAME} and {SINK_PROXY_PASSWORD}: give "
+                                     "both or neither")
+        if self.proxy_address is not None and not re.fullmatch(r"[A-Za-z0-9.:\[\]-]+",
+                                                                self.proxy_address):
+            raise ConfigurationError(f"{SINK_PROXY_ADDRESS}: {self.proxy_address!r} is not a "
+                                     f"host name or address (the port goes in {SINK_PROXY_PORT})")
+
+    @property
+    def proxies(self) -> dict[str, str] | None:
+        """botocore's ``proxies`` for the sink's client: every scheme through the proxy, as
+        the KPL sends everything through its proxyHost; None without one."""
+        if self.proxy_address is None:
+            return None
+        login = "" if self.proxy_username is None else \
+            f"{quote(self.proxy_username, safe='')}:{quote(self.proxy_password or '', safe='')}@"
+        url = f"http://{login}{self.proxy_address}:{self.proxy_port}"
+        return {"http": url, "https": url}
 
 
 @dataclass(frozen=True)
@@ -104,6 +141,7 @@ class SourceOptions:
     arrow_batches: bool = True
     max_fetch_rate_mb_s: float | None = None
     min_fetch_period_s: float = 0.0
+    fetch_interval_s: float = 0.2  # kinesis.getRecords.fetchIntervalMs (awslabs: 200 ms)
     fetch_buffer_size_bytes: int | None = None
     # A KCL lease table to start a new query from, and its application (both or neither).
     start_lease_table: str | None = None
@@ -194,7 +232,8 @@ def _read(options: Mapping[str, Any], role: str) -> Read:
                       elsewhere=elsewhere)
 
 
-def _check_connection(config_values: dict[str, Any], *, role: str) -> tuple[str, ...]:
+def _check_connection(config_values: dict[str, Any], *, role: str,
+                      provider: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """The rules between connection options, checked here so that errors name the options
     rather than ``ConsumerConfig``'s fields. Fills in the stream names of
     ``kinesis.streamArn`` and the region when no option names one; returns the ARNs given
@@ -230,6 +269,7 @@ def _check_connection(config_values: dict[str, Any], *, role: str) -> tuple[str,
                 f"{REGION} is required: no region in {ENDPOINT_URL}, {KINESIS_REGION} or "
                 f"{STREAM_ARN}, nor in AWS_REGION, AWS_DEFAULT_REGION or the AWS profile")
         config_values["region_name"] = region
+    apply_provider(provider or {}, config_values, _CREDENTIAL_NAMES)
     check_credentials(config_values, _CREDENTIAL_NAMES)
     return arns
 
@@ -278,7 +318,7 @@ def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> Kinesi
     """
     read = _read(options, "sink")
     config_values = read.of("config")
-    arns = _check_connection(config_values, role="sink")
+    arns = _check_connection(config_values, role="sink", provider=read.of("credentials"))
     if len(arns) > 1 or "," in str(config_values["stream_name"]):
         raise ConfigurationError(f"{STREAM_NAME}: a write goes to one stream, not to the list "
                                  f"{config_values['stream_name']!r}")
@@ -298,7 +338,14 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     read = _read(options, "source")
     config_values = read.of("config")
     source_values = read.of("source")
-    arns = _check_connection(config_values, role="source")
+    arns = _check_connection(config_values, role="source", provider=read.of("credentials"))
+    seconds = source_values.pop("max_fetch_time_per_shard_sec", None)
+    if seconds is not None:
+        if "max_fetch_time_per_shard_s" in source_values:
+            raise ConfigurationError(f"{MAX_FETCH_TIME_PER_SHARD_SEC} and "
+                                     f"{MAX_FETCH_TIME_PER_SHARD_MS} both bound one shard's "
+                                     "read: keep one")
+        source_values["max_fetch_time_per_shard_s"] = float(seconds)
     streams = stream_list(config_values["stream_name"])
     config_values["stream_name"] = streams[0]
     if "fail_on_data_loss" in source_values:  # the executors' readers decide on a trimmed start

@@ -328,12 +328,13 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
 
     def _pacing(self, shards_read: int) -> dict[str, Any]:
         """A reading's byte cap (fetchBufferSize, split over the shards it reads) and the
-        pacing of each shard's GetRecords calls (maxFetchRate, minFetchPeriod)."""
+        pacing of each shard's GetRecords calls (maxFetchRate; minFetchPeriod or
+        kinesis.getRecords.fetchIntervalMs, whichever is longer: both are least periods)."""
         options = self.options
         buffer = options.fetch_buffer_size_bytes
         return {"max_bytes": max(1, buffer // max(1, shards_read)) if buffer else 0,
                 "max_bytes_per_s": (options.max_fetch_rate_mb_s or 0.0) * MB,
-                "min_fetch_period_s": options.min_fetch_period_s}
+                "min_fetch_period_s": max(options.min_fetch_period_s, options.fetch_interval_s)}
 
     @staticmethod
     def _parallelism() -> int:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from ..aws.clients import make_client
 from ..aws.producer import PUT_RECORDS_RETRY, KinesisProducer
 from ..errors import ConfigurationError
 from ..preflight import check_executors, use_driver_python_on_local_master
@@ -45,12 +46,23 @@ class KinesisCommitMessage(WriterCommitMessage):
 
 
 def make_producer(options: KinesisOptions) -> KinesisProducer:
-    """The producer the sink options describe (one per task)."""
+    """The producer the sink options describe (one per task).
+
+    kinesis.sink.recordTtl is the retries' deadline: the KPL drops a record not written
+    within it, and the awslabs sink then fails the task; ours fails the write, naming the
+    records not written. Enough tries are allowed that the deadline, not their count, ends
+    them (the waits soon reach ``max_wait_ms``, of which jitter keeps at least half).
+    """
     sink = options.sink
+    attempts = PUT_RECORDS_RETRY.max_attempts + 2 * sink.record_ttl_ms // \
+        PUT_RECORDS_RETRY.max_wait_ms
+    retry = replace(PUT_RECORDS_RETRY, wait_time_ms=sink.flush_wait_time_ms,
+                    deadline_ms=sink.record_ttl_ms, max_attempts=attempts)
+    client = None if sink.proxies is None else \
+        make_client(options.config, "kinesis", proxies=sink.proxies)
     return KinesisProducer(options.config, aggregation=sink.aggregation_enabled,
                            record_max_buffered_time_ms=sink.record_max_buffered_time_ms,
-                           max_connections=sink.max_connections,
-                           retry=replace(PUT_RECORDS_RETRY, wait_time_ms=sink.flush_wait_time_ms))
+                           max_connections=sink.max_connections, retry=retry, client=client)
 
 
 def _column_indexes(schema: StructType) -> tuple[int, int, int | None]:
