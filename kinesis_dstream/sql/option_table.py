@@ -30,6 +30,7 @@ from .other_connectors import (
     NO_EFFECT_ELSEWHERE,
     QUBOLE_ADD_IDLE_TIME,
     QUBOLE_IDLE_TIME,
+    QUBOLE_SINK_ALIASES,
     REQUIRE_CONSUMER_DEREGISTRATION,
 )
 from .starting_position import parse_starting_position
@@ -160,15 +161,19 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
 
 SINK_OPTIONS: tuple[Option, ...] = (
     Option(SINK_FLUSH_WAIT_TIME_MS, Duration(1), "First wait before failed entries are sent "
-           "again (doubling, jittered).", "100", target="sink", field="flush_wait_time_ms"),
+           "again (doubling, jittered).", "100", target="sink", field="flush_wait_time_ms",
+           aliases=QUBOLE_SINK_ALIASES["flush_wait_time_ms"]),
     Option(SINK_RECORD_MAX_BUFFERED_TIME_MS, Duration(0), "Longest a record waits in the "
            "buffer before it is sent.", "1000", target="sink",
-           field="record_max_buffered_time_ms"),
+           field="record_max_buffered_time_ms",
+           aliases=QUBOLE_SINK_ALIASES["record_max_buffered_time_ms"]),
     Option(SINK_MAX_CONNECTIONS, Whole(1), "Full PutRecords requests sent concurrently.", "1",
-           target="sink", field="max_connections"),
+           target="sink", field="max_connections",
+           aliases=QUBOLE_SINK_ALIASES["max_connections"]),
     Option(SINK_AGGREGATION_ENABLED, BOOLEAN, "Write KPL aggregates (grouped by the shard "
            "each user record belongs on) instead of one Kinesis record per row.", "true",
-           target="sink", field="aggregation_enabled"),
+           target="sink", field="aggregation_enabled",
+           aliases=QUBOLE_SINK_ALIASES["aggregation_enabled"]),
 )
 
 SOURCE_OPTIONS: tuple[Option, ...] = (
@@ -213,7 +218,9 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            aliases=("leaseTableName", "kinesis.leaseTable", "leaseTable"), target="source",
            field="start_lease_table"),
     Option(FAIL_ON_DATA_LOSS, BOOLEAN, "A start trimmed by the stream's retention fails the "
-           "query (true) or goes on from the oldest record (false).", "false",
+           "query (true) or goes on from the oldest record (false). The default follows the "
+           "names the options are written in: true (qubole's) when only qubole's are used.",
+           "false (true with qubole's names)",
            aliases=("failOnDataLoss",), target="source", field="fail_on_data_loss"),
     Option(MAX_FETCH_RECORDS_PER_SHARD, Whole(1), "Most records one shard gives one "
            "micro-batch (the first one a query plans: at most 1000, for rows within seconds "

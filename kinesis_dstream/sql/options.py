@@ -44,7 +44,7 @@ from .option_table import (
     STREAM_ARN,
     STREAM_NAME,
 )
-from .other_connectors import endpoint_of_region, warn_no_effect
+from .other_connectors import default_fail_on_data_loss, endpoint_of_region, warn_no_effect
 
 log = logging.getLogger(__name__)
 
@@ -301,8 +301,10 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     arns = _check_connection(config_values, role="source")
     streams = stream_list(config_values["stream_name"])
     config_values["stream_name"] = streams[0]
-    if "fail_on_data_loss" in source_values:  # the executors' readers decide on a trimmed start
-        config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
+    # The default follows the connector whose names the options are written in (qubole: true).
+    source_values.setdefault("fail_on_data_loss", default_fail_on_data_loss(options))
+    # The executors' readers decide on a trimmed start.
+    config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
     if "kinesis_endpoint" not in config_values:
         # Read on the driver, as boto3 would (AWS_ENDPOINT_URL_KINESIS, else the region's
         # public endpoint), so that every executor reads the same endpoint.
