@@ -117,7 +117,8 @@ _ATTEMPTS = Whole(0, then=lambda retries: retries + 1)  # awslabs counts retries
 _NO_EFFECT = ValueType("text", _accepted)
 _STARTING_POSITION = ValueType(
     "LATEST, TRIM_HORIZON, EARLIEST or AT_TIMESTAMP <ISO 8601 time> (any case), or "
-    "{\"at_timestamp\": \"<time>\", \"format\": \"<Java pattern>\"}",
+    "{\"at_timestamp\": \"<time>\", \"format\": \"<Java pattern>\"}, or qubole's per-shard "
+    "{\"<shard id>\": {\"iteratorType\": \"<type>\", \"iteratorPosition\": \"<position>\"}}",
     lambda key, value: parse_starting_position(value, key))
 _BYTES = Bytes(1)
 

@@ -28,12 +28,14 @@ from ..errors import ConfigurationError
 from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, StartingPosition
 from ..settings import Read
 from .option_table import (
+    APPLICATION_NAME,
     AWSLABS_CONSUMER_NAME,
     CONNECTION_OPTIONS,
     CONSUMER_TYPE,
     DEFAULT_TABLE_PREFIX,
     ENDPOINT_URL,
     KINESIS_REGION,
+    LEASE_TABLE_NAME,
     MAX_RECORDS_PER_GET,
     METADATA_COMMITTER_TYPE,
     METADATA_PATH,
@@ -41,10 +43,12 @@ from .option_table import (
     ROLE_DOING,
     ROLES,
     SQL_APPLICATION_NAME,
+    STARTING_POSITION,
     STREAM_ARN,
     STREAM_NAME,
 )
 from .other_connectors import default_fail_on_data_loss, endpoint_of_region, warn_no_effect
+from .starting_position import ShardStarts
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +99,8 @@ class SourceOptions:
     arns: tuple[str, ...] = ()  # kinesis.streamArn: each stream's ARN, in the order of streams
     starting_position: StartingPosition = field(
         default_factory=lambda: StartingPosition("LATEST"))
+    # qubole's per-shard startingPosition: these shards start there, the others as above.
+    shard_starts: Mapping[str, StartingPosition] = field(default_factory=dict)
     fail_on_data_loss: bool = False
     max_fetch_records_per_shard: int = 100_000
     max_records_per_trigger: int | None = None
@@ -288,6 +294,25 @@ def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> Kinesi
                           sink=SinkOptions(**read.of("sink")), unknown=read.unknown)
 
 
+def _split_shard_starts(source_values: dict[str, Any], streams: tuple[str, ...]) -> None:
+    """qubole's per-shard ``startingPosition`` -> ``shard_starts`` and the others' start
+    (LATEST). Its shard ids name one stream's shards, and a lease table's checkpoints would
+    say the same thing a second time: both refused."""
+    starts = source_values.get("starting_position")
+    if not isinstance(starts, ShardStarts):
+        return
+    if len(streams) > 1:
+        raise ConfigurationError(f"{STARTING_POSITION}: a per-shard JSON start names the "
+                                 f"shards of one stream; this query reads {len(streams)} "
+                                 f"({', '.join(streams)})")
+    if source_values.get("start_lease_table") or source_values.get("start_application"):
+        raise ConfigurationError(f"{STARTING_POSITION}: a per-shard JSON start and a lease "
+                                 f"table to start from ({LEASE_TABLE_NAME} / "
+                                 f"{APPLICATION_NAME}) both say where shards start: give one")
+    source_values["starting_position"] = starts.default
+    source_values["shard_starts"] = dict(starts.shards)
+
+
 def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     """The options of a streaming read -> ``SourceOptions``.
 
@@ -317,6 +342,7 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         source_values["min_fetch_period_s"] = qubole.get("idle_time_s", 1.0)
     warn_no_effect(read.given)
     _check_fan_out(source_values, config_values)
+    _split_shard_starts(source_values, streams)
     table = source_values.get("start_lease_table") or source_values.get("start_application")
     if table:  # the KCL names the table after the application
         source_values["start_lease_table"] = table
