@@ -132,7 +132,8 @@ def test_qubole_per_shard_json_reads_each_shard_and_skips_metadata():
     ('{"metadata": {"batchId": "1"}}', "no shard in"),
 ])
 def test_a_bad_per_shard_start_is_refused_naming_the_option(text, says):
-    with pytest.raises(ConfigurationError, match=f"^kinesis.startingPosition \\(as startingposition\\): .*{says}"):
+    named = r"^kinesis.startingPosition \(as startingposition\): "
+    with pytest.raises(ConfigurationError, match=named + f".*{says}"):
         parse_source_options({**lowered(QUBOLE), "startingposition": text})
 
 
