@@ -65,6 +65,9 @@ def test_qubole_sink_bad_values_are_refused_by_name():
     (["streamName", "endpointUrl"], "qubole"),
     (["streamname", "kinesis.executor.maxFetchTimeInMs"], "qubole"),
     (["streamName", "awsSTSRoleARN"], "qubole"),
+    # Our range table's options are anyone's: a job moved from qubole may add them.
+    (["streamName", "endpointUrl", "kinesis.dynamodb.tableName",
+      "kinesis.dynamodb.endpointUrl"], "qubole"),
     (["streamName", "region"], "databricks"),
     (["streamName", "initialPosition", "kinesis.dynamodb.endpointUrl"], "databricks"),
     (["kinesis.streamName", "kinesis.endpointUrl"], "awslabs"),

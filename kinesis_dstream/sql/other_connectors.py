@@ -65,7 +65,9 @@ NO_EFFECT_ELSEWHERE: Mapping[str, tuple[str, str]] = {
 # Where the anchors' defaults differ (qubole's failOnDataLoss is true, awslabs' false), the
 # default follows the names the options are written in. Only names one anchor has tell them
 # apart (streamName is qubole's and Databricks'); ours (kinesis.dynamodb.endpointUrl, ...) are
-# neutral. Lower-cased, as Spark hands them over. From each connector's README / docs.
+# neutral, and so is kinesis.dynamodb.tableName: our range table's name, which a job moved
+# from qubole (no table there) may need to add. Lower-cased, as Spark hands them over. From
+# each connector's README / docs.
 QUBOLE_ONLY_NAMES = frozenset({
     "endpointurl", "regionname", "awsaccesskeyid", "awsstsrolearn", "awsstssessionname",
     "awsuseinstanceprofile", "sessiontoken", "startingposition", "failondataloss"})
@@ -85,7 +87,7 @@ AWSLABS_ONLY_NAMES = frozenset(name.lower() for name in (
     "kinesis.metadataMaxRetryIntervalMs", "kinesis.clientNumRetries",
     "kinesis.clientRetryIntervalsMs", "kinesis.clientMaxRetryIntervalMs",
     "kinesis.consumerName", "kinesis.stsRoleArn", "kinesis.stsSessionName",
-    "kinesis.stsEndpointUrl", "kinesis.kinesisRegion", "kinesis.dynamodb.tableName",
+    "kinesis.stsEndpointUrl", "kinesis.kinesisRegion",
     "kinesis.subscribeToShard.timeoutSec", "kinesis.subscribeToShard.maxRetries",
     "kinesis.getRecords.numberOfRecordsPerFetch", "kinesis.getRecords.fetchIntervalMs",
     "kinesis.awsAccessKeyId", "kinesis.awsSecretKey"))
