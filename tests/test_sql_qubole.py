@@ -38,7 +38,8 @@ def test_qubole_sink_names_mean_the_sink_options_with_qubole_defaults(caplog):
             "kinesis.executor.maxConnections": "4",
             "kinesis.executor.recordMaxBufferedTime": "250",
             "kinesis.executor.flushWaitTimeMillis": "30"}))
-        typo = parse_options(lowered({**QUBOLE, "kniesis.executor.flushwaittimemillis": "40"}))
+        typo = parse_options(lowered({**QUBOLE, "kniesis.executor.flushwaittimemillis": "40",
+                                      "awsUseInstanceProfile": "true"}))
     # qubole's documented defaults are ours: aggregated, 1 connection, 1000 ms, 100 ms.
     assert (defaults.sink.aggregation_enabled, defaults.sink.max_connections,
             defaults.sink.record_max_buffered_time_ms, defaults.sink.flush_wait_time_ms) == \

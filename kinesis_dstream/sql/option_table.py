@@ -31,6 +31,7 @@ from .other_connectors import (
     QUBOLE_ADD_IDLE_TIME,
     QUBOLE_IDLE_TIME,
     QUBOLE_SINK_ALIASES,
+    QUBOLE_USE_INSTANCE_PROFILE,
     REQUIRE_CONSUMER_DEREGISTRATION,
 )
 from .starting_position import parse_starting_position
@@ -175,6 +176,9 @@ SINK_OPTIONS: tuple[Option, ...] = (
            "each user record belongs on) instead of one Kinesis record per row.", "true",
            target="sink", field="aggregation_enabled",
            aliases=QUBOLE_SINK_ALIASES["aggregation_enabled"]),
+    Option(QUBOLE_USE_INSTANCE_PROFILE, _NO_EFFECT, "qubole's name, accepted: without key "
+           "options boto3's default chain is used, the instance profile included.", "true",
+           target="sink"),
 )
 
 SOURCE_OPTIONS: tuple[Option, ...] = (

@@ -31,6 +31,8 @@ QUBOLE_SINK_ALIASES: Mapping[str, tuple[str, ...]] = {
     "max_connections": ("kinesis.executor.maxConnections",),
     "aggregation_enabled": ("kinesis.executor.aggregationEnabled",),
 }
+# qubole's switch for the instance profile; boto3's default chain covers it (no effect here).
+QUBOLE_USE_INSTANCE_PROFILE = "awsUseInstanceProfile"
 # A MB of Databricks' maxFetchRate, as the Kinesis limits count it (2 MB/s a shard).
 MB = 1024 * 1024
 
@@ -55,7 +57,7 @@ NO_EFFECT_ELSEWHERE: Mapping[str, tuple[str, str]] = {
                                           "double from kinesis.clientRetryIntervalsMs"),
     "kinesis.client.avoidEmptyBatches": ("qubole", "skipped empty micro-batches; this source "
                                          "always does (it probes quiet shards)"),
-    "awsUseInstanceProfile": ("qubole", "used the instance profile; without key options "
+    QUBOLE_USE_INSTANCE_PROFILE: ("qubole", "used the instance profile; without key options "
                               "boto3's default chain does, the instance profile included"),
 }
 
