@@ -177,7 +177,7 @@ SINK_OPTIONS: tuple[Option, ...] = (
            target="sink", field="aggregation_enabled",
            aliases=QUBOLE_SINK_ALIASES["aggregation_enabled"]),
     Option(QUBOLE_USE_INSTANCE_PROFILE, _NO_EFFECT, "qubole's name, accepted: without key "
-           "options boto3's default chain is used, the instance profile included.", "true",
+           "options boto3's default chain is used, the instance profile included.",
            target="sink"),
 )
 
