@@ -209,3 +209,40 @@ def test_qubole_named_sink_writes_one_kinesis_record_per_row_without_aggregation
         assert not any(u.aggregated for u in users)
     else:
         assert len(raw) < len(rows) and all(u.aggregated for u in users)
+
+
+@pytest.mark.spark
+def test_a_query_starts_each_shard_where_qubole_per_shard_json_says(
+        spark, kinesis_local, dynamodb, aws_env, make_stream, put_records, unique_app_name,
+        tmp_path):
+    """On local-cluster[2,1,1024]: one shard AT_SEQUENCE_NUMBER (that record included), the
+    other AFTER_SEQUENCE_NUMBER (that record left out); every later record read once."""
+    from spark_helpers import wait_until
+    from test_sql_source import Batches, start_query, stop
+
+    stream = make_stream(2)
+    put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(40)])
+    by_shard: dict[str, list] = {}
+    for i, result in enumerate(put):
+        by_shard.setdefault(result.shard_id, []).append((i, result.sequence_number))
+    (at_shard, at_records), (after_shard, after_records) = sorted(by_shard.items())
+    assert len(at_records) > 3 and len(after_records) > 3  # both shards hold records
+    at_index, at_seq = at_records[2]
+    after_index, after_seq = after_records[2]
+    starts = {at_shard: {"iteratorType": "AT_SEQUENCE_NUMBER", "iteratorPosition": at_seq},
+              after_shard: {"iteratorType": "AFTER_SEQUENCE_NUMBER",
+                            "iteratorPosition": after_seq},
+              "metadata": {"streamName": stream, "batchId": "7"}}
+    expected = Counter(f"r{i}".encode() for i, _ in at_records[2:] + after_records[3:])
+    opts = {"streamName": stream, "endpointUrl": kinesis_local, "regionName": "us-east-1",
+            "startingPosition": json.dumps(starts), "kinesis.dynamodb.endpointUrl": dynamodb,
+            "kinesis.dynamodb.tableName": unique_app_name}
+    sink = Batches()
+    query = start_query(spark, opts, str(tmp_path / "checkpoint"), sink)
+    try:
+        wait_until(lambda: sum(sink.data().values()) >= sum(expected.values()), 120,
+                   "the records after the given positions")
+        wait_until(lambda: not query.status["isTriggerActive"], 60, "the trigger to end")
+    finally:
+        stop(query)
+    assert sink.data() == expected
