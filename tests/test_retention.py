@@ -415,18 +415,25 @@ def test_dstream_trimmed_checkpoint_fails_the_batch_with_fail_on_data_loss(
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("fail", [False, True, "qubole"])
 def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make_stream,
                                                          put_records, unique_app_name,
                                                          tmp_path, fail):
+    """fail "qubole": no failOnDataLoss, options in qubole's names: its default, true."""
     from test_sql_source import Batches, options, start_query, stop
 
     proxy, env = proxied
     stream = make_stream(1)
     put = put_records(stream, [(f"k{i}", f"r{i}") for i in range(3)])
     shard = put[0].shard_id
-    opts = options(stream, proxy.endpoint, env["dynamodb"], unique_app_name,
-                   **{"kinesis.failOnDataLoss": str(fail).lower()})
+    if fail == "qubole":
+        opts = {"streamName": stream, "endpointUrl": proxy.endpoint, "regionName": "us-east-1",
+                "startingPosition": "TRIM_HORIZON", "kinesis.client.retryIntervalMs": "100",
+                "kinesis.dynamodb.endpointUrl": env["dynamodb"],
+                "kinesis.dynamodb.tableName": unique_app_name}
+    else:
+        opts = options(stream, proxy.endpoint, env["dynamodb"], unique_app_name,
+                       **{"kinesis.failOnDataLoss": str(fail).lower()})
     checkpoint, sink = str(tmp_path / "checkpoint"), Batches()
     query = start_query(spark, opts, checkpoint, sink)
     try:
@@ -458,6 +465,7 @@ def test_sql_trimmed_position_follows_fail_on_data_loss(spark, sc, proxied, make
     if fail:
         error = str(query.exception())
         assert "DataLossError" in error and shard in error and span in error, error
+        assert "failOnDataLoss is true" in error, error
         assert data == ["r0", "r1", "r2"]
         return
     assert query.exception() is None, query.exception()

@@ -61,18 +61,47 @@ def _from_checkpoint(shard: Shard, checkpoint: ExtendedSequenceNumber, start: St
     return {"after": kind, "sub": int(checkpoint.sub_sequence_number)}
 
 
+# A sub-sequence number past any KPL aggregate's last user record: "after" it is after the
+# whole Kinesis record (qubole's AFTER_SEQUENCE_NUMBER); -1 is before its first (AT_...).
+_AFTER_WHOLE_RECORD, _BEFORE_WHOLE_RECORD = 2**31 - 1, -1
+
+
+def _from_shard_start(shard: Shard, start: StartingPosition, pinned: float) -> dict[str, Any]:
+    """qubole's per-shard start of one shard as an offset position."""
+    if start.type == "SHARD_END" or (start.type == LATEST and shard.is_closed):
+        return {"ended": True}
+    if start.type == LATEST:
+        return {"at": AT_TIMESTAMP, "ts": pinned}
+    if start.type == AT_TIMESTAMP and start.timestamp is not None:
+        return {"at": AT_TIMESTAMP, "ts": float(start.timestamp)}
+    if start.type in ("AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER") and start.sequence_number:
+        return {"after": start.sequence_number,
+                "sub": _BEFORE_WHOLE_RECORD if start.type == "AT_SEQUENCE_NUMBER"
+                else _AFTER_WHOLE_RECORD}
+    return {"at": TRIM_HORIZON}
+
+
 def initial_positions(listing: Sequence[Shard], start: StartingPosition, pinned: float,
                       checkpoints: Mapping[str, ExtendedSequenceNumber] | None = None,
                       table: str = "", key: Callable[[str], str] = str,
+                      shard_starts: Mapping[str, StartingPosition] | None = None,
                       ) -> dict[str, dict[str, Any]]:
     """Each listed shard's offset position for a new query (pure: tested on its own).
 
     ``pinned`` is the query's start (epoch s), LATEST's fixed meaning so a re-run of the
-    first reading reads the same records; ``checkpoints`` the lease table's, by shard id.
+    first reading reads the same records; ``checkpoints`` the lease table's, by shard id;
+    ``shard_starts`` qubole's per-shard starts (a named shard's children start from their
+    beginning and its parents are done, as with a checkpoint).
     A shard not to be read before its listed parents end says ``"wait": [parents]``.
     ``key`` names a shard in errors as the query knows it (``StreamSet.key``).
     """
-    checkpoints = checkpoints or {}
+    shard_starts = shard_starts or {}
+    unknown = sorted(set(shard_starts) - {s.shard_id for s in listing})
+    if unknown:
+        log.warning("%s names shards the stream does not list (expired or mistyped): %s; "
+                    "they are left out", STARTING_POSITION, ", ".join(key(s) for s in unknown))
+    checkpoints = {**(checkpoints or {}),
+                   **{s: ExtendedSequenceNumber(TRIM_HORIZON) for s in shard_starts}}
     listed = {s.shard_id: s for s in listing}
     children: dict[str, list[str]] = {}
     for shard in listing:
@@ -91,7 +120,9 @@ def initial_positions(listing: Sequence[Shard], start: StartingPosition, pinned:
     positions: dict[str, dict[str, Any]] = {}
     for shard_id in sorted(listed):
         shard = listed[shard_id]
-        if shard_id in checkpoints:
+        if shard_id in shard_starts:
+            entry = _from_shard_start(shard, shard_starts[shard_id], pinned)
+        elif shard_id in checkpoints:
             entry = _from_checkpoint(shard, checkpoints[shard_id], start, pinned, table,
                                      key(shard_id))
         elif row_below(shard_id):

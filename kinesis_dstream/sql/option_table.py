@@ -31,6 +31,8 @@ from .other_connectors import (
     NO_EFFECT_ELSEWHERE,
     QUBOLE_ADD_IDLE_TIME,
     QUBOLE_IDLE_TIME,
+    QUBOLE_SINK_ALIASES,
+    QUBOLE_USE_INSTANCE_PROFILE,
     REQUIRE_CONSUMER_DEREGISTRATION,
 )
 from .starting_position import parse_starting_position
@@ -127,7 +129,8 @@ _ATTEMPTS = Whole(0, then=lambda retries: retries + 1)  # awslabs counts retries
 _NO_EFFECT = ValueType("text", _accepted)
 _STARTING_POSITION = ValueType(
     "LATEST, TRIM_HORIZON, EARLIEST or AT_TIMESTAMP <ISO 8601 time> (any case), or "
-    "{\"at_timestamp\": \"<time>\", \"format\": \"<Java pattern>\"}",
+    "{\"at_timestamp\": \"<time>\", \"format\": \"<Java pattern>\"}, or qubole's per-shard "
+    "{\"<shard id>\": {\"iteratorType\": \"<type>\", \"iteratorPosition\": \"<position>\"}}",
     lambda key, value: parse_starting_position(value, key))
 _BYTES = Bytes(1)
 
@@ -182,15 +185,19 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
 
 SINK_OPTIONS: tuple[Option, ...] = (
     Option(SINK_FLUSH_WAIT_TIME_MS, Duration(1), "First wait before failed entries are sent "
-           "again (doubling, jittered).", "100", target="sink", field="flush_wait_time_ms"),
+           "again (doubling, jittered).", "100", target="sink", field="flush_wait_time_ms",
+           aliases=QUBOLE_SINK_ALIASES["flush_wait_time_ms"]),
     Option(SINK_RECORD_MAX_BUFFERED_TIME_MS, Duration(0), "Longest a record waits in the "
            "buffer before it is sent.", "1000", target="sink",
-           field="record_max_buffered_time_ms"),
+           field="record_max_buffered_time_ms",
+           aliases=QUBOLE_SINK_ALIASES["record_max_buffered_time_ms"]),
     Option(SINK_MAX_CONNECTIONS, Whole(1), "Full PutRecords requests sent concurrently.", "1",
-           target="sink", field="max_connections"),
+           target="sink", field="max_connections",
+           aliases=QUBOLE_SINK_ALIASES["max_connections"]),
     Option(SINK_AGGREGATION_ENABLED, BOOLEAN, "Write KPL aggregates (grouped by the shard "
            "each user record belongs on) instead of one Kinesis record per row.", "true",
-           target="sink", field="aggregation_enabled"),
+           target="sink", field="aggregation_enabled",
+           aliases=QUBOLE_SINK_ALIASES["aggregation_enabled"]),
     Option(SINK_RECORD_TTL, Duration(1), "Most time a write spends getting its records "
            "into Kinesis, retries of failed entries included; past it the write fails, "
            "naming the entries not written (the KPL drops them and awslabs fails the task).",
@@ -205,6 +212,9 @@ SINK_OPTIONS: tuple[Option, ...] = (
            field="proxy_username"),
     Option(SINK_PROXY_PASSWORD, _TEXT, "The proxy user's password.",
            aliases=("proxyPassword",), target="sink", field="proxy_password"),
+    Option(QUBOLE_USE_INSTANCE_PROFILE, _NO_EFFECT, "qubole's name, accepted: without key "
+           "options boto3's default chain is used, the instance profile included.",
+           target="sink"),
 )
 
 SOURCE_OPTIONS: tuple[Option, ...] = (
@@ -251,7 +261,9 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            aliases=("leaseTableName", "kinesis.leaseTable", "leaseTable"), target="source",
            field="start_lease_table"),
     Option(FAIL_ON_DATA_LOSS, BOOLEAN, "A start trimmed by the stream's retention fails the "
-           "query (true) or goes on from the oldest record (false).", "false",
+           "query (true) or goes on from the oldest record (false). The default follows the "
+           "names the options are written in: true (qubole's) when only qubole's are used.",
+           "false (true with qubole's names)",
            aliases=("failOnDataLoss",), target="source", field="fail_on_data_loss"),
     Option(MAX_FETCH_RECORDS_PER_SHARD, Whole(1), "Most records one shard gives one "
            "micro-batch (the first one a query plans: at most 1000, for rows within seconds "

@@ -30,12 +30,14 @@ from ..retrieval import MAX_FETCH_TIME_PER_SHARD_S, StartingPosition
 from ..settings import Read
 from .credential_provider import apply_provider
 from .option_table import (
+    APPLICATION_NAME,
     AWSLABS_CONSUMER_NAME,
     CONNECTION_OPTIONS,
     CONSUMER_TYPE,
     DEFAULT_TABLE_PREFIX,
     ENDPOINT_URL,
     KINESIS_REGION,
+    LEASE_TABLE_NAME,
     MAX_FETCH_TIME_PER_SHARD_MS,
     MAX_FETCH_TIME_PER_SHARD_SEC,
     MAX_RECORDS_PER_GET,
@@ -49,10 +51,12 @@ from .option_table import (
     SINK_PROXY_PORT,
     SINK_PROXY_USERNAME,
     SQL_APPLICATION_NAME,
+    STARTING_POSITION,
     STREAM_ARN,
     STREAM_NAME,
 )
-from .other_connectors import endpoint_of_region, warn_no_effect
+from .other_connectors import default_fail_on_data_loss, endpoint_of_region, warn_no_effect
+from .starting_position import ShardStarts
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +136,8 @@ class SourceOptions:
     arns: tuple[str, ...] = ()  # kinesis.streamArn: each stream's ARN, in the order of streams
     starting_position: StartingPosition = field(
         default_factory=lambda: StartingPosition("LATEST"))
+    # qubole's per-shard startingPosition: these shards start there, the others as above.
+    shard_starts: Mapping[str, StartingPosition] = field(default_factory=dict)
     fail_on_data_loss: bool = False
     max_fetch_records_per_shard: int = 100_000
     max_records_per_trigger: int | None = None
@@ -328,6 +334,25 @@ def parse_options(options: Mapping[str, Any], **config_overrides: Any) -> Kinesi
                           sink=SinkOptions(**read.of("sink")), unknown=read.unknown)
 
 
+def _split_shard_starts(source_values: dict[str, Any], streams: tuple[str, ...]) -> None:
+    """qubole's per-shard ``startingPosition`` -> ``shard_starts`` and the others' start
+    (LATEST). Its shard ids name one stream's shards, and a lease table's checkpoints would
+    say the same thing a second time: both refused."""
+    starts = source_values.get("starting_position")
+    if not isinstance(starts, ShardStarts):
+        return
+    if len(streams) > 1:
+        raise ConfigurationError(f"{STARTING_POSITION}: a per-shard JSON start names the "
+                                 f"shards of one stream; this query reads {len(streams)} "
+                                 f"({', '.join(streams)})")
+    if source_values.get("start_lease_table") or source_values.get("start_application"):
+        raise ConfigurationError(f"{STARTING_POSITION}: a per-shard JSON start and a lease "
+                                 f"table to start from ({LEASE_TABLE_NAME} / "
+                                 f"{APPLICATION_NAME}) both say where shards start: give one")
+    source_values["starting_position"] = starts.default
+    source_values["shard_starts"] = dict(starts.shards)
+
+
 def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     """The options of a streaming read -> ``SourceOptions``.
 
@@ -348,8 +373,10 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         source_values["max_fetch_time_per_shard_s"] = float(seconds)
     streams = stream_list(config_values["stream_name"])
     config_values["stream_name"] = streams[0]
-    if "fail_on_data_loss" in source_values:  # the executors' readers decide on a trimmed start
-        config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
+    # The default follows the connector whose names the options are written in (qubole: true).
+    source_values.setdefault("fail_on_data_loss", default_fail_on_data_loss(options))
+    # The executors' readers decide on a trimmed start.
+    config_values["fail_on_data_loss"] = source_values["fail_on_data_loss"]
     if "kinesis_endpoint" not in config_values:
         # Read on the driver, as boto3 would (AWS_ENDPOINT_URL_KINESIS, else the region's
         # public endpoint), so that every executor reads the same endpoint.
@@ -362,6 +389,7 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         source_values["min_fetch_period_s"] = qubole.get("idle_time_s", 1.0)
     warn_no_effect(read.given)
     _check_fan_out(source_values, config_values)
+    _split_shard_starts(source_values, streams)
     table = source_values.get("start_lease_table") or source_values.get("start_application")
     if table:  # the KCL names the table after the application
         source_values["start_lease_table"] = table

@@ -182,7 +182,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                 checkpointed += len(set(checkpoints) & {s.shard_id for s in listing})
             positions = initial_positions(listing, start, pinned, checkpoints,
                                           options.start_lease_table or "",
-                                          functools.partial(self.streams.key, stream))
+                                          functools.partial(self.streams.key, stream),
+                                          shard_starts=options.shard_starts)
             shards.update({self.streams.key(stream, s): e for s, e in positions.items()})
         # The streams and any start table checked out: the range table is made meanwhile
         # (needed before the first task, not here), so a query that fails to start makes none.

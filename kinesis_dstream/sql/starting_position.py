@@ -6,13 +6,20 @@ and a time as JSON, ``{"at_timestamp": "06/25/2020 10:23:45 PDT", "format": "MM/
 HH:mm:ss ZZZ"}``, the format a Java date-time pattern (that one by default). Anything else is
 refused naming the option: a query that silently starts at LATEST loses what it was asked to
 read. The parser returns retrieval's ``StartingPosition``, the value every read starts from.
+
+qubole's connector also takes a JSON map of shard id -> ``{"iteratorType": ...,
+"iteratorPosition": ...}`` (the form its offsets are written in; a ``"metadata"`` entry is
+ignored, as qubole does), iterator types TRIM_HORIZON, LATEST, AT_TIMESTAMP (epoch
+milliseconds), AT_SEQUENCE_NUMBER, AFTER_SEQUENCE_NUMBER and SHARD_END; a shard not in the
+map starts at LATEST, as there. That reads as ``ShardStarts``.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import re
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..errors import ConfigurationError
 from ..retrieval import StartingPosition
@@ -144,11 +151,73 @@ def _at_timestamp_json(text: str, key: str) -> StartingPosition:
     return StartingPosition("AT_TIMESTAMP", timestamp=parse_java_time(moment, pattern, key))
 
 
-def parse_starting_position(text: Any, key: str) -> StartingPosition:
+# qubole's iterator types of a per-shard start (KinesisPosition), and which need a position.
+SHARD_END = "SHARD_END"
+_SHARD_ITERATOR_TYPES = {"TRIM_HORIZON": False, "LATEST": False, "AT_TIMESTAMP": True,
+                         "AT_SEQUENCE_NUMBER": True, "AFTER_SEQUENCE_NUMBER": True,
+                         SHARD_END: False}
+_QUBOLE_METADATA = "metadata"  # qubole's offset JSON carries it beside the shards
+
+
+@dataclass(frozen=True)
+class ShardStarts:
+    """qubole's per-shard ``startingPosition``: each named shard's start (types as
+    GetShardIterator's, plus SHARD_END: nothing to read); any other shard starts at
+    ``default`` (LATEST, as in qubole's connector)."""
+
+    shards: Mapping[str, StartingPosition]
+    default: StartingPosition = field(default_factory=lambda: StartingPosition("LATEST"))
+
+
+def _shard_start(shard: str, entry: Any, text: str, key: str) -> StartingPosition:
+    where = f"{key}: shard {shard!r} in {text!r}"
+    if not isinstance(entry, dict) or set(entry) - {"iteratorType", "iteratorPosition"}:
+        raise ConfigurationError(f"{where}: expected {{\"iteratorType\": \"<type>\", "
+                                 "\"iteratorPosition\": \"<position>\"}")
+    kind = str(entry.get("iteratorType", "")).upper()
+    position = entry.get("iteratorPosition", "")
+    if kind not in _SHARD_ITERATOR_TYPES:
+        raise ConfigurationError(f"{where}: iteratorType {entry.get('iteratorType')!r} is not "
+                                 f"one of {', '.join(_SHARD_ITERATOR_TYPES)}")
+    if not _SHARD_ITERATOR_TYPES[kind]:
+        return StartingPosition(kind)
+    position = str(position if position is not None else "").strip()
+    if kind == "AT_TIMESTAMP":
+        try:  # qubole writes epoch milliseconds
+            return StartingPosition(kind, timestamp=int(position) / 1000.0)
+        except ValueError:
+            raise ConfigurationError(f"{where}: AT_TIMESTAMP's iteratorPosition {position!r} "
+                                     "is not epoch milliseconds") from None
+    if not position.isdigit():
+        raise ConfigurationError(f"{where}: {kind}'s iteratorPosition {position!r} is not a "
+                                 "sequence number")
+    return StartingPosition(kind, sequence_number=position)
+
+
+def _shard_starts_json(value: dict[str, Any], text: str, key: str) -> ShardStarts:
+    """qubole's ``{"shardId-...": {"iteratorType": ..., "iteratorPosition": ...}, ...}``."""
+    shards = {str(shard): _shard_start(str(shard), entry, text, key)
+              for shard, entry in value.items() if shard != _QUBOLE_METADATA}
+    if not shards:
+        raise ConfigurationError(f"{key}: no shard in {text!r}: expected "
+                                 "{\"<shard id>\": {\"iteratorType\": ..., "
+                                 "\"iteratorPosition\": ...}, ...}")
+    return ShardStarts(shards)
+
+
+def parse_starting_position(text: Any, key: str) -> StartingPosition | ShardStarts:
     """``LATEST``, ``TRIM_HORIZON``/``EARLIEST``, ``AT_TIMESTAMP <ISO 8601 time>`` (any case),
-    or Databricks' ``{"at_timestamp": ..., "format": ...}``; anything else is refused."""
+    Databricks' ``{"at_timestamp": ..., "format": ...}`` or qubole's per-shard JSON map;
+    anything else is refused."""
     raw = str(text).strip()
     if raw.startswith("{"):
+        try:
+            value: Any = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigurationError(f"{key}: cannot read {raw!r} as JSON ({exc})") from None
+        if isinstance(value, dict) and value and \
+                not {str(k).lower() for k in value} & {"at_timestamp", "format"}:
+            return _shard_starts_json(value, raw, key)
         return _at_timestamp_json(raw, key)
     words = raw.split(None, 1)
     kind = words[0].upper() if words else ""
@@ -157,6 +226,7 @@ def parse_starting_position(text: Any, key: str) -> StartingPosition:
     if kind == "AT_TIMESTAMP" and len(words) == 2:
         return StartingPosition("AT_TIMESTAMP", timestamp=_iso_time(words[1].strip(), key))
     raise ConfigurationError(
-        f"{key}: expected latest, trim_horizon, earliest, 'AT_TIMESTAMP <ISO time>' or "
-        f"{{\"at_timestamp\": \"<time>\", \"format\": \"<pattern>\"}}, got {text!r}; the query "
+        f"{key}: expected latest, trim_horizon, earliest, 'AT_TIMESTAMP <ISO time>', "
+        f"{{\"at_timestamp\": \"<time>\", \"format\": \"<pattern>\"}} or {{\"<shard id>\": "
+        f"{{\"iteratorType\": ..., \"iteratorPosition\": ...}}}}, got {text!r}; the query "
         "would otherwise start somewhere it was not asked to")
