@@ -162,7 +162,7 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
     Option(SESSION_TOKEN, _TEXT, "Temporary static credentials: their session token, "
            "with kinesis.awsAccessKeyId and kinesis.awsSecretKey (sent as "
            "X-Amz-Security-Token; nobody refreshes it: the job fails when it expires).",
-           field="aws_session_token"),
+           aliases=("sessionToken",), field="aws_session_token"),
     Option(PROVIDER_CLASS, _TEXT, "The awslabs connector's credential provider class, where "
            "it means credentials this connector has (with kinesis.credentialProviderParam "
            "as said); any other class is refused, since no JVM class is loaded here. "
