@@ -170,6 +170,15 @@ def Choice(*choices: str) -> ValueType:  # noqa: N802
                      lambda label, value: parse_choice(label, value, choices))
 
 
+def Refused(reason: str) -> ValueType:  # noqa: N802
+    """An option that is known and refused whatever its value: a setting a job relies on
+    that cannot be honoured here, so it fails at start naming the option and ``reason``
+    rather than running without it."""
+    def read(label: str, value: Any) -> Any:
+        raise ConfigurationError(f"{label} is not supported here: {reason}")
+    return ValueType("refused", read)
+
+
 def Duration(minimum_ms: int | None = 0, unit_ms: int = 1) -> ValueType:  # noqa: N802
     """A duration in ms (or in ``unit_ms`` units: 1000 gives seconds as a float)."""
     def read(label: str, value: Any) -> Any:

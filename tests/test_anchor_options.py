@@ -97,6 +97,7 @@ def test_every_documented_option_meets_its_fate(anchor, row, role, lower, caplog
         with pytest.raises(ConfigurationError, match=row.name.split(".")[-1]) as refused:
             parse(options)
         assert row.name.lower() in str(refused.value).lower()
+        assert row.reason() and row.reason() in str(refused.value), "the error says why"
         return
     parsed = parse(options)
     assert parsed.unknown == (), f"{row.name} is unknown to the {role}"

@@ -238,11 +238,11 @@ def test_an_option_without_effect_here_is_warned_about_once_by_name(caplog, monk
     with caplog.at_level(logging.WARNING, logger="kinesis_dstream.sql"):
         for _ in range(3):  # Spark parses a source's options several times
             parsed = parse_source_options({**DATABRICKS, "coalesceBinSize": "128000000",
-                                           "serviceCredential": "c"})
+                                           "coalesceThresholdBlockSize": "1000"})
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and parsed.unknown == ()
     assert "'coalesceBinSize' is the Databricks connector's" in lines[0]
-    assert "would have" in lines[0] and "serviceCredential" in lines[1]
+    assert "would have" in lines[0] and "coalesceThresholdBlockSize" in lines[1]
 
 
 # -- the qubole names --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Mapping
 
 from ..settings import Option
 from .option_table import ROLES
-from .other_connectors import NO_EFFECT_ELSEWHERE
+from .other_connectors import NO_EFFECT_ELSEWHERE, SERVICE_CREDENTIAL_REFUSAL
 
 HONOURED = "honoured"
 ACCEPTED = "accepted"
@@ -233,7 +233,7 @@ DATABRICKS = Anchor("databricks", "Databricks Kinesis connector", "kinesis", {
     _honoured("roleSessionName", BOTH, "etl", needs={"roleArn": _ROLE_ARN}),
     _honoured("roleExternalId", BOTH, "ext-1", needs={"roleArn": _ROLE_ARN}),
     _honoured("stsEndpoint", BOTH, "https://sts.eu-west-1.amazonaws.com"),
-    _accepted("serviceCredential", SOURCE, "kinesis-reader"),
+    _refused("serviceCredential", BOTH, "kinesis-reader", SERVICE_CREDENTIAL_REFUSAL),
     _honoured("maxRecordsPerFetch", SOURCE, "500", "10000"),
     _honoured("maxFetchRate", SOURCE, "2.0", "1.0",
               differs="ours is unlimited: Kinesis' 2 MB/s a shard bounds a reader already"),

@@ -20,6 +20,7 @@ from ..settings import (
     FrontEnd,
     Number,
     Option,
+    Refused,
     Text,
     ValueType,
     Whole,
@@ -34,6 +35,8 @@ from .other_connectors import (
     QUBOLE_SINK_ALIASES,
     QUBOLE_USE_INSTANCE_PROFILE,
     REQUIRE_CONSUMER_DEREGISTRATION,
+    SERVICE_CREDENTIAL,
+    SERVICE_CREDENTIAL_REFUSAL,
 )
 from .starting_position import parse_starting_position
 
@@ -181,6 +184,8 @@ CONNECTION_OPTIONS: tuple[Option, ...] = (
            field="sts_external_id"),
     Option(STS_ENDPOINT_URL, _TEXT, "The STS endpoint; by default boto3's resolution.",
            aliases=("stsEndpoint",), field="sts_endpoint"),
+    Option(SERVICE_CREDENTIAL, Refused(SERVICE_CREDENTIAL_REFUSAL), "Databricks' name, "
+           "refused at load() naming it: " + SERVICE_CREDENTIAL_REFUSAL + "."),
 )
 
 SINK_OPTIONS: tuple[Option, ...] = (

@@ -33,6 +33,11 @@ QUBOLE_SINK_ALIASES: Mapping[str, tuple[str, ...]] = {
 }
 # qubole's switch for the instance profile; boto3's default chain covers it (no effect here).
 QUBOLE_USE_INSTANCE_PROFILE = "awsUseInstanceProfile"
+# Databricks' service credential: refused (a job would otherwise read as another identity).
+SERVICE_CREDENTIAL = "serviceCredential"
+SERVICE_CREDENTIAL_REFUSAL = (
+    "a Databricks service credential exists only in a Databricks workspace; give the IAM "
+    "role it stands for as roleArn (kinesis.stsRoleArn), or key options")
 # A MB of Databricks' maxFetchRate, as the Kinesis limits count it (2 MB/s a shard).
 MB = 1024 * 1024
 
@@ -51,8 +56,6 @@ NO_EFFECT_ELSEWHERE: Mapping[str, tuple[str, str]] = {
                                    "10,000 rows"),
     "coalesceBinSize": ("Databricks", "sized the coalesced blocks; tasks here hand out Arrow "
                         "batches of 10,000 rows"),
-    "serviceCredential": ("Databricks", "authenticated with a Databricks service credential; "
-                          "here the key or role options, else boto3's default chain, are used"),
     "kinesis.client.maxRetryIntervalMs": ("qubole", "capped the wait between retries; ours "
                                           "double from kinesis.clientRetryIntervalsMs"),
     "kinesis.client.avoidEmptyBatches": ("qubole", "skipped empty micro-batches; this source "
