@@ -54,7 +54,8 @@ class AnchorOption:
         if self.note or self.name not in NO_EFFECT_ELSEWHERE:
             return self.note
         who, what = NO_EFFECT_ELSEWHERE[self.name]
-        return f"warned about by name: with {who}'s connector it would have {what}"
+        owner = f"{who}'" if who.endswith("s") else f"{who}'s"
+        return f"warned about by name: with {owner} connector it would have {what}"
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,11 @@ AWSLABS = Anchor("awslabs", "awslabs spark-sql-kinesis-connector", "aws-kinesis"
     _honoured("kinesis.maxFetchRecordsPerShard", SOURCE, "5000", "100000"),
     _honoured("kinesis.maxFetchTimePerShardSec", SOURCE, "20",
               sets=("max_fetch_time_per_shard_s", 20.0),
-              note="less than 10 is refused, as there; unset, awslabs has no time cap and "
-                   "here kinesis.maxFetchTimePerShardMs (5 s) applies"),
+              note="whole seconds; less than 10 is refused, as there. Unset, awslabs has no "
+                   "time cap and ends a read on the record cap only; here "
+                   "kinesis.maxFetchTimePerShardMs (5 s) applies, since a read still going "
+                   "after that is reading a backlog and a longer one only delays the batch. "
+                   "Given with kinesis.maxFetchTimePerShardMs, the query is refused"),
     _honoured("kinesis.startingPosition", SOURCE, "TRIM_HORIZON", "LATEST"),
     _honoured("kinesis.describeShardInterval", SOURCE, "5s", "1s"),
     _accepted("kinesis.minBatchesToRetain", SOURCE, "10",
@@ -141,13 +145,17 @@ AWSLABS = Anchor("awslabs", "awslabs spark-sql-kinesis-connector", "aws-kinesis"
               needs={"kinesis.awsAccessKeyId": "AKIDEXAMPLE"}),
     _honoured("kinesis.sessionToken", BOTH, "token",
               needs={"kinesis.awsAccessKeyId": "AKIDEXAMPLE", "kinesis.awsSecretKey": "secret"},
-              note="in the connector's code, not its README"),
+              note="in the connector's code, not its README. Sent as X-Amz-Security-Token; "
+                   "nothing refreshes it, as there: the job fails once it expires. A token "
+                   "without keys is refused"),
     _honoured("kinesis.kinesisRegion", SOURCE, "us-west-2"),
     _honoured("kinesis.credentialProviderClass", BOTH, _PROVIDER,
               needs={"kinesis.credentialProviderParam": "AKIDEXAMPLE,secret"},
               sets=("config.aws_access_key_id", "AKIDEXAMPLE"),
-              note="the classes listed below; any other class is refused, since no JVM "
-                   "class is loaded here"),
+              note="the classes listed below; any other class is refused at load() with "
+                   "the accepted list, since no JVM class is loaded here. A class given beside "
+                   "the key, token or role options is refused too (with awslabs the class "
+                   "would win)"),
     _honoured("kinesis.credentialProviderParam", BOTH, "AKIDEXAMPLE,secret",
               needs={"kinesis.credentialProviderClass": _PROVIDER},
               sets=("config.aws_secret_key", "secret")),
@@ -156,14 +164,22 @@ AWSLABS = Anchor("awslabs", "awslabs spark-sql-kinesis-connector", "aws-kinesis"
     _accepted("kinesis.subscribeToShard.timeoutSec", SOURCE, "30"),
     _accepted("kinesis.subscribeToShard.maxRetries", SOURCE, "5"),
     _honoured("kinesis.getRecords.numberOfRecordsPerFetch", SOURCE, "500", "10000"),
-    _honoured("kinesis.getRecords.fetchIntervalMs", SOURCE, "500", "200"),
+    _honoured("kinesis.getRecords.fetchIntervalMs", SOURCE, "500", "200",
+              note="the least time between the starts of two GetRecords calls of one shard's "
+                   "reading; with minFetchPeriod too, the longer one holds"),
     _honoured("kinesis.sink.flushWaitTimeMs", SINK, "50", "100"),
     _honoured("kinesis.sink.recordMaxBufferedTimeMs", SINK, "500", "1000"),
     _honoured("kinesis.sink.maxConnections", SINK, "4", "1"),
     _honoured("kinesis.sink.aggregationEnabled", SINK, "false", "true"),
-    _honoured("kinesis.sink.recordTtl", SINK, "60000", "30000"),
+    _honoured("kinesis.sink.recordTtl", SINK, "60000", "30000",
+              note="the most time a write spends getting its records in, retries included; "
+                   "then the write fails naming the records not written (the KPL drops them "
+                   "and the awslabs sink then fails the task)"),
     _honoured("kinesis.sink.proxyAddress", SINK, "proxy.example.com",
-              note="in the connector's code, not its README; also without kinesis.sink."),
+              note="in the connector's code, not its README (earlier releases: without "
+                   "kinesis.sink., also taken). The sink's Kinesis calls go through that HTTP "
+                   "proxy, HTTPS through CONNECT, with basic authentication when a user is "
+                   "given; the source's calls do not, as with awslabs"),
     _honoured("kinesis.sink.proxyPort", SINK, "8080",
               needs={"kinesis.sink.proxyAddress": "proxy.example.com"}),
     _honoured("kinesis.sink.proxyUsername", SINK, "user",
