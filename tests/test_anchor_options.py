@@ -23,6 +23,7 @@ from kinesis_dstream.sql.anchor_options import (
     AnchorOption,
     our_option,
 )
+from kinesis_dstream.sql.datasource import KinesisDataSource, KinesisShortNameDataSource
 from kinesis_dstream.sql.option_table import PARSER_LOGGER, ROLES
 from kinesis_dstream.sql.options import parse_options, parse_source_options
 
@@ -121,6 +122,27 @@ def test_every_documented_option_meets_its_fate(anchor, row, role, lower, caplog
             f"{row.name}: the anchor's default {row.default!r} "
             + ("now means ours: drop the row's differs" if same else
                "is not ours: say so in the row's differs"))
+
+
+def _format(anchor: Anchor) -> type[KinesisDataSource]:
+    """The data source registered under the anchor's format name."""
+    found = [cls for cls in (KinesisDataSource, KinesisShortNameDataSource)
+             if cls.name() == anchor.format_name]
+    assert len(found) == 1, anchor.format_name
+    return found[0]
+
+
+@pytest.mark.parametrize("anchor, row, role",
+                         [p for p in rows() if p.values[2] == "source"])
+def test_load_on_the_anchors_format_name_takes_or_refuses_each_option(anchor, row, role):
+    """What ``spark.readStream.format(<the anchor's name>)...load()`` asks the source:
+    its schema, which parses the options as Spark hands them."""
+    source = _format(anchor)(_options(anchor, row, role, row.example, lower=True))
+    if row.fate == REFUSED:
+        with pytest.raises(ConfigurationError, match=row.name):
+            source.schema()
+    else:
+        assert source.schema().fieldNames()
 
 
 def test_a_refused_value_says_which_option_and_why():
