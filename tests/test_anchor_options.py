@@ -5,12 +5,11 @@ option sets our option's field and keeps the anchor's default, an accepted one i
 without an unknown-option warning, a refused one fails naming it (tier 1, no I/O)."""
 from __future__ import annotations
 
-import importlib.util
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_scripts import load_script
 
 from kinesis_dstream.errors import ConfigurationError
 from kinesis_dstream.sql import other_connectors
@@ -29,18 +28,13 @@ from kinesis_dstream.sql.options import parse_options, parse_source_options
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
-ROOT = Path(__file__).resolve().parent.parent
 PARSERS = {"source": parse_source_options, "sink": parse_options}
 # Where each target's fields end up on the parsed options.
 TARGET_PATHS = {"config": "config.{}", "source": "{}", "sink": "sink.{}"}
 
 
 def _tables_module():
-    spec = importlib.util.spec_from_file_location("migration_tables",
-                                                  ROOT / "scripts" / "migration_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("migration_tables")
 
 
 def rows() -> list[Any]:

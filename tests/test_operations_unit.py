@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
 from kinesis_dstream import cli
 from kinesis_dstream.operations.connection import BadInput
@@ -179,11 +180,6 @@ def test_no_permission_is_a_clear_error_exit_3_within_10_s_and_nothing_written(
 
 
 def test_the_help_section_of_the_operations_page_is_what_the_parsers_print():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "operations_help", Path(__file__).parent.parent / "scripts" / "operations_help.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("operations_help")
     assert module.PAGE.read_text(encoding="utf-8") == module.page(), \
         "docs/operations-cli.md --help section is stale: run python scripts/operations_help.py"

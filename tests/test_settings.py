@@ -2,11 +2,11 @@
 and docs/configuration.md generated from the declarations (tier 1, no I/O but tmp files)."""
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
 from kinesis_dstream.config import (
     SPARK_BACKPRESSURE_ENABLED,
@@ -31,11 +31,7 @@ SQL_BASE = {"kinesis.streamName": "s", "kinesis.endpointUrl": "http://127.0.0.1:
 
 
 def _page_module():
-    spec = importlib.util.spec_from_file_location("configuration_page",
-                                                  ROOT / "scripts" / "configuration_page.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("configuration_page")
 
 
 def config() -> ConsumerConfig:
