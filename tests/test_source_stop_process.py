@@ -32,9 +32,9 @@ SOURCE_PROCESS = textwrap.dedent("""
     source_stop.SPARK_STOP_WAIT_S = float(sys.argv[1])
     reader.deregister_stream_consumer = lambda kinesis, arn: print("deregistered", flush=True)
     deciding = source_stop.stopped_by_spark
-    def noted_deciding(*args):
+    def noted_deciding():
         print("deciding", flush=True)
-        return deciding(*args)
+        return deciding()
     source_stop.stopped_by_spark = noted_deciding
     source = reader.KinesisStreamReader(parse_source_options(AWSLABS))
     source._driver = FakeDriver()

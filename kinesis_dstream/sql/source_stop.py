@@ -76,11 +76,11 @@ def in_source_process() -> bool:
     return getattr(getattr(main, "__spec__", None), "name", None) == SOURCE_RUNNER
 
 
-def stopped_by_spark(wait_s: float | None = None) -> bool:
+def stopped_by_spark() -> bool:
     """Whether Spark stopped the query, asked as the reader stops. Where the socket to the
     JVM closed under the process (the exception PySpark's ``finally`` runs for), Spark's
-    SIGTERM may still be on its way: wait up to ``wait_s`` (``SPARK_STOP_WAIT_S``) for it."""
-    wait_s = SPARK_STOP_WAIT_S if wait_s is None else wait_s
+    SIGTERM may still be on its way: wait up to ``SPARK_STOP_WAIT_S`` for it."""
+    wait_s = SPARK_STOP_WAIT_S
     if _stopped_by_spark or not _installed:
         return _stopped_by_spark
     if not isinstance(sys.exc_info()[1], _SOCKET_CLOSED):
