@@ -59,7 +59,12 @@ _KINESIS_LOCAL_ENV = {
     "SHOULD_PERSIST_DATA": "false",
     "LOAD_DATA_IF_EXISTS": "false",
 }
-# moto runs through this launcher so that it, too, exits when its parent dies.
+# moto runs through this launcher so that it, too, exits when its parent dies, and so that
+# its DynamoDB answers one request at a time. moto's server is threaded and its UpdateItem
+# checks a ConditionExpression and then writes without a lock: two guarded writes to one
+# lease could both win, as DynamoDB never lets them (a worker's checkpoint and another's
+# take of that lease, seen as records delivered twice). Served one at a time, each request
+# is atomic, as in DynamoDB.
 _MOTO_LAUNCHER = (
     "import os, sys, threading, time\n"
     "parent = os.getppid()\n"
@@ -68,6 +73,13 @@ _MOTO_LAUNCHER = (
     "        time.sleep(0.5)\n"
     "    os._exit(0)\n"
     "threading.Thread(target=watch, daemon=True).start()\n"
+    "from moto.dynamodb.responses import DynamoHandler\n"
+    "one_at_a_time = threading.Lock()\n"
+    "call_action = DynamoHandler.call_action\n"
+    "def atomic_call_action(self):\n"
+    "    with one_at_a_time:\n"
+    "        return call_action(self)\n"
+    "DynamoHandler.call_action = atomic_call_action\n"
     "from moto.server import main\n"
     "main(sys.argv[1:])\n"
 )

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -156,6 +157,58 @@ def test_moto_dynamodb_creates_a_kcl_style_lease_table(dynamodb_client, unique_a
         dynamodb_client.put_item(TableName=unique_app_name,
                                  Item={"leaseKey": {"S": "shardId-000000000000"}},
                                  ConditionExpression="attribute_not_exists(leaseKey)")
+
+
+@pytest.mark.emulator
+@pytest.mark.timeout(120)
+def test_moto_guarded_writes_to_one_item_never_both_win(tmp_path, monkeypatch):
+    """Eight writers race read-then-conditional-increment on one item, as a checkpoint and a
+    lease take race on one lease. Each win must show in the final counter: with two wins on
+    one expected value, a lease would have two owners. The server's thread switches are made
+    very frequent (sitecustomize) so that an unguarded check-then-write shows within seconds."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.setswitchinterval(1e-6)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
+    emulator = Emulator("moto").start()
+    try:
+        def client():
+            return emulators.client("dynamodb", emulator.endpoint)
+
+        ddb = client()
+        ddb.create_table(TableName="race", BillingMode="PAY_PER_REQUEST",
+                         KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+                         AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}])
+        key = {"k": {"S": "lease"}}
+        ddb.put_item(TableName="race", Item={**key, "n": {"N": "0"}})
+        wins: list[int] = []
+
+        def race(attempts: int) -> None:
+            own = client()
+            for _ in range(attempts):
+                seen = int(own.get_item(TableName="race", Key=key,
+                                        ConsistentRead=True)["Item"]["n"]["N"])
+                try:
+                    own.update_item(TableName="race", Key=key, UpdateExpression="SET n = :next",
+                                    ConditionExpression="n = :seen",
+                                    ExpressionAttributeValues={":next": {"N": str(seen + 1)},
+                                                               ":seen": {"N": str(seen)}})
+                    wins.append(seen)
+                except own.exceptions.ConditionalCheckFailedException:
+                    pass
+
+        threads = [threading.Thread(target=race, args=(150,)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        final = int(ddb.get_item(TableName="race", Key=key, ConsistentRead=True)["Item"]["n"]["N"])
+    finally:
+        emulator.stop()
+    doubled = len(wins) - len(set(wins))
+    assert doubled == 0 and len(wins) == final, (
+        f"{doubled} expected values were won twice ({len(wins)} wins, counter {final})")
 
 
 @pytest.mark.emulator
