@@ -3,8 +3,12 @@ or (``dropping``) drops every connection unanswered, as an endpoint outage does.
 
 With ``share=0`` it is a plain counting proxy: ``calls`` counts every forwarded call by
 (operation, TableName), which the benchmarks use to count DynamoDB writes, and ``signers``
-by (operation, the access key id that signed it), and ``by_arn`` the calls naming the stream
-by StreamARN.
+by (operation, the access key id that signed it), ``session_tokens`` by (operation, the
+X-Amz-Security-Token it carried), and ``by_arn`` the calls naming the stream by StreamARN.
+Query-protocol calls (STS: a form body ``Action=AssumeRole&...``) count under their Action, so
+a proxy in front of moto's STS counts AssumeRole. With ``track_callers`` it also counts
+``callers`` by (operation, pid of the local process that sent the call), found from the
+connection's port in /proc (Linux): Spark's Python workers are told apart that way.
 
 With ``put_failure_share`` it also fails a share of PutRecords *entries* the way Kinesis
 does: those entries are taken out of the request before it is forwarded (so they are not
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import re
 import threading
@@ -185,8 +190,13 @@ class FaultProxy:
         self.shard_calls: Counter[tuple[str, str, str]] = Counter()
         # (operation, access key id of the request's SigV4 signature) for every forwarded call
         self.signers: Counter[tuple[str, str]] = Counter()
+        # (operation, X-Amz-Security-Token or "") for every forwarded call
+        self.session_tokens: Counter[tuple[str, str]] = Counter()
         # operation -> forwarded calls that named the stream by StreamARN
         self.by_arn: Counter[str] = Counter()
+        # (operation, pid of the sending process, 0 if not found), when track_callers is set
+        self.track_callers = False
+        self.callers: Counter[tuple[str, int]] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._timer: threading.Timer | None = None
@@ -423,6 +433,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._upstream.conn = conn
         return conn
 
+    def _caller(self) -> int:
+        """The pid that sent this connection's calls, looked up once a connection."""
+        pid = getattr(self, "_caller_pid", None)
+        if pid is None:
+            pid = self._caller_pid = peer_pid(self.client_address[1],
+                                              self.server.server_address[1])
+        return pid
+
     def _handle(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -468,6 +486,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                       _merge_put_answer(b'{"Records": []}', failed, len(failed),
                                         self.owner.put_failure_code))
             return
+        caller = self._caller() if self.owner.track_callers else 0
         headers = end_to_end(self.headers.items())
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
             conn = self._connection()
@@ -488,8 +507,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.owner.calls[operation] += 1
             signer = re.search(r"Credential=([^/,\s]+)/", self.headers.get("Authorization", ""))
             self.owner.signers[(operation[0], signer.group(1) if signer else "")] += 1
+            self.owner.session_tokens[(operation[0],
+                                       self.headers.get("X-Amz-Security-Token", ""))] += 1
             if b'"StreamARN"' in body:
                 self.owner.by_arn[operation[0]] += 1
+            if self.owner.track_callers:
+                self.owner.callers[(operation[0], caller)] += 1
             shard = _shard_named(body) or limited
             if shard:
                 self.owner.shard_calls[(*operation, shard)] += 1
@@ -514,7 +537,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
 
 def _operation(target: str, body: bytes) -> tuple[str, str]:
-    """(operation, table) of a JSON-protocol call: ("PutItem", "app"), ("GetRecords", "")."""
+    """(operation, table) of a JSON-protocol call: ("PutItem", "app"), ("GetRecords", ""); of
+    a query-protocol one (STS), its Action: ("AssumeRole", "")."""
+    if not target and body.startswith(b"Action="):
+        action = urllib.parse.parse_qs(body.decode(errors="replace")).get("Action", [""])[0]
+        return action, ""
     table = ""
     if b'"TableName"' in body or b'"RequestItems"' in body:
         try:
@@ -523,6 +550,42 @@ def _operation(target: str, body: bytes) -> tuple[str, str]:
             request = {}
         table = request.get("TableName") or next(iter(request.get("RequestItems") or {}), "")
     return target.rpartition(".")[2], table
+
+
+def peer_pid(peer_port: int, local_port: int) -> int:
+    """The pid of the local process whose TCP connection from ``peer_port`` reaches
+    ``local_port`` on this machine (from /proc/net/tcp and the processes' open sockets);
+    0 when none is found. Asked while the connection is open, so the process holds it."""
+    wanted = f":{peer_port:04X}", f":{local_port:04X}"
+    inode = ""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                for line in lines:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[1].endswith(wanted[0]) and \
+                            fields[2].endswith(wanted[1]):
+                        inode = fields[9]
+                        break
+        except OSError:
+            continue
+        if inode:
+            break
+    if not inode or inode == "0":
+        return 0
+    link = f"socket:[{inode}]"
+    for pid in (name for name in os.listdir("/proc") if name.isdigit()):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == link:
+                    return int(pid)
+            except OSError:
+                continue
+    return 0
 
 
 _SHARD_ID = re.compile(rb'(shardId-[0-9]{12})')

@@ -1,6 +1,7 @@
 """Credentials: assumed roles refreshed on moto's STS, secrets never in output, private files."""
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -128,10 +129,10 @@ def test_assumed_role_credentials_are_refreshed_during_a_run(
     def read() -> int:
         return sum(s.records for s in scheduler.metrics().values())
 
+    assert assumed() == 1  # its Kinesis and DynamoDB clients, made already, share one session
     scheduler.start()
     try:
         at_start = assumed()
-        assert at_start >= 2                       # the Kinesis and the DynamoDB client
         put_records(stream, [f"first-{i}" for i in range(5)])
         wait_for(lambda: read() == 5, 30, "the first records")
         wait_for(lambda: assumed() > at_start + 1, 30, "a refresh of the role's credentials")
@@ -232,3 +233,50 @@ def test_files_left_by_a_killed_process_are_removed_at_the_next_start(tmp_path):
         child.stdout.close()
     assert process.remove_stale_private_files(tmp_path) == [left]
     assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(live_mine), "unrelated.json"])
+
+
+@pytest.mark.unit
+def test_a_role_is_assumed_once_per_process_for_every_client_that_uses_it(monkeypatch):
+    """The Kinesis, DynamoDB and CloudWatch clients of one role, of any stream, share one
+    AssumeRole; another role, session name or STS endpoint is assumed on its own. The shared
+    credentials sign every client. Bounded: past MAX_SHARED_ROLES the oldest goes."""
+    from collections import OrderedDict
+
+    import botocore.credentials
+
+    from kinesis_dstream.aws import clients
+    from kinesis_dstream.config import ConsumerConfig
+
+    monkeypatch.setattr(clients, "_roles", OrderedDict())
+    assumed: list[tuple[str | None, str | None, str | None]] = []
+
+    def fake_assume(config, base):
+        assumed.append((config.sts_assume_role_arn, config.sts_session_name,
+                        config.sts_endpoint))
+        return botocore.credentials.RefreshableCredentials(
+            access_key=f"ASIA{len(assumed):016d}", secret_key="s", token="t",
+            expiry_time=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1),
+            refresh_using=lambda: {}, method="assume-role")
+
+    monkeypatch.setattr(clients, "assumed_role_credentials", fake_assume)
+    config = ConsumerConfig(application_name="app", stream_name="a", region_name="us-east-1",
+                            kinesis_endpoint="http://127.0.0.1:9",
+                            dynamodb_endpoint="http://127.0.0.1:9",
+                            aws_access_key_id="AKIDBASE", aws_secret_key="base-secret",
+                            sts_assume_role_arn=ROLE, sts_endpoint="http://127.0.0.1:9")
+    made = [clients.make_client(config, "kinesis"), clients.make_client(config, "dynamodb"),
+            clients.make_client(config, "cloudwatch"),
+            clients.make_client(config.replace(stream_name="b"), "kinesis")]
+    assert assumed == [(ROLE, None, "http://127.0.0.1:9")]
+    assert {c._request_signer._credentials.get_frozen_credentials().access_key
+            for c in made} == {"ASIA0000000000000001"}
+    clients.make_client(config.replace(sts_session_name="other"), "kinesis")
+    clients.make_client(config.replace(sts_assume_role_arn=ROLE + "-2"), "kinesis")
+    clients.make_client(config.replace(sts_endpoint="http://127.0.0.1:10"), "kinesis")
+    clients.make_client(config.replace(aws_access_key_id="AKIDOTHER"), "kinesis")
+    assert len(assumed) == 5
+    clients.make_client(config, "kinesis")  # still the first
+    assert len(assumed) == 5
+    for n in range(clients.MAX_SHARED_ROLES + 1):
+        clients.make_client(config.replace(sts_session_name=f"s-{n}"), "kinesis")
+    assert len(clients._roles) == clients.MAX_SHARED_ROLES

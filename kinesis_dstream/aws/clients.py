@@ -10,9 +10,12 @@ from __future__ import annotations
 import binascii
 import json
 import logging
+import os
 import platform
 import random
+import threading
 import time
+from collections import OrderedDict
 from typing import Any, Callable, Literal, Mapping, overload
 
 import boto3
@@ -72,8 +75,9 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
     """A session whose credentials are the configured ones, or an assumed role's.
 
     An assumed role's credentials expire (``sts_duration_s``); they are botocore
-    ``RefreshableCredentials``, so every client re-assumes the role before expiry on its own,
-    without the worker noticing, instead of failing with ExpiredToken an hour after start.
+    ``RefreshableCredentials``, re-assumed before expiry without the worker noticing,
+    instead of failing with ExpiredToken an hour after start; the process's clients share
+    them (``role_credentials``), so STS sees one AssumeRole per process and role.
     """
     try:
         session = boto3.session.Session(
@@ -92,7 +96,7 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
     botocore_session = botocore.session.get_session()
     botocore_session.register_component("data_loader", _MODELS)
     botocore_session.get_component("credential_provider").insert_before(
-        "env", _FixedProvider(assumed_role_credentials(config, session)))
+        "env", _FixedProvider(role_credentials(config, session)))
     return boto3.session.Session(botocore_session=botocore_session,
                                  region_name=config.region_name)
 
@@ -108,6 +112,48 @@ class _FixedProvider(botocore.credentials.CredentialProvider):
 
     def load(self) -> botocore.credentials.Credentials:
         return self._credentials
+
+
+# A role's credentials, shared by every client of the process that assumes it with the same
+# identity and STS settings: its Kinesis, DynamoDB and CloudWatch clients, every stream's and
+# reader's. Each client assuming on its own would send STS an AssumeRole per client (a Spark
+# driver makes several; an executor's Python worker two per stream), where the docs promise
+# one per process and role, again only before expiry. Bounded: a process that meets more
+# roles than this assumes the least recently used again when it needs it.
+MAX_SHARED_ROLES = 32
+_roles: "OrderedDict[tuple[Any, ...], botocore.credentials.RefreshableCredentials]" = \
+    OrderedDict()
+_roles_lock = threading.Lock()
+
+
+def _role_key(config: ConsumerConfig, base: boto3.session.Session) -> tuple[Any, ...]:
+    """What makes two configs' assumed roles the same session: the role, its session name
+    and external id, STS's endpoint and region, the duration, and the identity assuming it
+    (the base session's key id and token; the endpoint boto3 would take from the
+    environment, which a test may change between configs)."""
+    base_credentials = base.get_credentials()
+    identity = (None, None) if base_credentials is None else \
+        (base_credentials.access_key, base_credentials.token)
+    return (config.sts_assume_role_arn, config.sts_session_name, config.sts_external_id,
+            config.sts_endpoint or os.environ.get("AWS_ENDPOINT_URL_STS"),
+            config.sts_region or config.region_name, config.sts_duration_s,
+            config.sts_refresh_margin_s, config.aws_profile, *identity)
+
+
+def role_credentials(config: ConsumerConfig, base: boto3.session.Session
+                     ) -> botocore.credentials.RefreshableCredentials:
+    """``config``'s role, assumed once per process (``assumed_role_credentials``) and shared
+    by every client that asks for it; refreshed before expiry by whichever client uses it."""
+    key = _role_key(config, base)
+    with _roles_lock:  # held while STS answers: concurrent first clients wait for one call
+        credentials = _roles.get(key)
+        if credentials is None:
+            credentials = _roles[key] = assumed_role_credentials(config, base)
+            while len(_roles) > MAX_SHARED_ROLES:
+                _roles.popitem(last=False)
+        else:
+            _roles.move_to_end(key)
+        return credentials
 
 
 def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
