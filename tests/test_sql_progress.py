@@ -1,6 +1,6 @@
 """What the SQL source shows in the query progress (``sql.progress``), on its own: Databricks'
 lag metrics, what the last reading cost, and the range item that carries the costs from the
-tasks to the driver; and what the first reading may read. No Spark, no emulator (test_sql_source
+tasks to the driver; and the small first reading. No Spark, no emulator (test_sql_source
 checks both in a real query)."""
 from __future__ import annotations
 
@@ -55,40 +55,26 @@ def test_a_range_item_carries_the_read_costs_and_an_old_item_has_none():
     assert "readMs" not in _item(a_range("a", 10))
 
 
-def first_limits(options: dict[str, str], monkeypatch, limit: object = None) -> list[int]:
-    """The records a shard may read in the first two readings a new reader plans on a
-    backlog of two shards (every probe finds records)."""
+def test_the_first_reading_a_reader_plans_is_small_and_the_next_ones_are_not(monkeypatch):
+    """A query started on a backlog shows rows within seconds: its first reading reads one
+    small page a shard, not a 10 MB one (converted and handed to Spark before any row)."""
     from kinesis_dstream.sql.driver_state import DriverState
     from kinesis_dstream.sql.offsets import make_offset
     from kinesis_dstream.sql.options import parse_source_options
     from kinesis_dstream.sql.prober import Probe
-    from kinesis_dstream.sql.reader import KinesisStreamReader
+    from kinesis_dstream.sql.reader import FIRST_READING_MAX_RECORDS, KinesisStreamReader
 
-    parsed = parse_source_options({"kinesis.streamName": "s", "kinesis.region": "us-east-1",
-                                   **options})
-    reader = KinesisStreamReader(parsed)
-    reader._driver = driver = DriverState(parsed.config)
+    options = parse_source_options({"kinesis.streamName": "s", "kinesis.region": "us-east-1"})
+    reader = KinesisStreamReader(options)
+    reader._driver = driver = DriverState(options.config)
     try:
         monkeypatch.setattr(reader, "_shards", lambda force=False: None)
         monkeypatch.setattr(reader.driver, "recorded_ranges", lambda query, batch, keys: {})
         monkeypatch.setattr(driver.prober, "probed",
                             lambda shards, target: {s: Probe(True, 5) for s in shards})
-        start = make_offset("q", 0, parsed.max_fetch_records_per_shard,
-                            {"shardId-0": {"at": "TRIM_HORIZON"},
-                             "shardId-1": {"at": "TRIM_HORIZON"}})
-        return [reader.latestOffset(start, limit)["limit"] for _ in range(2)]
+        start = make_offset("q", 0, 100_000, {"shardId-0": {"at": "TRIM_HORIZON"},
+                                              "shardId-1": {"at": "TRIM_HORIZON"}})
+        assert reader.latestOffset(start, None)["limit"] == FIRST_READING_MAX_RECORDS < 100_000
+        assert reader.latestOffset(start, None)["limit"] == 100_000  # kinesis.maxFetch...
     finally:
         reader.stop()
-
-
-def test_the_first_reading_reads_what_the_options_allow_and_no_less(monkeypatch):
-    """No cap of its own on a query's first reading (issue 38): kinesis.maxFetchRecordsPerShard
-    (100,000 by default), or what a rate option leaves a shard (maxRecordsPerTrigger, split
-    over the shards read), from the first reading on."""
-    assert first_limits({}, monkeypatch) == [100_000, 100_000]
-    assert first_limits({"kinesis.maxFetchRecordsPerShard": "500"}, monkeypatch) == [500, 500]
-    from kinesis_dstream.sql.reader import ReadMaxRows
-
-    if ReadMaxRows is None:  # pragma: no cover - pyspark < 4.2 has no read limits
-        return
-    assert first_limits({}, monkeypatch, ReadMaxRows(300)) == [150, 150]

@@ -56,7 +56,7 @@ from kinesis_dstream.sql.offsets import (
 )
 from kinesis_dstream.sql.options import parse_options, parse_source_options
 from kinesis_dstream.sql.partition_reader import _to_tuples, arrow_schema, spark_schema, to_arrow
-from kinesis_dstream.sql.reader import KinesisStreamReader
+from kinesis_dstream.sql.reader import FIRST_READING_MAX_RECORDS, KinesisStreamReader
 
 # Admission control, Trigger.AvailableNow and the offset a restarted query stands at reach
 # a Python source from pyspark 4.2 on (the Spark matrix runs this file on 4.0 too).
@@ -383,9 +383,11 @@ def test_latest_reads_only_what_arrives_after_the_query_started(spark, env, make
     finally:
         stop(query)
     assert sink.data() == Counter(after)
-    # Every reading, the first included, may read kinesis.maxFetchRecordsPerShard a shard.
+    # The first reading a query plans is small (rows within seconds on a backlog), where
+    # availableNow reads in several batches (pyspark >= 4.2); before, it is one batch.
     limits = [o["limit"] for o in offsets_logged(checkpoint) if o["batch"] > 0]
-    assert limits and set(limits) == {100_000}
+    first = FIRST_READING_MAX_RECORDS if PYSPARK_4_2 else 100_000
+    assert limits[0] == first and set(limits[1:]) <= {100_000}
 
 
 def reading_reported(query: Any) -> dict[str, Any] | None:

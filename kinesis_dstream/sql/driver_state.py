@@ -48,6 +48,7 @@ class DriverState:
         self.lag: dict[str, int | None] = {}
         self.stalls = StallWatch.of(config, f"aws-kinesis {label}")
         self.weight: dict[str, int] = {}  # what each shard of the planned reading read last
+        self.planned = 0  # readings planned by this process (its first one is small)
         self.last_reading: dict[str, Any] | None = None  # its costs (``progress``)
         # The ranges of the last completed reading: (query, reading, shard key -> range).
         self.recorded: tuple[str, int, dict[str, BatchRange | None]] | None = None

@@ -66,6 +66,12 @@ log = logging.getLogger(__name__)
 
 # Ranges of finished readings are deleted in groups, every this many readings.
 CLEANUP_EVERY = 10
+# The first reading a reader plans reads at most this many records a shard (one small
+# GetRecords page): a query started on a backlog shows rows within seconds instead of after
+# a full page per shard (10 MB each, served and converted before any row), and the shards'
+# 2 MiB/s budgets stay nearly whole for the next reading. Its rows only open the query:
+# the smaller its page, the sooner it is served, converted and handed over.
+FIRST_READING_MAX_RECORDS = 100
 
 # pyspark 4.0 / 4.1 call latestOffset() without the offset the query stands at. A reader
 # knows it from a batch it planned or committed, but not after a restart: there its next
@@ -267,12 +273,15 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         cap = self.options.max_fetch_records_per_shard
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = max(1, min(cap, limit.max_rows // len(busy)))
+        if not driver.planned and ReadMaxRows is not None:  # pyspark < 4.2: availableNow
+            cap = min(cap, FIRST_READING_MAX_RECORDS)     # is one batch, so no small first
         end = self.streams.offset(query, batch + 1, cap, shards)
         lags = [v for v in driver.lag.values() if v is not None]
         log.info("aws-kinesis %s reading %d: %d of %d shards read, up to %d records each, max "
                  "millisBehindLatest %s ms%s", self._what, batch + 1, len(busy),
                  len(readable), cap, max(lags) if lags else "-",
                  reading_line(driver.last_reading))
+        driver.planned += 1
         self._last_end = end
         return end
 
