@@ -184,16 +184,26 @@ def check_local_imports(modules: Iterable[str], role: str) -> None:
 
     For the SQL data source's own Python processes: Spark starts them with the interpreter
     its executors use for the reads and writes too, unless spark.sql.execution.pyspark.python
-    says otherwise.
+    says otherwise. Each module is found, not imported (``find_spec``; a dotted name imports
+    its parents): most of those processes never use boto3, whose import costs a tenth of
+    a second in each. A module that is there but fails as it is imported fails where it is
+    first used, with its own error.
     """
-    import importlib
-
     for name in modules:
         try:
-            importlib.import_module(name)
+            find_module(name)
         except ImportError as exc:
             raise ExecutorEnvironmentError(
                 f"{role} runs {sys.executable} (Python {sys.version.split()[0]}), which cannot "
                 f"import {name} ({exc}). Install it there (pip install 'kinesis-dstream[sql]' "
                 f"brings pyarrow), or point {PYSPARK_PYTHON} / "
                 "spark.sql.execution.pyspark.python at a Python that has it") from exc
+
+
+def find_module(name: str) -> None:
+    """Raise ModuleNotFoundError, as ``import name`` would, unless the module is there to
+    import; imports nothing but its parent packages."""
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)

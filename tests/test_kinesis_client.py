@@ -190,7 +190,7 @@ def test_get_records_answers_are_botocores_own(kinesis_local, make_stream, put_r
     from emulators import client as boto_client
     from emulators import wait_stream_active
 
-    from kinesis_dstream.aws import clients
+    from kinesis_dstream.aws import botocore_parts, clients
     from kinesis_dstream.local import DUMMY_REGION
 
     stream = make_stream(1)
@@ -214,12 +214,13 @@ def test_get_records_answers_are_botocores_own(kinesis_local, make_stream, put_r
         return answers
 
     ours = pages(clients.make_client(config, "kinesis"))
-    plain_factory = clients._KinesisParserFactory.create_parser
+    factory = botocore_parts.KinesisParserFactory
+    plain_factory = factory.create_parser
     try:
-        clients._KinesisParserFactory.create_parser = botocore.parsers.ResponseParserFactory.create_parser
+        factory.create_parser = botocore.parsers.ResponseParserFactory.create_parser
         botocores = pages(clients.make_client(config, "kinesis"))
     finally:
-        clients._KinesisParserFactory.create_parser = plain_factory
+        factory.create_parser = plain_factory
     assert ours == botocores
     assert sum(len(a["Records"]) for a in ours) == 20
     assert ours[0]["Records"][0]["Data"] == bytes([0, 0, 255]) + "é".encode()

@@ -25,12 +25,14 @@ SOURCE_PROCESS = textwrap.dedent("""
     from pyspark.serializers import read_int
     sys.modules["__main__"].__spec__ = types.SimpleNamespace(
         name="pyspark.sql.streaming.python_streaming_source_runner")
+    from kinesis_dstream.aws import stream_consumer
     from kinesis_dstream.sql import reader, source_stop
     from kinesis_dstream.sql.options import parse_source_options
     from test_source_stop_unit import AWSLABS, FakeDriver
 
     source_stop.SPARK_STOP_WAIT_S = float(sys.argv[1])
-    reader.deregister_stream_consumer = lambda kinesis, arn: print("deregistered", flush=True)
+    stream_consumer.deregister_stream_consumer = (
+        lambda kinesis, arn: print("deregistered", flush=True))
     deciding = source_stop.stopped_by_spark
     def noted_deciding():
         print("deciding", flush=True)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
-from kinesis_dstream.sql import executor_guard, reader, source_stop
+from kinesis_dstream.aws import stream_consumer
+from kinesis_dstream.sql import executor_guard, source_stop
 from kinesis_dstream.sql.datasource import KinesisDataSource
 from kinesis_dstream.sql.options import parse_source_options
 from kinesis_dstream.sql.reader import KinesisStreamReader
@@ -44,7 +45,8 @@ class FakeDriver:
 @pytest.fixture
 def deregistered(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, str]]:
     calls: list[tuple[Any, str]] = []
-    monkeypatch.setattr(reader, "deregister_stream_consumer",
+    # reader.py imports it where a stop deregisters (stream_consumer's, looked up then)
+    monkeypatch.setattr(stream_consumer, "deregister_stream_consumer",
                         lambda kinesis, arn: calls.append((kinesis, arn)) or True)
     return calls
 

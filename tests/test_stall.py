@@ -113,8 +113,9 @@ def test_largest_lag_and_the_view_keep_the_per_shard_shape():
 
 
 def test_the_sql_progress_reports_the_largest_lag_and_the_stalled_shards():
+    from kinesis_dstream.sql.driver_state import DriverState
     from kinesis_dstream.sql.options import parse_source_options
-    from kinesis_dstream.sql.reader import DriverState, KinesisStreamReader
+    from kinesis_dstream.sql.reader import KinesisStreamReader
 
     options = parse_source_options({"kinesis.streamName": "s", "kinesis.region": "us-east-1"})
     reader = KinesisStreamReader(options)

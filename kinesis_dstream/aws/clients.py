@@ -4,11 +4,14 @@ botocore's own retries are switched off: every retry goes through ``retry.RetryP
 the Spark retry settings mean what they say. The tables below are the only place AWS error
 codes are read; ``retry.classify`` reads the kind of the error they become. Connect and read
 timeouts are short so a dead endpoint fails in seconds, naming its URL.
+
+boto3 and the heavy parts of botocore are imported by the first client made, not with this
+module: each of Spark's Python processes for a SQL source imports the package, and most of
+them make no client (``botocore_parts`` holds what a client is built from). What is imported
+here, ``botocore.exceptions``, costs a few milliseconds.
 """
 from __future__ import annotations
 
-import binascii
-import json
 import logging
 import os
 import platform
@@ -16,15 +19,10 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Literal, Mapping, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, overload
 
-import boto3
-import botocore.config
-import botocore.credentials
+import botocore  # its version only, for USER_AGENT
 import botocore.exceptions
-import botocore.loaders
-import botocore.parsers
-import botocore.session
 
 from ..config import ConsumerConfig, default_sts_session_name
 from ..errors import (
@@ -41,6 +39,11 @@ from ..errors import (
 )
 from ..retry import RetryPolicy
 from .protocols import CloudWatchAPI, DynamoDBAPI, KinesisAPI
+
+if TYPE_CHECKING:
+    import boto3
+    import botocore.config
+    import botocore.credentials
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +68,6 @@ _TRANSIENT = {"InternalFailure", "InternalServerError", "ServiceUnavailable",
               "KMSThrottlingException", "RequestTimeout"}
 
 
-# botocore's endpoint and service models, parsed once per process. A session's own loader
-# would keep a copy per client, and again for every stream (configuration) an executor's
-# Python worker reads; the models are large and read-only, so one copy serves them all.
-_MODELS = botocore.loaders.create_loader()
-
 
 def _session(config: ConsumerConfig) -> boto3.session.Session:
     """A session whose credentials are the configured ones, or an assumed role's.
@@ -79,6 +77,11 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
     instead of failing with ExpiredToken an hour after start; the process's clients share
     them (``role_credentials``), so STS sees one AssumeRole per process and role.
     """
+    import boto3.session
+    import botocore.session
+
+    from .botocore_parts import FixedProvider, shared_models
+
     try:
         session = boto3.session.Session(
             aws_access_key_id=config.aws_access_key_id,
@@ -90,28 +93,15 @@ def _session(config: ConsumerConfig) -> boto3.session.Session:
     except botocore.exceptions.ProfileNotFound:
         raise ConfigurationError(f"profile {config.aws_profile!r} is in none of the shared "
                                  "config and credentials files") from None
-    session._session.register_component("data_loader", _MODELS)
+    session._session.register_component("data_loader", shared_models())
     if config.sts_assume_role_arn is None:
         return session
     botocore_session = botocore.session.get_session()
-    botocore_session.register_component("data_loader", _MODELS)
+    botocore_session.register_component("data_loader", shared_models())
     botocore_session.get_component("credential_provider").insert_before(
-        "env", _FixedProvider(role_credentials(config, session)))
+        "env", FixedProvider(role_credentials(config, session)))
     return boto3.session.Session(botocore_session=botocore_session,
                                  region_name=config.region_name)
-
-
-class _FixedProvider(botocore.credentials.CredentialProvider):
-    """Hands botocore's resolver credentials built here, ahead of its own chain."""
-
-    METHOD = "assume-role"
-
-    def __init__(self, credentials: botocore.credentials.Credentials):
-        super().__init__()
-        self._credentials = credentials
-
-    def load(self) -> botocore.credentials.Credentials:
-        return self._credentials
 
 
 # A role's credentials, shared by every client of the process that assumes it with the same
@@ -164,6 +154,8 @@ def assumed_role_credentials(config: ConsumerConfig, base: boto3.session.Session
     quarter of the session, at most botocore's 15 minutes), and blocks callers only when
     less than half that is left.
     """
+    import botocore.credentials
+
     sts = base.client("sts", endpoint_url=config.sts_endpoint or None,
                       region_name=config.sts_region or None, config=_botocore_config(config))
     arn = config.sts_assume_role_arn
@@ -212,6 +204,8 @@ USER_AGENT = (f"kinesis-dstream botocore/{botocore.__version__} "
 def _botocore_config(config: ConsumerConfig, *, read_timeout_s: float | None = None,
                      pool_size: int = 50, proxies: Mapping[str, str] | None = None
                      ) -> botocore.config.Config:
+    import botocore.config
+
     return botocore.config.Config(
         proxies=dict(proxies) if proxies else None,
         connect_timeout=config.connect_timeout_s,
@@ -220,41 +214,6 @@ def _botocore_config(config: ConsumerConfig, *, read_timeout_s: float | None = N
         max_pool_connections=pool_size,
         user_agent=USER_AGENT,
     )
-
-
-class _KinesisParserFactory(botocore.parsers.ResponseParserFactory):
-    """botocore's parsers, with a direct path for successful GetRecords answers.
-
-    botocore walks the output shape field by field for every record, which costs a reader
-    more CPU than anything else it does. A GetRecords answer is flat JSON whose only
-    non-JSON field is the base64 ``Data``, so ``json.loads`` plus one decode per record gives
-    the same dictionary. Errors and every other operation take botocore's own path.
-    """
-
-    def create_parser(self, protocol_name: str) -> Any:
-        parser = super().create_parser(protocol_name)
-        return _GetRecordsParser(parser) if protocol_name == "json" else parser
-
-
-class _GetRecordsParser:
-    def __init__(self, parser: Any) -> None:
-        self._parser = parser
-
-    def parse(self, response: dict, shape: Any) -> dict:
-        if response.get("status_code") != 200 or getattr(shape, "name", None) != "GetRecordsOutput":
-            return self._parser.parse(response, shape)
-        # botocore leaves out members sent as null (kinesis-local sends "ChildShards": null).
-        answer = {k: v for k, v in json.loads(response["body"]).items() if v is not None}
-        decode = binascii.a2b_base64
-        for record in answer.get("Records", ()):
-            record["Data"] = decode(record["Data"])
-        headers = {k.lower(): v for k, v in response.get("headers", {}).items()}
-        answer["ResponseMetadata"] = {"RequestId": headers.get("x-amzn-requestid", ""),
-                                      "HTTPStatusCode": 200, "HTTPHeaders": headers}
-        return answer
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._parser, name)
 
 
 @overload
@@ -288,7 +247,9 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
         # Keep ApproximateArrivalTimestamp as the epoch seconds on the wire: botocore would
         # build a tz-aware datetime per record only for us to turn it back into epoch
         # milliseconds.
-        factory = _KinesisParserFactory()
+        from .botocore_parts import KinesisParserFactory
+
+        factory = KinesisParserFactory()
         factory.set_parser_defaults(timestamp_parser=lambda value: value)
         session._session.register_component("response_parser_factory", factory)
     if session.get_credentials() is None:

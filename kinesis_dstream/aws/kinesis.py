@@ -15,8 +15,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import urllib3.exceptions
-
 from ..config import ConsumerConfig
 from ..errors import PERMANENT, KinesisDStreamError, ThrottlingError, TransientServiceError
 from ..retry import RetryPolicy
@@ -216,5 +214,8 @@ def subscription_error(exc: BaseException, what: str) -> KinesisDStreamError:
 
 def _is_connection_error(exc: BaseException) -> bool:
     """urllib3 and socket errors raised while an event stream is read (botocore wraps only
-    the errors of the request itself)."""
+    the errors of the request itself). urllib3 is imported here, not with the module: a
+    process that reads nothing need not import it, and one reading an event stream has."""
+    import urllib3.exceptions
+
     return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))

@@ -38,14 +38,13 @@ from ..preflight import (
     python_exec,
     use_driver_python_on_local_master,
 )
-from .consumer_listener import ConsumerDeregistration
 from .executor_guard import guarded_reduce
-from .options import parse_options, parse_source_options
-from .partition_reader import spark_schema
-from .reader import KinesisStreamReader
-from .sink import KinesisBatchWriter, KinesisStreamWriter
 from .source_stop import LISTENER_ENV
-from .worker_probe import data_source_probe_job
+
+# What a method needs is imported in it: every one of Spark's Python processes for a query
+# imports this module (the lookup, the schema, the source's runner, the read's planning, the
+# executors' readers), and each needs a different part. The lookup needs this class alone;
+# the schema the options; only the runner and the readers make AWS clients (boto3).
 
 
 def _no_batch_read(format_name: str) -> NoReturn:
@@ -97,15 +96,24 @@ class KinesisDataSource(DataSource):
                               "and writes") or super().__reduce_ex__(protocol)
 
     def schema(self) -> StructType:
+        from .options import parse_source_options
+        from .partition_reader import spark_schema
+
         # Spark asks for the schema of a read only: a bad source option fails load(), named.
         parse_source_options(self.options)
         return spark_schema(self.layout)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .options import parse_options
+        from .sink import KinesisBatchWriter
+
         _check_this_python()
         return KinesisBatchWriter(parse_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .options import parse_options
+        from .sink import KinesisStreamWriter
+
         _check_this_python()
         return KinesisStreamWriter(parse_options(self.options), schema)
 
@@ -113,6 +121,9 @@ class KinesisDataSource(DataSource):
         _no_batch_read(self.name())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        from .options import parse_source_options
+        from .reader import KinesisStreamReader
+
         _check_this_python()
         return KinesisStreamReader(parse_source_options(self.options), layout=self.layout)
 
@@ -144,6 +155,8 @@ def register(spark: Any) -> None:
     It also adds the query listener that deregisters a fan-out consumer when its query
     stops (``consumer_listener``; a source has no stop hook of its own that PySpark keeps).
     """
+    from .worker_probe import data_source_probe_job
+
     sc = spark.sparkContext
     use_driver_python_on_local_master(sc)
     chosen = spark.conf.get(SQL_WORKER_PYTHON, None)
@@ -182,6 +195,8 @@ def _environment(sc: Any, name: str, value: str) -> Iterator[None]:
 
 def _listen_for_stops(spark: Any) -> None:
     """One ``ConsumerDeregistration`` per session, however often ``register`` is called."""
+    from .consumer_listener import ConsumerDeregistration
+
     if getattr(spark, _LISTENING, False):
         return
     spark.streams.addListener(ConsumerDeregistration(spark))

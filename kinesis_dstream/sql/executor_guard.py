@@ -7,11 +7,15 @@ names neither the interpreter nor the fix. ``register(spark)`` asks the workers 
 query starts (``preflight.check_executors``); a user who only writes
 ``format("aws-kinesis")`` never calls it. So every object of ours that Spark pickles is
 rebuilt through ``rebuild``, a function that cloudpickle ships by value (it is compiled into
-a module no worker imports, as the preflight probe is): it imports what the reads and writes
-need first and, if that fails, raises an ``ExecutorEnvironmentError`` naming the worker's
-interpreter, what it could not import and how to fix it. That error fails the task, and
-Spark's task retries then the first batch, within seconds. (A worker without pyarrow fails
-before: PySpark's own read function, unpickled first, needs it; measured on pyspark 4.3.)
+a module no worker imports, as the preflight probe is): it finds what the reads and writes
+need first and, if one is missing, raises an ``ExecutorEnvironmentError`` naming the worker's
+interpreter, what it could not import and how to fix it. It finds them without importing
+them (``importlib.util.find_spec``): the driver-side processes that unpickle the source
+(its runner, the read's planning) would otherwise import boto3 for nothing, a tenth of a
+second each; a module that is there but fails as it is imported fails where it is used.
+That error fails the task, and Spark's task retries then the first batch, within seconds.
+(A worker without pyarrow fails before: PySpark's own read function, unpickled first, needs
+it; measured on pyspark 4.3.)
 
 Only our own classes are rebuilt this way: a subclass defined elsewhere (a test's, a
 user's) pickles as Python would, since its module may be one the workers cannot import.
@@ -29,10 +33,11 @@ class ExecutorEnvironmentError(RuntimeError):
 
 
 def rebuild(modules, what, hint, module, qualname, state):
-    import importlib, pickle, sys
+    import importlib, importlib.util, pickle, sys
     for name in modules:
         try:
-            importlib.import_module(name)
+            if importlib.util.find_spec(name) is None:
+                raise ModuleNotFoundError("No module named %r" % name, name=name)
         except BaseException as exc:
             raise ExecutorEnvironmentError(
                 "Spark's Python workers run %s (Python %s), which cannot import %s (%s: %s); "

@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 
 from ..config import ConsumerConfig
 from ..records import Record
-from ..retrieval import ShardRange, read_each, shard_name
+from ..retrieval import ShardRange, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,10 @@ def to_arrow(records: Sequence[Record], stream_name: str, schema: Any) -> Any:
 def read_partition(partition: ShardPartition) -> Iterator[Any]:
     """The records of one partition, the same ones every time (see ``offsets``), converted in
     each shard's read thread before its range is recorded (the range keeps what the read and
-    the conversion cost, for the driver's progress report)."""
+    the conversion cost, for the driver's progress report). The read path is imported here:
+    the driver's processes import this module for the schema and the partitions only."""
+    from ..retrieval import read_each
+
     reads = partition.reads()
     convert = (_to_arrow_batches(arrow_schema(partition.layout)) if partition.arrow
                else _to_tuples(partition.layout))

@@ -10,6 +10,9 @@ checkpoints instead (``initial_positions``). A query may read several streams
 parents before children, probes and task grouping work over all of them at once. Spark
 pickles the reader to executors for ``read()``, which needs only its partition: the driver's
 clients, threads and watches live apart, in one ``DriverState`` that pickling leaves behind.
+The driver-side modules (``driver_state``, ``initial_positions``, the consumers' and the
+task grouping's) are imported where they are used: Spark's other processes import this
+module to plan a read or to run one, and the executors' tasks read with ``partition_reader``.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
@@ -32,15 +35,11 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
     ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-from ..aws.kinesis import Shard
-from ..aws.stream_consumer import deregister_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError
-from ..retrieval import ShardRange, group_shards
+from ..retrieval import ShardRange
 from . import source_stop
-from .driver_state import DriverState
 from .executor_guard import guarded_reduce
-from .initial_positions import child_start, initial_positions, read_checkpoints
 from .offsets import (
     StreamSet,
     advance,
@@ -56,8 +55,12 @@ from .option_table import STARTING_POSITION
 from .options import SourceOptions
 from .other_connectors import MB
 from .partition_reader import ShardPartition, read_partition
-from .prober import Probe
 from .progress import progress_report, reading_line, reading_metrics
+
+if TYPE_CHECKING:
+    from ..aws.kinesis import Shard
+    from .driver_state import DriverState
+    from .prober import Probe
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
     def driver(self) -> DriverState:
         """The driver-only state, created on first use in the driver process."""
         if self._driver is None:
+            from .driver_state import DriverState
+
             self._driver = DriverState(self.config, self.options.stream_configs)
             # This is the source's driver-side process: learn when Spark stops it.
             source_stop.install(id(self), self.stop)
@@ -162,12 +167,16 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         return {k: out[k] for k in sorted(out)}
 
     def _child_start(self) -> dict[str, Any]:
+        from .initial_positions import child_start
+
         return child_start(self.options.starting_position)
 
     # -- the DataSourceStreamReader API --------------------------------------------------------
     def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
         if self._initial is not None:  # pyspark < 4.2 may ask after latestOffset() made it
             return self._initial
+        from .initial_positions import initial_positions, read_checkpoints
+
         start, options = self.options.starting_position, self.options
         listings = self._shards(force=True) or {}
         pinned = time.time()
@@ -319,6 +328,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      **pacing, **held_at(key)))
             keys[(ranges[-1].stream_key, shard_id)] = (stream, key)
         driver.read_in[batch] = list(read_now)
+        from ..retrieval import group_shards
+
         groups = group_shards(ranges, self.config.shards_per_task, self._parallelism())
         configs = self._read_configs(query)
         first = configs[self.streams.names[0]]
@@ -400,6 +411,8 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             log.info("aws-kinesis query stopped: fan-out consumer %s kept "
                      "(requireConsumerDeregistration is false)", names)
             return
+        from ..aws.stream_consumer import deregister_stream_consumer
+
         for stream, (name, arn) in driver.consumers.items():
             try:
                 gone = deregister_stream_consumer(driver.kinesis_of(stream), arn)
