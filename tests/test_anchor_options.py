@@ -12,11 +12,12 @@ import pytest
 from repo_scripts import load_script
 
 from kinesis_dstream.errors import ConfigurationError
-from kinesis_dstream.sql import other_connectors
+from kinesis_dstream.sql import other_connectors, vocabulary
 from kinesis_dstream.sql.anchor_options import (
     ACCEPTED,
     ANCHORS,
     HONOURED,
+    QUBOLE,
     REFUSED,
     Anchor,
     AnchorOption,
@@ -149,19 +150,28 @@ def test_a_refused_value_says_which_option_and_why():
         parse_source_options({**base, "kinesis.maxFetchTimePerShardSec": "5"})
 
 
+def test_every_qubole_prefixed_name_of_ours_is_in_qubole_s_list():
+    """Nothing documented is forgotten: the vocabulary takes any name under qubole's prefixes
+    as qubole's, so each such name or alias of option_table must be a row of qubole's list."""
+    listed = {(row.name.lower(), role) for row in QUBOLE.options for role in row.roles}
+    missing = [f"{name} ({role})" for role, front in ROLES.items() for option in front.options
+               for name in (option.name, *option.aliases)
+               if name.lower().startswith(vocabulary.QUBOLE_ONLY_PREFIXES)
+               and (name.lower(), role) not in listed]
+    assert not missing, f"qubole's names missing from its list: {missing}"
+
+
 @pytest.mark.parametrize("anchor", ANCHORS, ids=lambda anchor: anchor.key)
-def test_every_name_of_ours_an_anchor_has_is_in_its_list(anchor):
-    """Nothing documented is forgotten: each name of option_table that is the anchor's (by
-    other_connectors' vocabulary, or the awslabs spelling) is a row of its list."""
-    listed = {(row.name.lower(), role) for row in anchor.options for role in row.roles}
-    missing = []
-    for role, front in ROLES.items():
-        for option in front.options:
-            for name in (option.name, *option.aliases):
-                if other_connectors.vocabulary([name]) == anchor.key and \
-                        (name.lower(), role) not in listed:
-                    missing.append(f"{name} ({role})")
-    assert not missing, f"{anchor.key}'s names missing from its list: {missing}"
+def test_a_name_only_one_anchor_documents_tells_that_anchor(anchor):
+    """The vocabulary is read from the lists: a row's name that no other anchor lists (and
+    that is not anyone's here) names its anchor; one that two anchors list names none."""
+    others = {row.name.lower() for other in ANCHORS if other is not anchor for row in other.options}
+    for row in anchor.options:
+        name = row.name.lower()
+        expected = None if name in others or name in vocabulary.NEUTRAL_NAMES else anchor.key
+        if name.startswith(vocabulary.QUBOLE_ONLY_PREFIXES):
+            expected = "qubole"
+        assert vocabulary.vocabulary([row.name]) == expected, row.name
 
 
 @pytest.mark.parametrize("anchor", ANCHORS, ids=lambda anchor: anchor.key)

@@ -15,8 +15,8 @@ from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY
 from kinesis_dstream.retrieval import StartingPosition
 from kinesis_dstream.sql.initial_positions import initial_positions
 from kinesis_dstream.sql.options import parse_options, parse_source_options
-from kinesis_dstream.sql.other_connectors import default_fail_on_data_loss, vocabulary
 from kinesis_dstream.sql.starting_position import ShardStarts, parse_starting_position
+from kinesis_dstream.sql.vocabulary import default_fail_on_data_loss, vocabulary
 
 pytestmark = pytest.mark.timeout(300)
 

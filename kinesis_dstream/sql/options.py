@@ -55,8 +55,9 @@ from .option_table import (
     STREAM_ARN,
     STREAM_NAME,
 )
-from .other_connectors import default_fail_on_data_loss, endpoint_of_region, warn_no_effect
+from .other_connectors import endpoint_of_region, warn_no_effect
 from .starting_position import ShardStarts
+from .vocabulary import default_fail_on_data_loss
 
 log = logging.getLogger(__name__)
 

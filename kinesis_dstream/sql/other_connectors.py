@@ -9,7 +9,7 @@ lose a setting silently), and the rules that only those connectors' names need.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Mapping
+from typing import Mapping
 
 log = logging.getLogger(__name__)
 
@@ -64,66 +64,6 @@ NO_EFFECT_ELSEWHERE: Mapping[str, tuple[str, str]] = {
                               "boto3's default chain does, the instance profile included"),
 }
 
-
-
-# -- which connector's names a query uses ------------------------------------------------------
-# Where the anchors' defaults differ (qubole's failOnDataLoss is true, awslabs' false), the
-# default follows the names the options are written in. Only names one anchor has tell them
-# apart (streamName is qubole's and Databricks'); ours (kinesis.dynamodb.endpointUrl, ...) are
-# neutral, and so is kinesis.dynamodb.tableName: our range table's name, which a job moved
-# from qubole (no table there) may need to add. Lower-cased, as Spark hands them over. From
-# each connector's README / docs.
-QUBOLE_ONLY_NAMES = frozenset({
-    "endpointurl", "regionname", "awsaccesskeyid", "awsstsrolearn", "awsstssessionname",
-    "awsuseinstanceprofile", "sessiontoken", "startingposition", "failondataloss"})
-QUBOLE_ONLY_PREFIXES = ("kinesis.executor.", "kniesis.executor.", "kinesis.client.")
-DATABRICKS_ONLY_NAMES = frozenset({
-    "endpoint", "region", "initialposition", "rolearn", "rolesessionname", "roleexternalid",
-    "awsaccesskey", "streamarn", "stsendpoint", "consumermode", "consumername",
-    "requireconsumerderegistration", "maxrecordsperfetch", "maxfetchrate", "minfetchperiod",
-    "fetchbuffersize", "shardfetchinterval", "maxfetchduration", "shardsperfetch",
-    "shardspertask", "coalescethresholdblocksize", "coalescebinsize", "servicecredential"})
-AWSLABS_ONLY_NAMES = frozenset(name.lower() for name in (
-    "kinesis.endpointUrl", "kinesis.region", "kinesis.streamName", "kinesis.consumerType",
-    "kinesis.failOnDataLoss", "kinesis.maxFetchRecordsPerShard", "kinesis.startingPosition",
-    "kinesis.describeShardInterval", "kinesis.minBatchesToRetain",
-    "kinesis.checkNewRecordThreads", "kinesis.metadataCommitterType", "kinesis.metadataPath",
-    "kinesis.metadataNumRetries", "kinesis.metadataRetryIntervalsMs",
-    "kinesis.metadataMaxRetryIntervalMs", "kinesis.clientNumRetries",
-    "kinesis.clientRetryIntervalsMs", "kinesis.clientMaxRetryIntervalMs",
-    "kinesis.consumerName", "kinesis.stsRoleArn", "kinesis.stsSessionName",
-    "kinesis.stsEndpointUrl", "kinesis.kinesisRegion",
-    "kinesis.subscribeToShard.timeoutSec", "kinesis.subscribeToShard.maxRetries",
-    "kinesis.getRecords.numberOfRecordsPerFetch", "kinesis.getRecords.fetchIntervalMs",
-    "kinesis.awsAccessKeyId", "kinesis.awsSecretKey"))
-
-
-def vocabulary(keys: Iterable[str]) -> str | None:
-    """``"qubole"``, ``"databricks"`` or ``"awslabs"``: the one connector whose own names the
-    options use; None when they use none, or several connectors' (mixed: no anchor's
-    defaults can be told, ours, the awslabs ones, apply)."""
-    found = set()
-    for key in (str(key).lower() for key in keys):
-        if key in QUBOLE_ONLY_NAMES or key.startswith(QUBOLE_ONLY_PREFIXES):
-            found.add("qubole")
-        elif key in DATABRICKS_ONLY_NAMES:
-            found.add("databricks")
-        elif key in AWSLABS_ONLY_NAMES:
-            found.add("awslabs")
-    return found.pop() if len(found) == 1 else None
-
-
-# failOnDataLoss when not given, by vocabulary: qubole's README and code default to true, the
-# awslabs connector's to false; Databricks documents no such option: ours, false.
-FAIL_ON_DATA_LOSS_DEFAULTS: Mapping[str | None, bool] = {
-    "qubole": True, "awslabs": False, "databricks": False, None: False}
-
-
-def default_fail_on_data_loss(keys: Iterable[str]) -> bool:
-    """failOnDataLoss's default for options given under ``keys`` (the one place it is
-    decided): true when they are written in qubole's names, as qubole's connector fails the
-    query on trimmed data unless told otherwise."""
-    return FAIL_ON_DATA_LOSS_DEFAULTS[vocabulary(keys)]
 
 
 def endpoint_of_region(region: str) -> str:
