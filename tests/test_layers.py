@@ -15,7 +15,8 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kinesis_dstream"
 
-SHARED = {"config", "errors", "retry", "records", "settings", "spark_conf", "worker_id"}
+SHARED = {"config", "errors", "retry", "records", "position_text", "settings", "spark_conf",
+          "worker_id"}
 TOP = {"spark", "sql"}            # the Spark glue: may import anything below it
 EVERYTHING = (SHARED | {"aws", "retrieval", "worker", "multilang", "local", "local_command",
                         "fanout_front", "preflight", "operations"} | TOP | {"cli", "pyspark"})

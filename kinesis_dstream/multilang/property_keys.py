@@ -7,7 +7,6 @@ configuration page is generated from it.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from urllib.parse import urlsplit
 
 from ..config import (
@@ -21,6 +20,7 @@ from ..config import (
     table_options,
 )
 from ..errors import ConfigurationError
+from ..position_text import iso_time
 from ..settings import (
     BOOLEAN,
     Choice,
@@ -90,10 +90,9 @@ def _timestamp(key: str, value: str) -> float:
     except ValueError:
         pass
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return iso_time(value).timestamp()
     except ValueError:
         raise ConfigurationError(f"{key}: not a timestamp (epoch seconds): {value!r}") from None
-    return parsed.timestamp()
 
 
 # --------------------------------------------------------------------------- key table

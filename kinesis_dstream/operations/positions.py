@@ -3,9 +3,9 @@
 A checkpoint says which record was processed last: reading resumes at the first record after
 it, sub-records of a KPL aggregate included (``SEQ/SUB``). ``--to SEQ`` and ``--to SEQ/SUB``
 write exactly that, so a value copied from ``leases status`` puts a shard back where it was.
-``AT_TIMESTAMP:<time>`` is resolved against the shard when the reset runs (see ``reset``):
-the table's AT_TIMESTAMP sentinel carries no time, and each worker would read it with its
-own configured timestamp.
+The grammar is ``position_text``'s, the SQL options' too. ``AT_TIMESTAMP:<time>`` is
+resolved against the shard when the reset runs (see ``reset``): the table's AT_TIMESTAMP
+sentinel carries no time, and each worker would read it with its own configured timestamp.
 """
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ import datetime as _dt
 from dataclasses import dataclass
 
 from ..aws.stream_identifier import parse_lease_key
-from ..records import AT_TIMESTAMP, LATEST, TRIM_HORIZON, ExtendedSequenceNumber, is_valid_sequence_number
+from ..position_text import SEQUENCE, parse_position_text
+from ..records import AT_TIMESTAMP, ExtendedSequenceNumber
 from .connection import BadInput
-
-SEQUENCE = "SEQUENCE"
 
 
 @dataclass(frozen=True)
@@ -35,25 +34,12 @@ class Target:
 
 
 def parse_position(text: str) -> Target:
-    """TRIM_HORIZON | LATEST | AT_TIMESTAMP:<ISO 8601> | SEQ | SEQ/SUB, or BadInput saying why."""
-    value = text.strip()
-    if value.upper() in (TRIM_HORIZON, LATEST):
-        return Target(value.upper())
-    if value.upper().startswith(AT_TIMESTAMP + ":"):
-        moment = value[len(AT_TIMESTAMP) + 1:]
-        try:
-            when = _dt.datetime.fromisoformat(moment.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise BadInput(f"--to {text!r}: {moment!r} is not an ISO 8601 time "
-                           "(e.g. 2026-11-25T18:00:00Z)") from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=_dt.timezone.utc)  # no zone given: UTC, as Kinesis
-        return Target(AT_TIMESTAMP, timestamp=when.astimezone(_dt.timezone.utc))
-    sequence, _, sub = value.partition("/")
-    if is_valid_sequence_number(sequence) and (not sub or (sub.isascii() and sub.isdigit())):
-        return Target(SEQUENCE, position=ExtendedSequenceNumber(sequence, int(sub or 0)))
-    raise BadInput(f"--to {text!r} is not a position: use TRIM_HORIZON, LATEST, "
-                   "AT_TIMESTAMP:<ISO 8601 time>, a sequence number or SEQUENCE/SUBSEQUENCE")
+    """``position_text``'s grammar, sequence numbers included, or BadInput saying why."""
+    try:
+        parsed = parse_position_text(text, sequences=True)
+    except ValueError as exc:
+        raise BadInput(f"--to: {exc}") from None
+    return Target(parsed.kind, position=parsed.position, timestamp=parsed.timestamp)
 
 
 def split_lease_key(lease_key: str) -> tuple[str | None, str]:

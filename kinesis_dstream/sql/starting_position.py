@@ -1,11 +1,12 @@
 """Where a new SQL query starts, as each connector's users write it.
 
 The awslabs and qubole connectors write ``LATEST``, ``TRIM_HORIZON``/``EARLIEST`` or (ours)
-``AT_TIMESTAMP <ISO 8601 time>``; Databricks' ``initialPosition`` writes them in lower case
-and a time as JSON, ``{"at_timestamp": "06/25/2020 10:23:45 PDT", "format": "MM/dd/yyyy
-HH:mm:ss ZZZ"}``, the format a Java date-time pattern (that one by default). Anything else is
-refused naming the option: a query that silently starts at LATEST loses what it was asked to
-read. The parser returns retrieval's ``StartingPosition``, the value every read starts from.
+``AT_TIMESTAMP <ISO 8601 time>``, read by ``position_text`` as everywhere else; Databricks'
+``initialPosition`` writes them in lower case and a time as JSON, ``{"at_timestamp":
+"06/25/2020 10:23:45 PDT", "format": "MM/dd/yyyy HH:mm:ss ZZZ"}``, the format a Java
+date-time pattern (that one by default). Anything else is refused naming the option: a query
+that silently starts at LATEST loses what it was asked to read. The parser returns
+retrieval's ``StartingPosition``, the value every read starts from.
 
 qubole's connector also takes a JSON map of shard id -> ``{"iteratorType": ...,
 "iteratorPosition": ...}`` (the form its offsets are written in; a ``"metadata"`` entry is
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import ConfigurationError
+from ..position_text import TimeTextError, iso_time, parse_position_text
 from ..retrieval import StartingPosition
 
 # Databricks' default pattern for {"at_timestamp": ...} without a "format".
@@ -122,12 +124,9 @@ def parse_java_time(text: str, pattern: str, key: str) -> float:
 
 def _iso_time(raw: str, key: str) -> float:
     try:
-        moment = _dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigurationError(f"{key}: cannot read {raw!r} as an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
-    return moment.timestamp()
+        return iso_time(raw).timestamp()
+    except TimeTextError as exc:
+        raise ConfigurationError(f"{key}: {exc}") from None
 
 
 def _at_timestamp_json(text: str, key: str) -> StartingPosition:
@@ -219,14 +218,16 @@ def parse_starting_position(text: Any, key: str) -> StartingPosition | ShardStar
                 not {str(k).lower() for k in value} & {"at_timestamp", "format"}:
             return _shard_starts_json(value, raw, key)
         return _at_timestamp_json(raw, key)
-    words = raw.split(None, 1)
-    kind = words[0].upper() if words else ""
-    if kind in ("LATEST", "TRIM_HORIZON", "EARLIEST") and len(words) == 1:
-        return StartingPosition("TRIM_HORIZON" if kind == "EARLIEST" else kind)
-    if kind == "AT_TIMESTAMP" and len(words) == 2:
-        return StartingPosition("AT_TIMESTAMP", timestamp=_iso_time(words[1].strip(), key))
-    raise ConfigurationError(
-        f"{key}: expected latest, trim_horizon, earliest, 'AT_TIMESTAMP <ISO time>', "
-        f"{{\"at_timestamp\": \"<time>\", \"format\": \"<pattern>\"}} or {{\"<shard id>\": "
-        f"{{\"iteratorType\": ..., \"iteratorPosition\": ...}}}}, got {text!r}; the query "
-        "would otherwise start somewhere it was not asked to")
+    try:
+        parsed = parse_position_text(raw, sequences=False)
+    except TimeTextError as exc:
+        raise ConfigurationError(f"{key}: {exc}") from None
+    except ValueError:
+        raise ConfigurationError(
+            f"{key}: expected latest, trim_horizon, earliest, 'AT_TIMESTAMP <ISO time>', "
+            f"{{\"at_timestamp\": \"<time>\", \"format\": \"<pattern>\"}} or {{\"<shard id>\": "
+            f"{{\"iteratorType\": ..., \"iteratorPosition\": ...}}}}, got {text!r}; the query "
+            "would otherwise start somewhere it was not asked to") from None
+    if parsed.timestamp is not None:
+        return StartingPosition(parsed.kind, timestamp=parsed.timestamp.timestamp())
+    return StartingPosition(parsed.kind)
