@@ -271,12 +271,14 @@ class Pauses:
         resumed = threading.Event()
 
         batches = [0]  # run after the 6-minute one
+        began = [0.0]  # when the 6-minute batch began its wait: every case's pause starts then
 
         def output(rdd: Any) -> None:
             rows.extend(rdd.collect())
             if resumed.is_set():
                 batches[0] += 1
             if pause.is_set() and not paused.is_set():
+                began[0] = time.time()
                 paused.set()
                 # the output operation's own work: PAUSE_S of it, not a wait on the test
                 resumed.wait(PAUSE_S)
@@ -298,8 +300,8 @@ class Pauses:
                        "batch: the records put before the pause")
             pause.set()
             wait_for(paused.is_set, 60, "batch: the 6-minute batch")
-            for case in cases:
-                case.paused_at = time.time()
+            for case in cases:  # stamped as the wait began, not after the puts before it
+                case.paused_at = began[0]
                 case.put_stage("during")
             wait_for(resumed.is_set, PAUSE_S + 60, "batch: the 6-minute batch's end",
                        interval=1.0)
