@@ -293,7 +293,10 @@ def test_a_thousand_idle_connections_take_no_thread_each_and_stop_no_task(asked)
     idle = [socket.create_connection(host_port(address)) for _ in range(1000)]
     try:
         assert request_threads() <= before + 2 * subscription_peers.MAX_CONNECTIONS
-        assert ask(address) is not None  # a task of the query is still served
+        # A task of the query is still served. On a loaded machine the server may still be
+        # giving up the flood's places when a task's handshake deadline ends: that task
+        # reads in its own process (None), and a later one is served.
+        wait_for(lambda: ask(address) is not None, timeout=60, what="a task served")
     finally:
         for sock in idle:
             sock.close()
