@@ -1,11 +1,12 @@
 """Every key of the KCL's multilang properties format and its fate here, for the migration page.
 
 The keys are those the Java MultiLangDaemon reads (its ``MultiLangDaemonConfiguration`` bean
-properties, KCL 2.x and 3.x, and amazon-kclpy's sample properties), each with a value it
-takes. The fate is not written here: it is read from the key table (``property_keys``), so the
-page cannot say one thing while the parser does another. A key the table sends to a
-``ConsumerConfig`` / daemon setting, or resolves itself, is honoured; one it checks and drops
-is accepted with no effect (its row's doc says why); a nested SDK client key other than
+properties, KCL 2.x and 3.x: its fields, setters and the polling and fan-out beans it
+delegates to; and amazon-kclpy's sample properties), each with a value it takes. The fate
+is not written here: it is read from the key table (``property_keys``), so the page cannot
+say one thing while the parser does another. A key the table sends to a ``ConsumerConfig``
+or daemon setting, or resolves itself, is honoured; one it checks and drops is accepted
+with no effect (its row's doc says why); a nested SDK client key other than
 ``endpointOverride`` is refused at start by name (``properties._apply``).
 ``tests/test_kcl_key_fates.py`` parses a file with each key and checks that fate.
 """
