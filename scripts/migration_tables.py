@@ -1,4 +1,5 @@
-"""Write the per-anchor option tables of docs/migration.md from ``sql.anchor_options``.
+"""Write the per-anchor option tables of docs/migration.md from ``sql.anchor_options``, and
+the KCL daemon's key table from ``multilang.kcl_key_fates``.
 
 Each table sits between ``<!-- anchor-options:<anchor> -->`` and ``<!-- /anchor-options -->``
 on the page; the prose around them is hand-written and kept. ``python
@@ -12,10 +13,12 @@ import re
 import sys
 from pathlib import Path
 
+from kinesis_dstream.multilang.kcl_key_fates import fates
 from kinesis_dstream.sql.anchor_options import ANCHORS, HONOURED, Anchor, our_option
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "migration.md"
 END = "<!-- /anchor-options -->"
+KCL_START, KCL_END = "<!-- kcl-keys -->", "<!-- /kcl-keys -->"
 
 
 def _start(anchor: Anchor) -> str:
@@ -49,6 +52,18 @@ def table(anchor: Anchor) -> str:
     return "\n".join(lines)
 
 
+def kcl_table() -> str:
+    """One row per key of the KCL's multilang properties format: its fate and where it lands."""
+    lines = ["Generated from `kinesis_dstream/multilang/kcl_key_fates.py` (fates read from the "
+             "key table, `property_keys.py`); each row is parsed from a properties file by "
+             "`tests/test_kcl_key_fates.py`.", "",
+             "| key | fate | here | why, or what to know |", "| --- | --- | --- | --- |"]
+    for row in fates():
+        here = f"`{row.lands}`" if row.lands else ""
+        lines.append(f"| `{row.key}` | {row.fate} | {here} | {_cell(row.reason)} |")
+    return "\n".join(lines)
+
+
 def updated(text: str) -> str:
     """``text`` with each anchor's table regenerated between its markers."""
     for anchor in ANCHORS:
@@ -57,7 +72,11 @@ def updated(text: str) -> str:
             raise SystemExit(f"{PAGE}: no {_start(anchor)} ... {END} markers")
         block = f"{_start(anchor)}\n{table(anchor)}\n{END}"
         text = pattern.sub(lambda _, block=block: block, text, count=1)
-    return text
+    pattern = re.compile(re.escape(KCL_START) + r".*?" + re.escape(KCL_END), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"{PAGE}: no {KCL_START} ... {KCL_END} markers")
+    block = f"{KCL_START}\n{kcl_table()}\n{KCL_END}"
+    return pattern.sub(lambda _: block, text, count=1)
 
 
 def main(argv: list[str]) -> int:
