@@ -15,15 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .property_keys import CLIENT_PREFIXES, PROPERTIES
+from .property_keys import CLIENT_KEYS_REFUSAL, CLIENT_PREFIXES, PROPERTIES
 
 HONOURED = "honoured"
 ACCEPTED = "accepted"
 REFUSED = "refused"
-CLIENT_KEYS_REFUSAL = (
-    "the Java daemon hands it to its SDK client's builder (region, retry policy, HTTP "
-    "client...), which has no boto3 counterpart of the same meaning; refused at start by "
-    "name. Use regionName and the endpoint keys")
 
 _ROLE = "arn:aws:iam::123456789012:role/reader"
 _3X = "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X"

@@ -29,6 +29,7 @@ from ..settings import (
 )
 from .java_properties import read_properties_file
 from .property_keys import (
+    CLIENT_KEYS_REFUSAL,
     CLIENT_PREFIXES,
     DEFAULT_ACTION_TIMEOUT_S,
     KNOWN_KEYS,
@@ -62,12 +63,8 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
     client_keys = sorted(key for key in props if key.startswith(CLIENT_PREFIXES)
                          and key not in KNOWN_KEYS)
     if client_keys:
-        # The Java daemon hands these to its SDK clients' builders (region, retry policy,
-        # HTTP client...); none has a boto3 counterpart we could set to the same meaning.
-        raise ConfigurationError(
-            f"{source}: {', '.join(client_keys)}: SDK client builder properties are not "
-            "supported by this engine, except <client>.endpointOverride (the endpoint keys); "
-            "remove them, or use regionName and the endpoint keys")
+        raise ConfigurationError(f"{source}: {', '.join(client_keys)}: {CLIENT_KEYS_REFUSAL} "
+                                 "(<client>.endpointOverride is read: an endpoint key)")
     read = PROPERTIES.read(props, source=source)
     config, settings, special = read.of("config"), read.of("settings"), read.of("special")
     ignored = list(read.of("ignore"))

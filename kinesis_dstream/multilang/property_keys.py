@@ -100,6 +100,12 @@ def _timestamp(key: str, value: str) -> float:
 # The Java daemon's nested SDK client builder keys (MultiLangDaemonConfiguration's
 # kinesisClient, dynamoDbClient, cloudWatchClient beans).
 CLIENT_PREFIXES = ("kinesisClient.", "dynamoDbClient.", "cloudWatchClient.")
+# Why any other nested client key is refused (the properties reader's error, the KCL key
+# table's reason): said once.
+CLIENT_KEYS_REFUSAL = (
+    "the Java daemon hands it to its SDK client's builder (region, retry policy, HTTP "
+    "client...), which has no boto3 counterpart of the same meaning; refused at start by "
+    "name. Use regionName and the endpoint keys")
 
 _CREDENTIALS_PREFIX = "AWSCredentialsProvider"
 
