@@ -4,7 +4,8 @@ and the awslabs subscription knobs that have nothing to act on here.
 Where such an option has a knob here it is an alias or an option in ``options``; this
 module holds the rest: the ones with no effect here, each warned about by name once per
 process with what it would have done there (a job moved from another connector must not
-lose a setting silently), and the rules that only those connectors' names need.
+lose a setting silently). Which connector's names a query uses, and the defaults that follow
+from it, is ``vocabulary``'s.
 """
 from __future__ import annotations
 
