@@ -3,6 +3,7 @@ count whose result must be exact, and createStream on the test emulators."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -16,6 +17,21 @@ from waiting import wait_for
 from kinesis_dstream import InitialPositionInStream, KinesisUtils, MetricsLevel
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon"]
+
+# A line naming an exception: Python's "SomeError: why" and Java's "Caused by: x.YException".
+_CAUSE = re.compile(r"^\s*(Caused by: |: )?([\w.]+(Error|Exception|Exit|Timeout)\b.*)$")
+
+
+def causes(error: str, limit: int = 2000) -> str:
+    """The lines of a Spark error (a query's exception, Java stack and Python traceback in
+    one) that name an exception, each once, innermost last: pytest cuts a long message at
+    its start, which is a Java stack trace and says nothing of why."""
+    seen: list[str] = []
+    for line in error.splitlines():
+        match = _CAUSE.match(line)
+        if match and match.group(2)[:300] not in seen:
+            seen.append(match.group(2)[:300])
+    return "\n".join(seen)[-limit:] or error[:limit]
 
 
 def ancestry(pid: int) -> list[str]:

@@ -38,7 +38,7 @@ import pytest
 import emulators
 from fanout_faults import FaultyFanOutFront
 from fault_proxy import FaultProxy
-from spark_helpers import create
+from spark_helpers import causes, create
 from test_sql_source import Batches, options
 from waiting import wait_for
 
@@ -386,7 +386,7 @@ def dstream_paused(pauses: Pauses, sc: Any) -> dict[str, Case]:
 
 
 def assert_once_and_crossed(case: Case) -> None:
-    assert not case.errors, case.errors
+    assert not case.errors, "\n---\n".join(causes(error) for error in case.errors)
     assert len(case.put) >= 3 * RECORDS  # before, during and after
     read = Counter(case.read)
     assert read == Counter(case.put), (
