@@ -263,6 +263,34 @@ def test_a_quiet_shard_costs_the_query_no_iterator_and_no_dynamodb_call(
     assert calls.get(("GetShardIterator", "", busy), 0) == 0, calls
 
 
+def shared_environment(spark: Any, name: str) -> set[str]:
+    """The keys of the environment map that every query of the registered source ``name``
+    shares (Spark's own object, through py4j)."""
+    source = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource(name)
+    return set(source.dataSourceCls().envVars().keySet())
+
+
+@pytest.mark.spark
+def test_a_query_s_start_adds_no_key_to_the_environment_its_source_shares(
+        spark, env, make_stream, put_records, checkpoint):
+    """Spark's source runner writes into that map unlocked while other queries serialize it
+    into their tasks: a new key there, added by two starts at once, broke every query of the
+    source (``source_runner_environment``). A value replaced is harmless; a key added is not."""
+    register(spark)  # a registration of its own: a map that no query has started on yet
+    before = shared_environment(spark, "aws-kinesis")
+    stream = make_stream(1)
+    put_records(stream, [("k", "only")])
+    sink = Batches()
+    query = start_query(spark, options(stream, env["kinesis"], env["dynamodb"], env["app"]),
+                        checkpoint, sink)
+    try:
+        wait_until(lambda: sum(sink.data().values()) == 1, 120, "the record")
+    finally:
+        stop(query)
+    added = shared_environment(spark, "aws-kinesis") - before
+    assert not added, f"the query's start added {sorted(added)} to {sorted(before)}"
+
+
 @pytest.mark.unit
 def test_commit_deletes_each_old_range_once_and_only_of_the_shards_read():
     class Ranges:

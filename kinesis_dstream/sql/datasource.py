@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
 from contextlib import contextmanager
 from typing import Any, Iterator, NoReturn
 
@@ -172,25 +173,57 @@ def register(spark: Any) -> None:
             spark.conf.unset(SQL_WORKER_PYTHON)
         raise
     # The sources' processes leave deregistration to the listener (source_stop).
-    with python_exec(sc, sys.executable), _environment(sc, LISTENER_ENV, "1"):
+    environment = {**source_runner_environment(sc), LISTENER_ENV: "1"}
+    with python_exec(sc, sys.executable), _environment(sc, environment):
         for source in (KinesisDataSource, KinesisShortNameDataSource):
             _register_unless_found(spark, source)
     _listen_for_stops(spark)
 
 
 @contextmanager
-def _environment(sc: Any, name: str, value: str) -> Iterator[None]:
-    """``name=value`` in the environment of the Python functions (here: data sources) that
-    are wrapped meanwhile: PySpark gives them ``sc.environment``."""
-    previous = sc.environment.get(name)
-    sc.environment[name] = value
+def _environment(sc: Any, values: dict[str, str]) -> Iterator[None]:
+    """``values`` in the environment of the Python functions (here: data sources) that are
+    wrapped meanwhile: PySpark gives them ``sc.environment``."""
+    previous = {name: sc.environment.get(name) for name in values}
+    sc.environment.update(values)
     try:
         yield
     finally:
-        if previous is None:
-            sc.environment.pop(name, None)
-        else:
-            sc.environment[name] = previous
+        for name, value in previous.items():
+            if value is None:
+                sc.environment.pop(name, None)
+            else:
+                sc.environment[name] = value
+
+
+def source_runner_environment(sc: Any) -> dict[str, str]:
+    """What Spark's streaming source runner adds to a registered source's environment, with
+    the values it adds, so that its additions are never new keys.
+
+    Each query's runner (``PythonStreamingSourceRunner.init``, pyspark 4.x) puts these into
+    the environment map of the registered data source's function: one ``java.util.HashMap``
+    shared by every query of the source and serialized into their tasks, with no lock. Two
+    queries starting at once could add the same keys together and leave its count wrong;
+    every task of every query of the source then failed as executors deserialized it
+    (``java.io.OptionalDataException``: docs/operations.md, "Queries started together").
+    With the keys present from registration, a runner only replaces values, which changes no
+    count. Every runner that starts a worker (the source's, the planner's, the executors')
+    sets these in its copy first, so the values here are never a worker's: they are the
+    configured ones, as near as the driver's Python knows them without Spark's internals."""
+    conf = sc.getConf()
+    try:
+        timeout = sc._jvm.org.apache.spark.network.util.JavaUtils.timeStringAsSec(
+            conf.get("spark.python.authenticate.socketTimeout", "15s"))
+    except Exception as exc:  # noqa: BLE001 - py4j's errors: Spark's internals moved
+        log.warning("cannot prepare the data source's shared environment (%s): queries of "
+                    "it started at the same moment may fail their tasks", exc)
+        return {}
+    return {
+        "SPARK_LOCAL_DIRS": conf.get("spark.local.dir", None) or tempfile.gettempdir(),
+        "SPARK_AUTH_SOCKET_TIMEOUT": str(timeout),
+        "SPARK_BUFFER_SIZE": str(int(conf.get("spark.buffer.size", "65536"))),
+        "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
+    }
 
 
 def _listen_for_stops(spark: Any) -> None:
