@@ -71,3 +71,10 @@ def test_key_does_what_its_row_says(row: KeyFate, tmp_path: Path) -> None:
     option = PROPERTIES.by_key[row.key]
     if option.target in ("config", "settings"):
         assert _at(given, row.lands) == read.of(option.target)[option.field]
+
+
+def test_a_bean_property_given_by_both_its_names_is_refused_naming_both(tmp_path: Path) -> None:
+    """The Java daemon sets one property from both (which wins is commons-beanutils' order);
+    here neither wins quietly."""
+    with pytest.raises(ConfigurationError, match=r"maxRecords.*pollingConfig\.maxRecords"):
+        _load(tmp_path, {"maxRecords": "100", "pollingConfig.maxRecords": "200"})

@@ -2,7 +2,8 @@
 
 The keys are those the Java MultiLangDaemon reads (its ``MultiLangDaemonConfiguration`` bean
 properties, KCL 2.x and 3.x: its fields, setters and the polling and fan-out beans it
-delegates to; and amazon-kclpy's sample properties), each with a value it takes. The fate
+delegates to, also by their nested ``<bean>.<property>`` names; and amazon-kclpy's sample
+properties), each with a value it takes. The fate
 is not written here: it is read from the key table (``property_keys``), so the page cannot
 say one thing while the parser does another. A key the table sends to a ``ConsumerConfig``
 or daemon setting, or resolves itself, is honoured; one it checks and drops is accepted
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .property_keys import CLIENT_KEYS_REFUSAL, CLIENT_PREFIXES, PROPERTIES
+from .property_keys import CLIENT_KEYS_REFUSAL, CLIENT_PREFIXES, NESTED_BEANS, PROPERTIES
 
 HONOURED = "honoured"
 ACCEPTED = "accepted"
@@ -90,6 +91,9 @@ KCL_KEYS: Mapping[str, str] = {
     "varianceBalancingFrequency": "3", "workerMetricsEMAAlpha": "0.5",
     "staleWorkerMetricsEntryCleanupDuration": "P1D",
 }
+# ... and each configuration bean's properties by their nested name (the same property).
+KCL_KEYS = {**KCL_KEYS, **{f"{bean}.{name}": KCL_KEYS[name]
+                           for bean, names in NESTED_BEANS.items() for name in names}}
 
 
 # Where the keys the reader resolves itself (target "special") land, as an attribute path on

@@ -67,7 +67,7 @@ def _apply(props: Mapping[str, str], source: str) -> tuple[dict[str, Any], dict[
                                  "(<client>.endpointOverride is read: an endpoint key)")
     read = PROPERTIES.read(props, source=source)
     config, settings, special = read.of("config"), read.of("settings"), read.of("special")
-    ignored = list(read.of("ignore"))
+    ignored = [read.given[name] for name in read.of("ignore")]  # as written
     for key in ignored:
         log.debug("%s: %s has no effect on this engine; ignored", source, key)
     if "initialPositionInStreamExtended" in special:

@@ -7,6 +7,8 @@ configuration page is generated from it.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from typing import Mapping
 from urllib.parse import urlsplit
 
 from ..config import (
@@ -44,6 +46,9 @@ RETRIEVAL_MODES = ("POLLING", "FANOUT", "DEFAULT")
 # means polling, none enhanced fan-out. The first two are Java primitives, whose 0 is unset.
 POLLING_KEYS = ("maxRecords", "idleTimeBetweenReadsInMillis", "retryGetRecordsInSeconds",
                 "maxGetRecordsThreadPool")
+# The properties of the KCL 3.x tables' configuration beans, after their table's prefix.
+_TABLE_BEAN_PROPERTIES = ("TableName", "BillingMode", "ReadCapacity", "WriteCapacity",
+                          "PointInTimeRecoveryEnabled", "DeletionProtectionEnabled", "Tags")
 PRIMITIVE_POLLING_KEYS = POLLING_KEYS[:2]
 CLIENT_VERSIONS = ("CLIENT_VERSION_CONFIG_3X", "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X")
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
@@ -151,6 +156,37 @@ def _config(name: str, value_type: ValueType, field_name: str, doc: str, default
     return Option(name, value_type, doc, default, aliases, target="config", field=field_name)
 
 
+# The Java daemon's configuration beans (KCL 3.1.3's MultiLangDaemonConfiguration): each of
+# their properties is delegated to a top-level key of the same name, and each bean also has a
+# getter, so commons-beanutils reads "<bean>.<property>" as that same property. Here the
+# nested key is an alias of the top-level one (both given: refused as given twice).
+# fanoutConfig is not among them: its keys are not delegated (see consumerArn below).
+NESTED_BEANS: Mapping[str, tuple[str, ...]] = {
+    "pollingConfig": (*POLLING_KEYS, "millisBehindLatestThresholdForReducedTps"),
+    "gracefulLeaseHandoffConfigBean": ("gracefulLeaseHandoffTimeoutMillis",
+                                       "isGracefulLeaseHandoffEnabled"),
+    "workerUtilizationAwareAssignmentConfigBean": (
+        "inMemoryWorkerMetricsCaptureFrequencyMillis", "workerMetricsReporterFreqInMillis",
+        "noOfPersistedMetricsPerWorkerMetrics", "disableWorkerMetrics",
+        "maxThroughputPerHostKBps", "dampeningPercentage", "reBalanceThresholdPercentage",
+        "allowThroughputOvershoot", "varianceBalancingFrequency", "workerMetricsEMAAlpha",
+        "staleWorkerMetricsEntryCleanupDuration"),
+    **{f"{table}TableConfigBean": tuple(f"{prefix}{name}" for name in _TABLE_BEAN_PROPERTIES)
+       for table, prefix in (("workerMetricStats", "workerMetrics"),
+                             ("coordinatorState", "coordinatorState"))},
+}
+
+
+def _with_nested_keys(options: tuple[Option, ...]) -> tuple[Option, ...]:
+    """Each option a bean holds, with its ``<bean>.<name>`` spelling as an alias."""
+    names = {option.name for option in options}
+    missing = {name for held in NESTED_BEANS.values() for name in held} - names
+    assert not missing, f"bean properties with no option: {sorted(missing)}"
+    return tuple(replace(option, aliases=option.aliases + tuple(
+        f"{bean}.{option.name}" for bean, held in NESTED_BEANS.items() if option.name in held))
+        for option in options)
+
+
 # Target "config" sets a ConsumerConfig field, "settings" a MultiLangSettings one, "special"
 # is resolved in _apply, "ignore" is checked and then ignored.
 PROPERTIES = FrontEnd(
@@ -164,7 +200,7 @@ PROPERTIES = FrontEnd(
         "its row says why.",
     case_sensitive=True, noun="property", canonical=canonical_key,
     logger=__name__,
-    options=(
+    options=_with_nested_keys((
         _config("streamName", _TEXT, "stream_name", "The Kinesis stream (or streamArn)."),
         Option("streamArn", ValueType("Kinesis stream ARN", _stream_arn),
                "The stream by ARN; wins over streamName. Every Kinesis call names it by "
@@ -340,6 +376,6 @@ PROPERTIES = FrontEnd(
         _ignored("varianceBalancingFrequency", Whole(0), _KCL3),
         _ignored("workerMetricsEMAAlpha", Number(0), _KCL3),
         _ignored("staleWorkerMetricsEntryCleanupDuration", Duration(None), _KCL3),
-    ))
+    )))
 KNOWN_KEYS = frozenset(key for option in PROPERTIES.options
                        for key in (option.name, *option.aliases))
