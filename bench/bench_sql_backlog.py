@@ -96,8 +96,8 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s
                           "inside_the_measured_time": True}
     with_rows = [p for p in progress if p.get("numInputRows")]
     result.update(batches_with_rows=len(with_rows),
-                  first_batch=_batch(with_rows[0]) if with_rows else None,
-                  batches=[_batch(p) for p in with_rows[1:]])
+                  first_batch=_batch(with_rows[0], started) if with_rows else None,
+                  batches=[_batch(p, started) for p in with_rows[1:]])
     return result
 
 
@@ -124,14 +124,23 @@ def python_source(sc: Any, timeout_s: float) -> dict[str, Any]:
              .start())
     try:
         got = sc_common.wait_for(lambda: bool(first), timeout_s, 0.1)
+        sc_common.wait_for(lambda: any(p.get("numInputRows") for p in query.recentProgress),
+                           30, 0.2)
+        progress = list(query.recentProgress)
     finally:
         query.stop()
+    with_rows = [p for p in progress if p.get("numInputRows")]
     return {"first_record_s": round(first[0] - started, 2) if got else None,
+            "first_batch": _batch(with_rows[0], started) if with_rows else None,
             "what": "a minimal Python streaming data source of Spark's API (no I/O)"}
 
 
-def _batch(progress: dict[str, Any]) -> dict[str, Any]:
-    """A batch's rows, Spark's phases (ms), and what the source reported in latestOffset."""
+def _batch(progress: dict[str, Any], started: float) -> dict[str, Any]:
+    """A batch's rows, when it was triggered (s after ``started``, the query's definition:
+    what came before is the query's start), Spark's phases (ms), and what the source
+    reported in latestOffset."""
+    import datetime as dt
+
     source = (progress.get("sources") or [{}])[0]
     reported = source.get("latestOffset")
     if isinstance(reported, str):
@@ -139,7 +148,9 @@ def _batch(progress: dict[str, Any]) -> dict[str, Any]:
 
         reported = json.loads(reported)
     reported = reported if isinstance(reported, dict) else {}
+    triggered = dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00"))
     return {"batch": progress.get("batchId"), "rows": progress.get("numInputRows"),
+            "triggered_s": round(triggered.timestamp() - started, 2),
             "duration_ms": {k: v for k, v in (progress.get("durationMs") or {}).items()
                             if k in ("triggerExecution", "latestOffset", "queryPlanning",
                                      "addBatch", "walCommit", "commitOffsets")},
