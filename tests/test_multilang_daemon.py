@@ -373,6 +373,9 @@ def test_sample_runs_as_an_assumed_role_and_a_finished_shards_lease_goes_once_ch
                 if role_.get("role_arn") == role}
     assert kinesis_signers <= set(sessions), (kinesis_signers, sorted(sessions))
     assert {sessions[key]["session_name"] for key in kinesis_signers} == {session}
+    # One AssumeRole for the daemon's process, its Kinesis, DynamoDB and CloudWatch clients
+    # alike (the file gives no other provider for them), not one a client.
+    assert len(sessions) == 1, f"{len(sessions)} AssumeRole calls from one daemon process"
     assert session in daemon.log() and "ASIA" not in daemon.log()
 
     # Shard syncs after the deletion (each lists the shards, the closed parent included) do
