@@ -11,8 +11,9 @@ proxy (tests/fault_proxy.py, in its own process), which counts every call by ope
   no AWS call to count; the files written are counted instead (``files_created``).
 * ``hdfs-s3``: HDFS, ``kinesis.metadataPath`` an s3:// prefix (AWS_ENDPOINT_URL_S3: the proxy).
 
-Counts are taken in foreachBatch after the first batches (the start-up's calls, such as the
-table's creation, are left out) and again ``--batches`` batches later: calls per batch by
+Counts are taken in foreachBatch of batch 21 (the start-up's calls, such as the table's
+creation, are left out) and again ``--batches`` (20) batches later, so that the deletions
+of committed ranges (every 10 batches) are counted for every batch counted: calls per batch by
 operation, and their price at the ``PRICES`` below (us-east-1, on-demand DynamoDB, S3
 Standard).
 """
@@ -33,10 +34,15 @@ import common
 import spark_common as sc_common
 from counting_proxy import CountingProxy
 
+from kinesis_dstream.sql.reader import CLEANUP_EVERY
+
 MASTER = "local-cluster[2,1,1024]"
 TRIGGER = "1 second"
 MODES = ("dynamodb", "hdfs-local", "hdfs-s3")
-WARM_BATCHES = 3
+# The SQL source deletes committed ranges every CLEANUP_EVERY batches, those of the batches
+# CLEANUP_EVERY to 2 x CLEANUP_EVERY back: counting from batch 2 x CLEANUP_EVERY + 1 over a
+# multiple of CLEANUP_EVERY batches counts each batch's deletions once.
+FIRST_COUNTED = 2 * CLEANUP_EVERY + 1
 # US$ per request (us-east-1), from aws.amazon.com/dynamodb/pricing/on-demand/ (write request
 # unit $0.625 / million, read request unit $0.125 / million, since the price cut of 1 Nov.
 # 2024) and aws.amazon.com/s3/pricing/ (S3 Standard: PUT, COPY, POST, LIST $0.005 / 1,000;
@@ -138,22 +144,24 @@ def measure(spark: Any, mode: str, kinesis: str, proxy: CountingProxy, stream: s
              .foreachBatch(snapshots).option("checkpointLocation", checkpoint)
              .trigger(processingTime=TRIGGER).start())
     try:
-        def with_rows() -> list[tuple[int, Any, int, int]]:
+        def by_batch() -> dict[int, tuple[int, Any, int, int]]:
             with snapshots.lock:
-                return [t for t in snapshots.taken if t[3] > 0]
+                return {t[0]: t for t in snapshots.taken}
 
-        wanted = WARM_BATCHES + args.batches
-        if not sc_common.wait_for(lambda: len(with_rows()) > wanted
+        last_id = FIRST_COUNTED + args.batches
+        if not sc_common.wait_for(lambda: last_id in by_batch()
                                   or query.exception() is not None, args.timeout):
-            raise RuntimeError(f"{mode}: {len(with_rows())} batches with rows in "
-                               f"{args.timeout} s")
+            raise RuntimeError(f"{mode}: batch {last_id} not reached in {args.timeout} s")
         if query.exception() is not None:
             raise RuntimeError(f"{mode}: {query.exception()}")
-        taken = with_rows()
-        first, last = taken[WARM_BATCHES - 1], taken[wanted - 1]
-        result = per_batch(first, last)
-        result["rows_per_batch"] = round(sum(t[3] for t in taken[WARM_BATCHES:wanted])
-                                         / args.batches, 1)
+        taken = by_batch()
+        if FIRST_COUNTED not in taken:
+            raise RuntimeError(f"{mode}: no foreachBatch call for batch {FIRST_COUNTED}")
+        counted = [taken[b] for b in range(FIRST_COUNTED + 1, last_id + 1) if b in taken]
+        if any(t[3] == 0 for t in counted):
+            raise RuntimeError(f"{mode}: a counted batch read nothing (the feeder lags)")
+        result = per_batch(taken[FIRST_COUNTED], taken[last_id])
+        result["rows_per_batch"] = round(sum(t[3] for t in counted) / len(counted), 1)
         result["batch_duration_ms_median"] = median(
             [p["durationMs"]["triggerExecution"] for p in query.recentProgress
              if p.get("numInputRows")])
@@ -174,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metadata", choices=[*MODES, "all"], default="all",
                         help="the range store to measure (kinesis.metadataCommitterType)")
     parser.add_argument("--shards", type=int, default=100)
-    parser.add_argument("--batches", type=int, default=10, help="batches counted")
+    parser.add_argument("--batches", type=int, default=2 * CLEANUP_EVERY,
+                        help=f"batches counted (a multiple of {CLEANUP_EVERY})")
     parser.add_argument("--timeout", type=float, default=600.0, help="per store, seconds")
     args = parser.parse_args(argv)
+    if args.batches <= 0 or args.batches % CLEANUP_EVERY:
+        parser.error(f"--batches: a positive multiple of {CLEANUP_EVERY}")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     modes = list(MODES) if args.metadata == "all" else [args.metadata]
     sc_common.use_dummy_aws_env()
