@@ -152,3 +152,43 @@ def test_hdfs_keeps_ranges_under_metadata_path_and_refuses_what_it_cannot(tmp_pa
         parse_source_options({**BASE, "kinesis.metadataPath": "hdfs://nn/cp"})
     with pytest.raises(ConfigurationError, match="names no bucket"):
         parse_source_options({**BASE, "kinesis.metadataPath": "s3:///cp"})
+
+
+class _ConflictingS3:
+    """put_object answers ``answers`` in turn (an error code, or None for success)."""
+
+    def __init__(self, *answers: str | None) -> None:
+        self.answers = list(answers)
+        self.puts = 0
+
+    def put_object(self, **kwargs):
+        import botocore.exceptions
+
+        assert kwargs["IfNoneMatch"] == "*"
+        self.puts += 1
+        code = self.answers.pop(0)
+        if code is None:
+            return {}
+        raise botocore.exceptions.ClientError(
+            {"Error": {"Code": code, "Message": code},
+             "ResponseMetadata": {"HTTPStatusCode": 409 if "Conflict" in code else 412}},
+            "PutObject")
+
+
+def test_an_s3_race_in_flight_is_asked_again_and_bounded():
+    """S3 answers 409 ConditionalRequestConflict to a conditional PUT racing another: asked
+    again (after a backoff), it learns who won; a conflict that never clears is an error."""
+    from kinesis_dstream.aws.range_blobs import S3Blobs
+
+    cfg = ConsumerConfig(application_name="app", stream_name="orders", region_name="us-east-1",
+                         retry_wait_time_ms=1, retry_max_attempts=3)
+    lost = _ConflictingS3("ConditionalRequestConflict", "PreconditionFailed")
+    assert S3Blobs(cfg, "bucket", "cp", client=lost).create("a.json", b"{}") is False
+    assert lost.puts == 2
+    won = _ConflictingS3("ConditionalRequestConflict", None)
+    assert S3Blobs(cfg, "bucket", "cp", client=won).create("a.json", b"{}") is True
+    stuck = _ConflictingS3(*["ConditionalRequestConflict"] * 3)
+    with pytest.raises(RangeStoreError, match="s3://bucket/cp/a.json: S3 answered "
+                                              "ConditionalRequestConflict 3 times"):
+        S3Blobs(cfg, "bucket", "cp", client=stuck).create("a.json", b"{}")
+    assert stuck.puts == 3

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import uuid
 from typing import Any, Iterable, Protocol
 
@@ -152,7 +153,9 @@ class S3Blobs:
                     expected=expected, Bucket=self.bucket, **kwargs)
 
     def create(self, name: str, body: bytes) -> bool:
-        for _ in range(self.retry.max_attempts):
+        for attempt in range(self.retry.max_attempts):
+            if attempt:
+                time.sleep(self.retry.jittered_backoff_ms(attempt) / 1000.0)
             try:
                 self._call(f"writing {name}", "put_object", expected=(_EXISTS, _CONFLICT),
                            Key=self.prefix + name, Body=body, IfNoneMatch="*",
