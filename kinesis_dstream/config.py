@@ -227,6 +227,8 @@ class ConsumerConfig:
     kinesis_endpoint: str | None = None
     dynamodb_endpoint: str | None = None
     cloudwatch_endpoint: str | None = None
+    # S3's, for batch ranges kept under an s3:// range_path (AWS_ENDPOINT_URL_S3 otherwise).
+    s3_endpoint: str | None = None
     # Credentials: None means boto3's default chain.
     aws_access_key_id: str | None = None
     # repr=False: a config is logged and shown in tracebacks; secrets never are.
@@ -320,6 +322,10 @@ class ConsumerConfig:
     # Delete a finished shard's lease once its children have started (the KCL's
     # cleanupLeasesUponShardCompletion, true there; the properties file defaults to true).
     cleanup_leases_upon_shard_completion: bool = False
+    # Where the SQL source keeps its batch ranges: None, the DynamoDB range table; else a
+    # local path or an s3:// URI, one small file per range there (the awslabs
+    # kinesis.metadataCommitterType HDFS with kinesis.metadataPath; ``aws.range_store``).
+    range_path: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("application_name", "stream_name", "region_name"):

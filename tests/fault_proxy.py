@@ -2,7 +2,8 @@
 or (``dropping``) drops every connection unanswered, as an endpoint outage does.
 
 With ``share=0`` it is a plain counting proxy: ``calls`` counts every forwarded call by
-(operation, TableName), which the benchmarks use to count DynamoDB writes, and ``signers``
+(operation, TableName) (an S3 REST call by its operation, ``s3_operation``), which the
+benchmarks use to count DynamoDB writes, and ``signers``
 by (operation, the access key id that signed it), ``session_tokens`` by (operation, the
 X-Amz-Security-Token it carried), and ``by_arn`` the calls naming the stream by StreamARN.
 Query-protocol calls (STS: a form body ``Action=AssumeRole&...``) count under their Action, so
@@ -487,7 +488,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                                         self.owner.put_failure_code))
             return
         caller = self._caller() if self.owner.track_callers else 0
-        headers = end_to_end(self.headers.items())
+        # the body follows at once (this handler answered any Expect: 100-continue)
+        headers = {k: v for k, v in end_to_end(self.headers.items()).items()
+                   if k.lower() != "expect"}
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
             conn = self._connection()
             try:
@@ -503,7 +506,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     return
         with self.owner._lock:
             self.owner.forwarded += 1
-            operation = _operation(self.headers.get("X-Amz-Target", ""), body)
+            operation = (_operation(target, body) if target or body.startswith(b"Action=")
+                         else (s3_operation(self.command, self.path), ""))
             self.owner.calls[operation] += 1
             signer = re.search(r"Credential=([^/,\s]+)/", self.headers.get("Authorization", ""))
             self.owner.signers[(operation[0], signer.group(1) if signer else "")] += 1
@@ -534,6 +538,27 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     do_POST = _handle
     do_GET = _handle
+    do_PUT = _handle  # S3's REST calls (s3_operation)
+    do_DELETE = _handle
+
+
+def s3_operation(method: str, path: str) -> str:
+    """The S3 operation of a path-style REST call (``PUT /bucket/key`` -> PutObject), for
+    the counts of the file range store's calls."""
+    where, _, query = path.partition("?")
+    parts = where.strip("/").split("/", 1)
+    on_object = len(parts) == 2 and bool(parts[1])
+    queried = set(urllib.parse.parse_qs(query, keep_blank_values=True))
+    if method == "GET":
+        return "GetObject" if on_object else (
+            "ListObjectsV2" if "list-type" in queried else "ListObjects")
+    if method == "POST" and "delete" in queried:
+        return "DeleteObjects"
+    if method == "PUT":
+        return "PutObject" if on_object else "CreateBucket"
+    if method == "DELETE":
+        return "DeleteObject" if on_object else "DeleteBucket"
+    return f"{method} {where}"
 
 
 def _operation(target: str, body: bytes) -> tuple[str, str]:

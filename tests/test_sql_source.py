@@ -1100,9 +1100,13 @@ def test_a_query_naming_only_its_stream_reads_with_region_and_endpoint_from_the_
 
 
 # -- kill -9 of the driver ---------------------------------------------------------------------
-def spawn_driver(out_dir: Path, checkpoint: str, opts: dict[str, str], log_path: Path) -> Any:
+def spawn_driver(out_dir: Path, checkpoint: str, opts: dict[str, str], log_path: Path,
+                 master: str = "local[2]", **environment: str) -> Any:
+    """The subprocess driver (``_driver_main``) on ``master``, ``environment`` added to
+    ours (the JVM and the source's process read it)."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(
-        p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
+        p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p),
+        SQL_DRIVER_MASTER=master, **environment)
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
             [sys.executable, __file__, "driver", str(out_dir), checkpoint, json.dumps(opts)],
@@ -1183,14 +1187,17 @@ def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_strea
 
 
 def _driver_main(out_dir: str, checkpoint: str, opts_json: str) -> None:
-    """The subprocess driver: local[2], foreachBatch writes batch-<id>-<uuid>.json files."""
+    """The subprocess driver: on SQL_DRIVER_MASTER (local[2] unless set), foreachBatch
+    writes batch-<id>-<uuid>.json files."""
     from pyspark.sql import SparkSession
 
     logging.basicConfig(level=logging.WARNING)
-    spark = (SparkSession.builder.master("local[2]").appName("sql-source-recovery")
+    master = os.environ.get("SQL_DRIVER_MASTER") or "local[2]"
+    spark = (SparkSession.builder.master(master).appName("sql-source-recovery")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable).getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
 

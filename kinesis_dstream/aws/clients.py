@@ -224,9 +224,12 @@ def make_client(config: ConsumerConfig, service: Literal["kinesis"], *,
 def make_client(config: ConsumerConfig, service: Literal["dynamodb"]) -> DynamoDBAPI: ...
 @overload
 def make_client(config: ConsumerConfig, service: Literal["cloudwatch"]) -> CloudWatchAPI: ...
+@overload
+def make_client(config: ConsumerConfig, service: Literal["s3"]) -> Any: ...
 def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float | None = None,
                 pool_size: int = 50, proxies: Mapping[str, str] | None = None) -> Any:
-    """A boto3 client for ``kinesis``, ``dynamodb`` or ``cloudwatch``.
+    """A boto3 client for ``kinesis``, ``dynamodb``, ``cloudwatch`` or ``s3`` (the file
+    range store's, ``range_blobs``).
 
     An explicit endpoint in the config wins; otherwise boto3 resolves it, honouring
     ``AWS_ENDPOINT_URL_<SERVICE>`` as the local harness prints them, in the service's
@@ -238,6 +241,7 @@ def make_client(config: ConsumerConfig, service: str, *, read_timeout_s: float |
         "kinesis": config.kinesis_endpoint,
         "dynamodb": config.dynamodb_endpoint,
         "cloudwatch": config.cloudwatch_endpoint,
+        "s3": config.s3_endpoint,
     }.get(service)
     session = _session(config.credentials_for(service))
     # Kinesis may sign in another region than DynamoDB, CloudWatch and STS (the stream's ARN,

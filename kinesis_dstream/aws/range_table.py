@@ -6,7 +6,8 @@ Kinesis cannot say in advance where a shard's records stop, so the first task th
 (batch, shard) writes the range it read here, conditionally, before it hands out a record;
 every later computation of that partition finds the range and reads exactly it. The JVM
 connectors keep the same fact in HDFS or DynamoDB; we keep it in DynamoDB next to the lease
-table, never in it (Java KCL workers scan the lease table).
+table, never in it (Java KCL workers scan the lease table). The SQL source may keep them as
+files instead (``range_files``; ``range_store`` chooses).
 
 One item per (input stream, shard, batch): ``rangeKey`` = "<stream key>/<shard id>" (HASH),
 ``batchTime`` = batch time in epoch ms (RANGE). Items are deleted once the batch's positions
@@ -183,6 +184,10 @@ class BatchRangeTable:
     def _call(self, what: str, operation: str, expected: tuple[str, ...] = (), **kwargs: Any) -> Any:
         return call(self.retry, getattr(self.client, operation), f"{what} (table {self.table_name})",
                     expected=expected, **kwargs)
+
+    def prepare(self) -> None:
+        """``range_store.RangeStore``'s: the table, created unless it exists."""
+        self.create_table_if_not_exists()
 
     def create_table_if_not_exists(self, timeout_s: float = 60.0) -> bool:
         """Create the table unless it exists (billed as the config says), with TTL on

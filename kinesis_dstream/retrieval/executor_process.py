@@ -25,7 +25,7 @@ from typing import Generic, Hashable, TypeVar
 
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable
-from ..aws.range_table import BatchRangeTable
+from ..aws.range_store import RangeStore, open_range_store
 from ..config import ConsumerConfig
 from ..retry import FaultLog, RetryPolicy
 
@@ -75,7 +75,7 @@ class ReaderClients:
     ask it (whether a lease moved), and a boto3 client costs a task's first read time."""
 
     kinesis: KinesisClient
-    ranges: BatchRangeTable
+    ranges: RangeStore
     config: ConsumerConfig
     _leases: LeaseTable | None = None
 
@@ -118,7 +118,7 @@ def clients_for(config: ConsumerConfig) -> ReaderClients:
             log_to_stderr_unless_configured()
             skip_unchanged_zip_invalidation()
             kinesis = KinesisClient(config, policy=reader_policy(config))
-            clients = _clients.put(config, ReaderClients(kinesis, BatchRangeTable(config), config))
+            clients = _clients.put(config, ReaderClients(kinesis, open_range_store(config), config))
             freeze_long_lived_objects()
         return clients
 

@@ -30,6 +30,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
+from ..aws.range_store import range_store_name
 from ..aws.range_table import BatchRange, range_table_name, start_after
 from ..config import ConsumerConfig
 from ..records import AT_TIMESTAMP, ExtendedSequenceNumber, Record
@@ -47,11 +48,11 @@ T = TypeVar("T")
 
 def waiting_out_dynamodb(config: ConsumerConfig, fn: Callable[[], T],
                          sleep: Callable[[float], None] = time.sleep) -> T:
-    """``fn()`` (a call to the lease or batch-range table), a DynamoDB outage waited out as
-    patiently as a Kinesis outage in a recorded range's read, logged once a minute per
-    table pair and process."""
-    key = range_table_name(config.application_name)
-    fault = fault_log(key, f"DynamoDB (tables {config.application_name} and {key})")
+    """``fn()`` (a call to the lease table or the batch-range store), an outage of DynamoDB
+    (or of the file system the ranges are on) waited out as patiently as a Kinesis outage
+    in a recorded range's read, logged once a minute per store and process."""
+    key = config.range_path or range_table_name(config.application_name)
+    fault = fault_log(key, range_store_name(config))
     return wait_out(fn, patience_s=EXACT_READ_PATIENCE_S, fault=fault,
                     backoff=Backoff.after_retries(config), sleep=sleep)
 

@@ -123,11 +123,18 @@ AWSLABS = Anchor("awslabs", "awslabs spark-sql-kinesis-connector", "aws-kinesis"
               "here are items of a DynamoDB table keyed by the query id"),
     _accepted("kinesis.checkNewRecordThreads", SOURCE, "4",
               "a thread pool of the awslabs driver; this source has none to size"),
-    _accepted("kinesis.metadataCommitterType", SOURCE, "DYNAMODB",
-              "batch ranges are kept in DynamoDB whichever is given (logged at load())"),
-    _accepted("kinesis.metadataPath", SOURCE, "s3://bucket/meta",
-              "ranges are keyed by the query id kept in the checkpoint's offset log "
-              "(logged at load())"),
+    _honoured("kinesis.metadataCommitterType", SOURCE, "DYNAMODB", "HDFS",
+              needs={"kinesis.metadataPath": "s3://bucket/meta"},
+              note="HDFS keeps the batch ranges as small files under kinesis.metadataPath "
+                   "(local, s3:// or s3a://), and the query makes no DynamoDB call. A Python "
+                   "source is not told its checkpointLocation, so HDFS needs "
+                   "kinesis.metadataPath (give the checkpointLocation): HDFS without it is "
+                   "refused, and with neither option the ranges stay in DynamoDB"),
+    _honoured("kinesis.metadataPath", SOURCE, "s3://bucket/meta",
+              sets=("config.range_path", "s3://bucket/meta"),
+              note="awslabs' default is the checkpointLocation, which a Python source is "
+                   "not told: give it here; hdfs:// and other file systems without an "
+                   "atomic create are refused"),
     _accepted("kinesis.metadataNumRetries", SOURCE, "3", _NO_RETRY_STORE),
     _accepted("kinesis.metadataRetryIntervalsMs", SOURCE, "500", _NO_RETRY_STORE),
     _accepted("kinesis.metadataMaxRetryIntervalMs", SOURCE, "5000", _NO_RETRY_STORE),

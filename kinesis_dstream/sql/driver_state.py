@@ -16,7 +16,8 @@ from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..aws.kinesis import KinesisClient, Shard
-from ..aws.range_table import BatchRange, BatchRangeTable
+from ..aws.range_store import RangeStore, open_range_store
+from ..aws.range_table import BatchRange
 from ..aws.stream_consumer import register_stream_consumer
 from ..config import ConsumerConfig
 from ..errors import KinesisDStreamError, StreamNotFoundError
@@ -55,7 +56,7 @@ class DriverState:
         # The fan-out consumer registered for the query on each stream: (name, ARN).
         self.consumers: dict[str, tuple[str, str]] = {}
         self._clients: dict[str, KinesisClient] = {}
-        self._ranges_made: Future[BatchRangeTable] | None = None
+        self._ranges_made: Future[RangeStore] | None = None
         self._lock = threading.Lock()
         self._peer_key: PeerKey | None = None
 
@@ -84,25 +85,26 @@ class DriverState:
         return self.kinesis_of(self.streams.names[0])
 
     def prepare_ranges(self) -> None:
-        """Start making the batch-range table (its client, the table unless it exists) in
-        the background: the query's start waits for it only where a reading first needs it
-        (planning its partitions), not while it lists the shards, nor while Spark plans the
-        first batch (a new DynamoDB table takes seconds to become ACTIVE)."""
+        """Start making the batch-range store (its client; the DynamoDB table unless it
+        exists, or nothing for a file store) in the background: the query's start waits for
+        it only where a reading first needs it (planning its partitions), not while it
+        lists the shards, nor while Spark plans the first batch (a new DynamoDB table takes
+        seconds to become ACTIVE)."""
         with self._lock:
             if self._ranges_made is None:
                 self._ranges_made = self.pool.submit(self._make_ranges)
 
     @cached_property
-    def ranges(self) -> BatchRangeTable:
-        """The batch-range table, created if need be (its error, if that failed)."""
+    def ranges(self) -> RangeStore:
+        """The batch-range store, prepared (its error, if that failed)."""
         self.prepare_ranges()
         assert self._ranges_made is not None
         return self._ranges_made.result()
 
-    def _make_ranges(self) -> BatchRangeTable:
-        table = BatchRangeTable(self.config)
-        table.create_table_if_not_exists()
-        return table
+    def _make_ranges(self) -> RangeStore:
+        store = open_range_store(self.config)
+        store.prepare()
+        return store
 
     def list_shards(self) -> dict[str, list[Shard]]:
         """Each stream's shards. A stream that does not exist fails the query, named (and

@@ -316,9 +316,13 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
     Option(QUBOLE_IDLE_TIME, Duration(0, unit_ms=1000), f"qubole's name: with "
            f"{QUBOLE_ADD_IDLE_TIME} true, the least time between GetRecords calls.", "1000",
            target="qubole", field="idle_time_s"),
-    Option(METADATA_COMMITTER_TYPE, Choice("HDFS", "DYNAMODB"), "Accepted for the awslabs "
-           "connector's jobs: batch ranges are kept in DynamoDB either way.", "HDFS",
-           target="source", field="metadata_committer_type"),
+    Option(METADATA_COMMITTER_TYPE, Choice("HDFS", "DYNAMODB"), "Where batch ranges are "
+           f"kept: HDFS, as small files under {METADATA_PATH} (a local path, s3:// or "
+           "s3a://; the query then makes no DynamoDB call), or DYNAMODB, in the DynamoDB "
+           f"table {DYNAMODB_TABLE_NAME} names. HDFS needs {METADATA_PATH}: "
+           "Spark does not tell a Python source its checkpointLocation.",
+           f"HDFS with {METADATA_PATH}, else DYNAMODB", target="source",
+           field="metadata_committer_type"),
     Option(ARROW_BATCHES, BOOLEAN, "Ours: read() yields Arrow batches (true) or tuples.",
            "true", target="source", field="arrow_batches"),
     Option(CONSUMER_TYPE, Choice("GetRecords", "SubscribeToShard"), "GetRecords polls; "
@@ -330,8 +334,11 @@ SOURCE_OPTIONS: tuple[Option, ...] = (
            f"{CONSUMER_NAME}) it defaults to kinesis-dstream-sql-<the query id the "
            "checkpoint's offsets keep>.", aliases=(CONSUMER_NAME,), target="source",
            field="consumer_name"),
-    Option(METADATA_PATH, _NO_EFFECT, "Not used: ranges are keyed by the query id kept in "
-           "the checkpoint's offset log.", target="source"),
+    Option(METADATA_PATH, _TEXT, "Where batch ranges are kept with "
+           f"{METADATA_COMMITTER_TYPE} HDFS (under <path>/kinesis-ranges/): a local path, "
+           "file://, s3:// or s3a:// (S3 by conditional PUT; AWS_ENDPOINT_URL_S3 is read "
+           "on the driver). The query's checkpointLocation is a good choice.",
+           target="source", field="metadata_path"),
     *(Option(name, _NO_EFFECT, "Accepted for the awslabs connector's jobs; no effect here.",
              target="source") for name in ACCEPTED_WITHOUT_EFFECT),
     *(Option(name, _NO_EFFECT, f"The {who} connector's; no effect here (warned about): it "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 from urllib.parse import quote
 
+from ..aws.range_location import root_of
 from ..aws.stream_consumer import QUERY_CONSUMER_PREFIX
 from ..config import (
     ConsumerConfig,
@@ -144,7 +145,10 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     max_fetch_time_per_shard_s: float = MAX_FETCH_TIME_PER_SHARD_S
     describe_shard_interval_s: float = 1.0
-    metadata_committer_type: str = "HDFS"
+    # Where batch ranges are kept: HDFS, files under metadata_path (ConsumerConfig.range_path);
+    # DYNAMODB, the range table. Not given: HDFS with a metadata_path, else DYNAMODB.
+    metadata_committer_type: str = "DYNAMODB"
+    metadata_path: str | None = None
     arrow_batches: bool = True
     max_fetch_rate_mb_s: float | None = None
     min_fetch_period_s: float = 0.0
@@ -395,6 +399,7 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
     if table:  # the KCL names the table after the application
         source_values["start_lease_table"] = table
         source_values.setdefault("start_application", table)
+    _choose_range_store(source_values, config_values)
     # Read on the driver so that executors, which may lack the variable, use the same table.
     config_values.setdefault("dynamodb_endpoint",
                              os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or None)
@@ -402,12 +407,37 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         config_values.setdefault(name, value)
     source = SourceOptions(config=ConsumerConfig(**config_values), streams=streams,
                            arns=arns, unknown=read.unknown, **source_values)
-    if source.metadata_committer_type == "HDFS":
-        log.info("aws-kinesis source: %s HDFS: batch ranges are kept in DynamoDB table %s all "
-                 "the same (our only range store); the query's offsets stay in its "
-                 "checkpointLocation", METADATA_COMMITTER_TYPE, source.range_table_name)
-    if METADATA_PATH in read.given:
-        log.info("aws-kinesis source: %s is not used: ranges are keyed by the query id kept in "
-                 "the checkpoint's offset log", METADATA_PATH)
+    if source.metadata_committer_type == "DYNAMODB" and source.metadata_path is not None:
+        log.info("aws-kinesis source: %s is not used with %s DYNAMODB: batch ranges are kept "
+                 "in DynamoDB table %s", METADATA_PATH, METADATA_COMMITTER_TYPE,
+                 source.range_table_name)
     return source
+
+
+def _choose_range_store(source_values: dict[str, Any], config_values: dict[str, Any]) -> None:
+    """``kinesis.metadataCommitterType`` and ``kinesis.metadataPath`` -> where the readers
+    keep batch ranges (``ConsumerConfig.range_path``: None is the DynamoDB table).
+
+    The awslabs connector's HDFS writes under the query's checkpointLocation by default. A
+    Python source is not told that location (Spark's ``PythonScan.toMicroBatchStream``
+    drops it, 4.0 to 4.3), so HDFS needs the path given, and without one the ranges stay in
+    DynamoDB, as before; HDFS asked for without a path is refused rather than kept in
+    DynamoDB behind the user's back (IAM written for HDFS allows no DynamoDB).
+    """
+    path = source_values.get("metadata_path")
+    committer = source_values.setdefault("metadata_committer_type",
+                                         "HDFS" if path else "DYNAMODB")
+    if committer != "HDFS":
+        return
+    if not path:
+        raise ConfigurationError(
+            f"{METADATA_COMMITTER_TYPE} HDFS needs {METADATA_PATH}: Spark does not tell a "
+            "Python source its checkpointLocation. Give the query's checkpointLocation (or "
+            f"any local, s3:// or s3a:// path) as {METADATA_PATH}, or {METADATA_COMMITTER_TYPE} "
+            "DYNAMODB to keep the batch ranges in DynamoDB")
+    # A file system we can create on atomically (else refused), resolved on the driver: a
+    # relative local path means the same directory to every executor (on a shared mount).
+    config_values["range_path"] = str(root_of(path, METADATA_PATH))
+    # Read on the driver, as the DynamoDB endpoint is, so that every executor uses it.
+    config_values.setdefault("s3_endpoint", os.environ.get("AWS_ENDPOINT_URL_S3") or None)
 
