@@ -11,7 +11,7 @@ import pytest
 
 from kinesis_dstream.aws.range_blobs import LocalBlobs, RangeStoreError
 from kinesis_dstream.aws.range_files import FileRangeStore, decode, encode
-from kinesis_dstream.aws.range_store import open_range_store
+from kinesis_dstream.aws.range_store import RangeStore, open_range_store
 from kinesis_dstream.aws.range_table import BatchRange, BatchRangeTable
 from kinesis_dstream.config import ConsumerConfig
 from kinesis_dstream.errors import ConfigurationError
@@ -48,14 +48,34 @@ def test_a_range_reads_back_as_written_every_field(tmp_path):
     assert decode(encode(batch(3)), "x") == batch(3)
 
 
+def racing_puts(store: RangeStore, batch_ms: int, writers: int, join_s: float
+                ) -> list[BatchRange]:
+    """``writers`` threads released at once, each putting its own range of one (key, shard,
+    batch): what each was handed back."""
+    start = threading.Barrier(writers)
+    handed: list[BatchRange] = []
+    lock = threading.Lock()
+
+    def write(i: int) -> None:
+        start.wait()
+        stored = store.put_if_absent(batch(batch_ms, records=i + 1))
+        with lock:
+            handed.append(stored)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join_s)
+    return handed
+
+
 def test_writers_racing_on_one_range_store_exactly_one(tmp_path):
     """Sixteen computations of one partition, each with its own range, released at once:
     one object is created, and every writer is handed that one."""
     store = FileRangeStore(config(str(tmp_path)))
     writers = 16
-    start = threading.Barrier(writers)
     created: list[bool] = []
-    handed: list[BatchRange] = []
     lock = threading.Lock()
     blobs = store.blobs
     original = blobs.create
@@ -67,18 +87,7 @@ def test_writers_racing_on_one_range_store_exactly_one(tmp_path):
         return won
 
     blobs.create = counting_create  # type: ignore[method-assign]
-
-    def write(i: int) -> None:
-        start.wait()
-        stored = store.put_if_absent(batch(5, records=i + 1))
-        with lock:
-            handed.append(stored)
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    handed = racing_puts(store, 5, writers, 30)
     assert created.count(True) == 1 and len(created) == writers
     winner = store.get(KEY, SHARD, 5)
     assert winner is not None and handed == [winner] * writers

@@ -3,24 +3,21 @@
 writers racing on one range are handed one range."""
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
 
 from emulators import client
+from test_range_files import KEY, SHARD, racing_puts
+from test_range_files import batch as unit_batch
 
 from kinesis_dstream.aws.range_blobs import S3Blobs
 from kinesis_dstream.aws.range_files import FileRangeStore
 from kinesis_dstream.aws.range_store import open_range_store
 from kinesis_dstream.aws.range_table import BatchRange
 from kinesis_dstream.config import ConsumerConfig
-from kinesis_dstream.records import ExtendedSequenceNumber
 
 pytestmark = [pytest.mark.emulator, pytest.mark.timeout(120)]
-
-KEY, SHARD = "sql/orders/q-1", "shardId-000000000000"
-
 
 @pytest.fixture
 def bucket(aws_env, dynamodb):
@@ -44,9 +41,7 @@ def store_at(dynamodb: str, bucket: str, prefix: str = "cp/query-1") -> FileRang
 
 
 def batch(batch_ms: int, records: int = 1) -> BatchRange:
-    return BatchRange(KEY, SHARD, batch_ms, ExtendedSequenceNumber("100"), None,
-                      ExtendedSequenceNumber(str(100 + records)), records,
-                      subscriber="10.0.0.7:4000")
+    return unit_batch(batch_ms, records, subscriber="10.0.0.7:4000")
 
 
 def test_the_conditional_put_refuses_a_second_writer(bucket, dynamodb):
@@ -69,21 +64,7 @@ def test_writers_racing_on_s3_are_handed_one_range(bucket, dynamodb):
     _, name = bucket
     store = store_at(dynamodb, name)
     writers = 8
-    start = threading.Barrier(writers)
-    handed: list[BatchRange] = []
-    lock = threading.Lock()
-
-    def write(i: int) -> None:
-        start.wait()
-        stored = store.put_if_absent(batch(7, records=i + 1))
-        with lock:
-            handed.append(stored)
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    handed = racing_puts(store, 7, writers, 60)
     assert handed == [store.get(KEY, SHARD, 7)] * writers
 
 

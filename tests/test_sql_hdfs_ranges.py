@@ -9,9 +9,6 @@ DynamoDB would fail or stall, and the notes name the call.
 """
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,8 +19,7 @@ import boto3
 import pytest
 
 from emulators import list_shard_ids
-from spark_helpers import wait_until
-from test_sql_source import KeyedProducer, batch_files, options, spawn_driver
+from test_sql_source import batch_files, delivered_by, kill_9_and_restart, options
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -102,39 +98,17 @@ def test_hdfs_ranges_need_no_dynamodb_through_a_driver_kill_9(env, make_stream, 
     log_path = tmp_path / "driver.log"
     master = "local-cluster[2,1,1024]"
     environment = {"AWS_ENDPOINT_URL_DYNAMODB": refusing_dynamodb.url}
-    producer = KeyedProducer(env["kinesis"], stream)
-    producer.start()
-    driver = spawn_driver(out_dir, checkpoint, opts, log_path, master, **environment)
     ranges = Path(checkpoint) / "kinesis-ranges"
-    try:
-        wait_until(lambda: len(batch_files(out_dir)) >= 3 or driver.poll() is not None, 240,
-                   "three batches from the first driver")
-        assert driver.poll() is None, log_path.read_text()[-3000:]
+
+    def ranges_are_files() -> None:
         assert list(ranges.rglob("*.json")), "the ranges are files under the checkpoint"
-        os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM, executors and workers
-        driver.wait(30)
-        driver = spawn_driver(out_dir, checkpoint, opts, log_path, master, **environment)
-        sent_at_restart = len(producer.sent)
-        wait_until(lambda: len(producer.sent) >= sent_at_restart + 100, 60, "more records")
-        sent = producer.finish()
 
-        def delivered() -> Counter:
-            return Counter(r[4] for files in batch_files(out_dir).values() for r in files[0])
-
-        wait_until(lambda: set(delivered()) >= {s.decode() for s in sent}
-                   or driver.poll() is not None, 240, "every record put")
-        assert driver.poll() is None, log_path.read_text()[-3000:]
-    finally:
-        producer.halt.set()
-        (out_dir / "STOP").touch()
-        try:
-            driver.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
+    sent, running = kill_9_and_restart(out_dir, checkpoint, opts, log_path, env["kinesis"],
+                                       stream, 240, master, ranges_are_files, **environment)
+    assert running, log_path.read_text()[-3000:]
     assert refusing_dynamodb.calls == [], refusing_dynamodb.calls
     for batch_id, files in batch_files(out_dir).items():  # a batch run again: same records
         assert all(f == files[0] for f in files), batch_id
-    assert delivered() == Counter(s.decode() for s in sent)
+    assert delivered_by(out_dir) == Counter(s.decode() for s in sent)
     shards = {p.name for p in ranges.glob("*/*")}
     assert shards <= set(list_shard_ids(env["kinesis"], stream)) and shards

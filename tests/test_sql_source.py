@@ -1122,6 +1122,48 @@ def batch_files(out_dir: Path) -> dict[int, list[list]]:
     return found
 
 
+def delivered_by(out_dir: Path) -> Counter:
+    """Each record's data, counted once per batch (a batch run again counts once)."""
+    return Counter(r[4] for files in batch_files(out_dir).values() for r in files[0])
+
+
+def kill_9_and_restart(out_dir: Path, checkpoint: str, opts: dict[str, str], log_path: Path,
+                       kinesis: str, stream: str, timeout_s: float, master: str = "local[2]",
+                       before_kill: Callable[[], None] = lambda: None,
+                       **environment: str) -> tuple[list[bytes], bool]:
+    """A subprocess driver reads while a producer writes; after three batches (and
+    ``before_kill``) it is killed -9 with its JVM, executors and Python workers, and a new
+    one restarts from ``checkpoint`` until every record put has come or it ends. What was
+    put, and whether the restarted driver was still running then; both drivers are stopped
+    on return (a STOP file, then kill)."""
+    producer = KeyedProducer(kinesis, stream)
+    producer.start()
+    driver = spawn_driver(out_dir, checkpoint, opts, log_path, master, **environment)
+    try:
+        wait_until(lambda: len(batch_files(out_dir)) >= 3 or driver.poll() is not None,
+                   timeout_s, "three batches from the first driver")
+        assert driver.poll() is None, log_path.read_text()[-3000:]
+        before_kill()
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+        driver = spawn_driver(out_dir, checkpoint, opts, log_path, master, **environment)
+        sent_at_restart = len(producer.sent)
+        wait_until(lambda: len(producer.sent) >= sent_at_restart + 100, 60, "more records")
+        sent = producer.finish()
+        wait_until(lambda: set(delivered_by(out_dir)) >= {s.decode() for s in sent}
+                   or driver.poll() is not None, timeout_s, "every record put")
+        running = driver.poll() is None
+    finally:
+        producer.halt.set()
+        (out_dir / "STOP").touch()
+        try:
+            driver.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    return sent, running
+
+
 @pytest.mark.spark  # Spark drivers in processes of their own
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["polling", "fanout"])
@@ -1144,43 +1186,17 @@ def test_driver_killed_9_restarts_from_checkpoint_losing_nothing(env, make_strea
                  "kinesis.consumerName": f"{env['app']}-c"}
     opts = options(stream, kinesis, env["dynamodb"], env["app"], **extra)
     log_path = tmp_path / "driver.log"
-    producer = KeyedProducer(kinesis, stream)
-    producer.start()
-    driver = spawn_driver(out_dir, checkpoint, opts, log_path)
-    try:
-        wait_until(lambda: len(batch_files(out_dir)) >= 3 or driver.poll() is not None, 180,
-                   "three batches from the first driver")
-        assert driver.poll() is None, log_path.read_text()[-3000:]
-        os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
-        driver.wait(30)
-        driver = spawn_driver(out_dir, checkpoint, opts, log_path)
-        sent_at_restart = len(producer.sent)
-        wait_until(lambda: len(producer.sent) >= sent_at_restart + 100, 60, "more records")
-        sent = producer.finish()
-
-        def delivered() -> Counter:
-            return Counter(r[4] for files in batch_files(out_dir).values() for r in files[0])
-
-        wait_until(lambda: set(delivered()) >= {s.decode() for s in sent}
-                   or driver.poll() is not None, 180, "every record put")
-        if not PYSPARK_4_2 and driver.poll() is not None:
-            # pyspark < 4.2: a query whose last batch was committed cannot resume; it fails
-            # saying so rather than start over (see _failed_naming_4_2)
-            assert "pyspark >= 4.2" in log_path.read_text(), log_path.read_text()[-3000:]
-            return
-        assert driver.poll() is None, log_path.read_text()[-3000:]
-    finally:
-        producer.halt.set()
-        (out_dir / "STOP").touch()
-        try:
-            driver.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
+    sent, running = kill_9_and_restart(out_dir, checkpoint, opts, log_path, kinesis, stream, 180)
+    if not PYSPARK_4_2 and not running:
+        # pyspark < 4.2: a query whose last batch was committed cannot resume; it fails
+        # saying so rather than start over (see _failed_naming_4_2)
+        assert "pyspark >= 4.2" in log_path.read_text(), log_path.read_text()[-3000:]
+        return
+    assert running, log_path.read_text()[-3000:]
     batches = batch_files(out_dir)
     for batch_id, files in batches.items():  # a batch run again read the same records
         assert all(f == files[0] for f in files), batch_id
-    assert delivered() == Counter(s.decode() for s in sent)
+    assert delivered_by(out_dir) == Counter(s.decode() for s in sent)
     if mode == "fanout":  # read by subscription, before the kill and after the restart
         shards = list_shard_ids(env["kinesis"], stream)
         assert all(front.count("SubscribeToShard", s) >= 2 for s in shards), front.calls
