@@ -120,11 +120,11 @@ def reading_tasks(sink: Batches) -> int:
         return sum(len({row[0] for row in rows}) for rows in sink.by_batch.values())
 
 
-def assert_assumed_once_per_process(proxies: Proxies, sink: Batches,
+def assert_assumed_once_per_process(proxies: Proxies, tasks: int,
                                     executors: dict[int, bool]) -> None:
     """Every process that used the role assumed it once: each reader among them (executors'
     Python workers, and the driver's that probe shards); none twice, and the executors'
-    Python workers not once a task (they are reused)."""
+    Python workers not once for each of the ``tasks`` that read (they are reused)."""
     by_process = proxies.assume_roles_by_process()
     assert 0 not in by_process, f"an AssumeRole from a process not found: {by_process}"
     assert by_process and max(by_process.values()) == 1, by_process
@@ -133,7 +133,6 @@ def assert_assumed_once_per_process(proxies: Proxies, sink: Batches,
     on_executors = [pid for pid in by_process if executors[pid]]
     # Executors read the records (the driver's processes may probe shards with GetRecords).
     assert readers & set(on_executors), (readers, executors)
-    tasks = reading_tasks(sink)
     assert tasks >= WAVES and len(on_executors) < tasks, (on_executors, tasks)
 
 
@@ -182,7 +181,7 @@ def test_databricks_role_arn_alone_reads_every_record_once_assuming_once_per_pro
     assert sink.data() == expected and not sink.reruns_differing  # every record once
     assert_signed_by_role_sessions(proxies, dynamodb, role,
                                    lambda name: name.startswith("kinesis-dstream-"))
-    assert_assumed_once_per_process(proxies, sink, executors)
+    assert_assumed_once_per_process(proxies, reading_tasks(sink), executors)
 
 
 def test_databricks_stream_arn_alone_names_the_stream_by_arn_in_every_kinesis_call(
@@ -215,7 +214,7 @@ def test_databricks_stream_arn_alone_names_the_stream_by_arn_in_every_kinesis_ca
             (operation, proxies.kinesis.by_arn, calls)
     assert_signed_by_role_sessions(proxies, dynamodb, role,
                                    lambda name: name == "cross-account-reader")
-    assert_assumed_once_per_process(proxies, sink, executors)
+    assert_assumed_once_per_process(proxies, reading_tasks(sink), executors)
 
 
 # -- the awslabs connector's credentials -------------------------------------------------------
@@ -248,7 +247,7 @@ def test_awslabs_sts_provider_class_signs_every_read_with_the_roles_session(
                                    lambda: executors.update(executors_of(proxies)))
     assert sink.data() == expected and not sink.reruns_differing
     assert_signed_by_role_sessions(proxies, dynamodb, role, lambda name: name == session)
-    assert_assumed_once_per_process(proxies, sink, executors)
+    assert_assumed_once_per_process(proxies, reading_tasks(sink), executors)
 
 
 def test_awslabs_session_token_signs_every_read_with_the_temporary_key_and_its_token(
