@@ -32,7 +32,10 @@ share of 2 MiB/s per shard counted from start (``of_limit``), the proxy's refusa
 counts. For ``sql`` also batch 0's durations and rows, and the source's read, wait and convert
 times and lag as its progress reports them (``latestOffset``, pyspark >= 4.2). Targets: the
 SQL source's first rows within 5 s of the query's definition, the backlog at >= 0.85 of
-the limit.
+the limit. ``side_by_side`` sets them against the same run's references: ours over Spark's
+floor (``python_source``) for first rows, ours over the boto3 reader for the backlog.
+``--trace FILE`` has every Python process write its timeline (``spark_trace/``), to find
+where a start goes; it costs time, so a traced run gives no figure.
 
 Quote figures with the machine's load: ``python bench/bench_sql_backlog.py``.
 """
@@ -75,6 +78,7 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s
     checkpoint = tempfile.mkdtemp(prefix="bench-sql-backlog-ckpt-")
     rows = bench_limits.DistinctRows(total)
     started = time.time()
+    _mark("defined", started)
     if registration == "spark":  # Spark's own registration: no probe
         spark.dataSource.register(KinesisDataSource)
     elif registration == "ours":  # the optional shortcut: its probe read starts the workers
@@ -92,6 +96,7 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s
         progress = list(query.recentProgress)
     finally:
         bench_limits.stop_query(query, checkpoint, dynamodb, table)
+    _mark("first_rows", rows.first)
     result = bench_limits.query_result(query, rows, SHARDS, started, bool(finished), total)
     result["register"] = {"how": REGISTRATIONS[registration], "s": round(registered_s, 2),
                           "inside_the_measured_time": True}
@@ -118,6 +123,7 @@ def python_source(sc: Any, timeout_s: float) -> dict[str, Any]:
             first.append(time.time())
 
     started = time.time()
+    _mark("defined", started)
     source = bench_restarts.counting_source(1000)
     spark.dataSource.register(source)
     query = (spark.readStream.format(source.name()).load().writeStream.foreachBatch(batch)
@@ -130,10 +136,29 @@ def python_source(sc: Any, timeout_s: float) -> dict[str, Any]:
         progress = list(query.recentProgress)
     finally:
         query.stop()
+    _mark("first_rows", first[0] if first else None)
     with_rows = [p for p in progress if p.get("numInputRows")]
     return {"first_record_s": round(first[0] - started, 2) if got else None,
             "first_batch": _batch(with_rows[0], started) if with_rows else None,
             "what": "a minimal Python streaming data source of Spark's API (no I/O)"}
+
+
+def _mark(name: str, at: float | None) -> None:
+    """A moment of the bench's own in the trace file (``--trace``), if one is written."""
+    if at is not None and os.environ.get("KD_TRACE_FILE"):
+        import json
+
+        with open(os.environ["KD_TRACE_FILE"], "a") as f:
+            f.write(json.dumps({"t": at, "pid": os.getpid(), "ev": "mark", "name": name}) + "\n")
+
+
+def _traced(path: str) -> None:
+    """Every Python process started from here on (Spark's included) appends its timeline to
+    ``path`` (``spark_trace/sitecustomize.py``; ``spark_trace/timeline.py`` prints it)."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_trace")
+    os.environ["KD_TRACE_FILE"] = os.path.abspath(path)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (here, os.environ.get("PYTHONPATH")) if p)
 
 
 def _batch(progress: dict[str, Any], started: float) -> dict[str, Any]:
@@ -177,11 +202,17 @@ def main(argv: list[str] | None = None) -> int:
                              "spark.dataSource.register; ours: register(spark), whose probe "
                              "starts the SQL workers (inside the measured time either way)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument("--trace", metavar="FILE",
+                        help="each Python process appends its timeline to FILE (imports, "
+                             "worker mains, our reader's and AWS calls; it costs time: not "
+                             "for figures); spark_trace/timeline.py prints it")
     parser.add_argument("--one-jvm", action="store_true",
                         help="run every variant in this process's one JVM (the first Spark "
                              "variant then pays Spark's once-a-JVM costs for all)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if args.trace and not os.environ.get("KD_TRACE_FILE"):
+        _traced(args.trace)
     wanted = args.only or ["sql", "python_source", "dstream", "kcl_boto3"]
     if len(wanted) > 1 and not args.one_jvm:
         return _each_in_its_own_process(wanted, argv if argv is not None else sys.argv[1:])
@@ -225,15 +256,31 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if sc is not None:
                 sc.stop()
-    if "sql" in variants:
-        figures = variants["sql"]
-        figures["meets_targets"] = {
-            "first_rows": (figures.get("first_record_s") or 1e9) <= TARGETS["first_rows_s"],
-            "of_limit": figures["of_limit"] >= TARGETS["of_limit"]}
     result["variants"] = variants
+    result["side_by_side"] = side_by_side(variants)
     result["machine"] = common.machine(load)
     common.emit(result)
     return 0
+
+
+def side_by_side(variants: dict[str, Any]) -> dict[str, Any]:
+    """The SQL source against the targets and against the same run's references: Spark's
+    floor for first rows (``python_source``) and the machine's ceiling for the backlog
+    (``kcl_boto3``). A target below its reference is one no source can meet here."""
+    out: dict[str, Any] = {}
+    sql, floor, reader = (variants.get(k) or {} for k in ("sql", "python_source", "kcl_boto3"))
+    first, of_limit = sql.get("first_record_s"), sql.get("of_limit")
+    if sql:
+        out["meets_targets"] = {"first_rows": (first or 1e9) <= TARGETS["first_rows_s"],
+                                "of_limit": (of_limit or 0) >= TARGETS["of_limit"]}
+    if first and floor.get("first_record_s"):
+        out["first_rows_of_spark_floor"] = round(first / floor["first_record_s"], 3)
+        out["spark_floor_meets_first_rows_target"] = \
+            floor["first_record_s"] <= TARGETS["first_rows_s"]
+    if of_limit and reader.get("of_limit"):
+        out["of_limit_of_reader"] = round(of_limit / reader["of_limit"], 3)
+        out["reader_meets_of_limit_target"] = reader["of_limit"] >= TARGETS["of_limit"]
+    return out
 
 
 def _each_in_its_own_process(wanted: list[str], argv: list[str]) -> int:
@@ -257,6 +304,7 @@ def _each_in_its_own_process(wanted: list[str], argv: list[str]) -> int:
         variants[name] = one["variants"][name]
         result = {**one, **result}
     result["variants"] = variants
+    result["side_by_side"] = side_by_side(variants)
     result["process_per_variant"] = True
     result["machine"] = common.machine(load)
     common.emit(result)
