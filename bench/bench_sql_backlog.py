@@ -145,11 +145,10 @@ def python_source(sc: Any, timeout_s: float) -> dict[str, Any]:
 
 def _mark(name: str, at: float | None) -> None:
     """A moment of the bench's own in the trace file (``--trace``), if one is written."""
-    if at is not None and os.environ.get("KD_TRACE_FILE"):
-        import json
+    if at is not None:
+        from spark_trace.trace_file import append
 
-        with open(os.environ["KD_TRACE_FILE"], "a") as f:
-            f.write(json.dumps({"t": at, "pid": os.getpid(), "ev": "mark", "name": name}) + "\n")
+        append({"t": at, "pid": os.getpid(), "ev": "mark", "name": name})
 
 
 def _traced(path: str) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
-import json
 import os
 import sys
 import time
 from typing import Any
+
+from trace_file import append  # beside this file, on PYTHONPATH with it
 
 _FILE = os.environ.get("KD_TRACE_FILE")
 _HEAVY = {"pyspark", "boto3", "botocore", "pyarrow", "kinesis_dstream", "pandas"}
@@ -51,15 +52,8 @@ def _started_at() -> float:
 
 
 def emit(event: str, **fields: Any) -> None:
-    if not _FILE:
-        return
-    line = json.dumps({"t": time.time(), "pid": os.getpid(), "ev": event, **fields},
-                      default=str)
-    fd = os.open(_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    if _FILE:
+        append({"t": time.time(), "pid": os.getpid(), "ev": event, **fields})
 
 
 def _traced(name: str, fn: Any) -> Any:
