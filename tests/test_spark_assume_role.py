@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from spark_helpers import create, make_ssc, wait_until
-from test_sql_cross_account import (
+from sts_proxies import (
     PER_WAVE,
     WAVES,
     Proxies,
