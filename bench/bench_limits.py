@@ -20,7 +20,10 @@ not compete with the readers for this process' GIL:
 
 Per variant: MiB/s per shard from its start to its last record (and from its first record),
 the ratio to 2 MiB/s and to ``kcl_boto3``, the proxy's refusals by operation, the refusals
-metrics() counted, failed batches (the planner's ERROR lines) and exact counts.
+metrics() counted, failed batches (the planner's ERROR lines) and exact counts;
+``idle_s_per_shard``, the seconds a shard's budget stood full with nobody reading, from the
+variant's clock start to its end (its start-up, its gaps, and the tail after a shard's last
+record: what it left unread); for ``sql`` each micro-batch's rows and trigger milliseconds.
 
 ``live`` (``--live-s``, 0 skips it): three DStream applications (different names, one
 StreamingContext) on one 4-shard stream while a producer puts ``--live-kib`` KiB/s per shard;
@@ -39,7 +42,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import common
 import spark_common as sc_common
@@ -60,10 +63,11 @@ def _serve_proxy(upstream: str, conn: Any) -> None:
     while True:
         command = conn.recv()
         if command == "stats":
+            idle = limits.idle_until_now()
             with limits._lock:
                 conn.send({"refused": {f"{op} {shard}": n for (op, shard), n
                                        in sorted(limits.refused.items())},
-                           "served_bytes": dict(limits.served_bytes),
+                           "served_bytes": dict(limits.served_bytes), "idle_s": idle,
                            "unattributed": limits.unattributed})
         else:
             proxy.stop()
@@ -84,6 +88,31 @@ def refusals_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     for key, n in after["refused"].items():
         by_operation[key.split(" ")[0]] += n - before["refused"].get(key, 0)
     return dict(by_operation)
+
+
+class Window:
+    """What the proxy sees of one variant, from its clock's start (``start``, which a Spark
+    variant calls once its set-up is done) to ``costs``: refusals, and the budget left idle."""
+
+    def __init__(self, proxy: LimitsProxy) -> None:
+        self.proxy = proxy
+        self.before = proxy.stats()
+
+    def start(self) -> None:
+        self.before = self.proxy.stats()
+
+    def costs(self) -> dict[str, Any]:
+        after = self.proxy.stats()
+        return {"refusals": refusals_between(self.before, after),
+                "idle_s_per_shard": idle_between(self.before, after)}
+
+
+def idle_between(before: dict[str, Any], after: dict[str, Any]) -> float:
+    """Seconds each shard's budget stood full with nobody reading (mean over the shards)
+    between two stats: the variant's start-up, its gaps and its tail, all it left unread."""
+    idle = after["idle_s"]
+    return round(sum(s - before["idle_s"].get(k, 0.0) for k, s in idle.items())
+                 / max(1, len(idle)), 2)
 
 
 # -- the backlog --------------------------------------------------------------------------------
@@ -196,7 +225,7 @@ class FailedBatches(logging.Handler):
 
 
 def dstream(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeout_s: float,
-            **create_kwargs: Any) -> dict[str, Any]:
+            at_start: Callable[[], None], **create_kwargs: Any) -> dict[str, Any]:
     from kinesis_dstream import KinesisUtils
 
     h = common.helpers()
@@ -209,6 +238,7 @@ def dstream(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int, timeo
     failed = FailedBatches()
     logging.getLogger("kinesis_dstream").addHandler(failed)
     result: dict[str, Any] = {}
+    at_start()
     started = time.time()
     try:
         ssc.start()
@@ -250,7 +280,7 @@ class DistinctRows:
 
 
 def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
-        timeout_s: float) -> dict[str, Any]:
+        timeout_s: float, at_start: Callable[[], None]) -> dict[str, Any]:
     """``readStream.format("aws-kinesis")`` TRIM_HORIZON, 1 s triggers, until every record."""
     import tempfile
 
@@ -272,15 +302,19 @@ def sql(sc: Any, kinesis: str, dynamodb: str, stream: str, total: int,
     writer = (spark.readStream.format("aws-kinesis").options(**opts).load().writeStream
               .foreachBatch(rows).option("checkpointLocation", checkpoint)
               .trigger(processingTime="1 second"))
+    at_start()
     started = time.time()
     query = writer.start()
     try:
         finished = sc_common.wait_for(lambda: rows.done_at is not None, timeout_s, 0.5)
-        batches = len(query.recentProgress)
+        progress = query.recentProgress
     finally:
         stop_query(query, checkpoint, dynamodb, table)
     result = query_result(query, rows, 4, started, bool(finished), total)
-    result.update(batches_reported=batches)
+    # Each micro-batch's rows and trigger time (ms), where the time between records went.
+    result.update(batches_reported=len(progress), batches=[
+        [p.numInputRows, p.durationMs.get("triggerExecution")] for p in progress],
+        first_batches_ms=[dict(p.durationMs) for p in progress[:2]])
     return result
 
 
@@ -412,9 +446,9 @@ def main() -> int:
         variants: dict[str, Any] = {}
         if "kcl_boto3" in wanted:
             common.progress("kcl_boto3")
-            before = proxy.stats()
+            window = Window(proxy)
             variants["kcl_boto3"] = kcl_boto3(proxy.endpoint, stream, per_shard, args.timeout_s)
-            variants["kcl_boto3"]["refusals"] = refusals_between(before, proxy.stats())
+            variants["kcl_boto3"].update(window.costs())
         sc = sc_common.spark_context(sc_common.CLUSTER)
         try:
             sc_common.warm_up(sc)
@@ -423,16 +457,16 @@ def main() -> int:
                 if name not in wanted:
                     continue
                 common.progress(name)
-                before = proxy.stats()
+                window = Window(proxy)
                 variants[name] = dstream(sc, proxy.endpoint, dynamodb, stream, records,
-                                         args.timeout_s, **kwargs)
-                variants[name]["refusals"] = refusals_between(before, proxy.stats())
+                                         args.timeout_s, window.start, **kwargs)
+                variants[name].update(window.costs())
             if "sql" in wanted:
                 common.progress("sql")
-                before = proxy.stats()
+                window = Window(proxy)
                 variants["sql"] = sql(sc, proxy.endpoint, dynamodb, stream, records,
-                                      args.timeout_s)
-                variants["sql"]["refusals"] = refusals_between(before, proxy.stats())
+                                      args.timeout_s, window.start)
+                variants["sql"].update(window.costs())
             boto = variants.get("kcl_boto3", {}).get("mib_s_per_shard")
             for name, figures in variants.items():
                 if boto and name != "kcl_boto3":
@@ -440,9 +474,9 @@ def main() -> int:
             result["drain"] = variants
             if "live" in wanted and args.live_s > 0:
                 common.progress("live: three applications")
-                before = proxy.stats()
+                window = Window(proxy)
                 result["live"] = live(sc, proxy.endpoint, dynamodb, args)
-                result["live"]["refusals"] = refusals_between(before, proxy.stats())
+                result["live"]["refusals"] = window.costs()["refusals"]
         finally:
             sc.stop()
     result["machine"] = common.machine(load)

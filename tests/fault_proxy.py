@@ -100,13 +100,28 @@ class ShardLimits:
         self._calls: dict[tuple[str, str], deque[float]] = {}  # (operation, shard) -> served at
         self.refused: Counter[tuple[str, str]] = Counter()  # (operation, shard)
         self.served_bytes: Counter[str] = Counter()  # data bytes GetRecords returned, by shard
+        # Seconds a shard's budget stood full, refilling for nobody: what its readers left
+        # unread (a reader at the limit leaves none), by shard; ``idle_until_now`` adds the
+        # time since each shard's last call.
+        self.idle_s: Counter[str] = Counter()
         self.unattributed = 0
 
     def _refill(self, shard: str, now: float) -> float:
         budget, when = self._budget.get(shard, (self.burst_bytes, now))
-        budget = min(self.burst_bytes, budget + (now - when) * self.bytes_per_s)
+        refilled = budget + (now - when) * self.bytes_per_s
+        if refilled > self.burst_bytes:
+            self.idle_s[shard] += (refilled - max(budget, self.burst_bytes)) / self.bytes_per_s
+        budget = min(self.burst_bytes, refilled)
         self._budget[shard] = (budget, now)
         return budget
+
+    def idle_until_now(self) -> dict[str, float]:
+        """``idle_s`` of every shard seen, counted up to now."""
+        with self._lock:
+            now = self._clock()
+            for shard in list(self._budget):
+                self._refill(shard, now)
+            return dict(self.idle_s)
 
     def admit(self, operation: str, shard: str) -> bool:
         """May this call be served now? A refusal is counted; a served call uses a call slot."""

@@ -201,3 +201,77 @@ def test_a_new_range_asks_for_no_more_records_than_its_cap_and_counts_its_waits(
     assert asked == [10] and CONFIG.max_records > 10
     assert len(reading.records) == 10 and reading.more_left
     assert reading.waited_s == pytest.approx(throttle_pause) and slept == [throttle_pause]
+
+
+# -- the shard's read budget: when the next read is served (fetch_pace.ShardBudget) -----------
+MiB = 1024 * 1024
+
+
+def test_a_page_beyond_a_seconds_worth_puts_the_shard_in_debt_until_it_is_paid():
+    from kinesis_dstream.retrieval.fetch_pace import ShardBudget
+
+    budget = ShardBudget()
+    budget.served(100.0, 1 * MiB)  # within the second's burst: served again at once
+    assert budget.ready_at == 0.0
+    budget.served(100.5, 7 * MiB)  # refilled to 2 MiB, then 5 MiB in debt: 2.5 s
+    assert budget.ready_at == pytest.approx(103.0)
+    later = ShardBudget()
+    later.served(200.0, 2 * MiB)  # exactly the burst: ready as it refills
+    later.served(203.0, 6 * MiB)  # 3 s refilled a full bucket only: 4 MiB due, 2 s
+    assert later.ready_at == pytest.approx(205.0)
+
+
+class PagedSource(PushLike):
+    """A polling-like source (it does not push) whose pages are given."""
+
+    pushes = False
+
+
+def big_record(sequence_number: str, size: int) -> Record:
+    return Record(b"x" * size, "k", sequence_number, shard_id="shardId-0")
+
+
+def test_a_new_range_waits_for_its_shards_ready_time_then_says_its_own(monkeypatch):
+    """The previous reading left the shard in debt until ``not_before``: the first call waits
+    for it (within the time budget), and the reading hands on when its own pages are paid."""
+    import time
+
+    source = PagedSource([GetRecordsResult([big_record("5", 4 * MiB)], 1000),
+                          GetRecordsResult([], 0, shard_end=True)])
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
+    slept: list[float] = []
+    not_before = time.time() + 2.0
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=1,
+                             time_budget_s=5.0, not_before=not_before,
+                             sleep=slept.append)  # type: ignore[arg-type]
+    assert len(slept) == 1 and 1.5 < slept[0] <= 2.0 and reading.waited_s == slept[0]
+    assert [r.sequence_number for r in reading.records] == ["5"] and reading.throttled == 0
+    # its 4 MiB page: 2 MiB beyond the burst, paid 1 s after it was served
+    assert time.time() + 0.5 < reading.ready_at <= time.time() + 1.0
+
+
+def test_a_new_range_whose_shard_is_in_debt_past_its_time_budget_makes_no_call(monkeypatch):
+    import time
+
+    source = PagedSource([AssertionError("no call may be made")])
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
+    slept: list[float] = []
+    not_before = time.time() + 10.0
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=10,
+                             time_budget_s=5.0, not_before=not_before,
+                             sleep=slept.append)  # type: ignore[arg-type]
+    assert reading.records == [] and reading.calls == 0 and slept == []
+    assert reading.more_left and reading.ready_at == not_before and source.started is None
+
+
+def test_a_new_range_with_records_stops_before_a_call_its_shard_would_refuse(monkeypatch):
+    """After a page that spent the shard's budget ahead, a reading that has records hands
+    them out rather than call and be refused (the next reading waits for ``ready_at``)."""
+    source = PagedSource([GetRecordsResult([big_record("5", 5 * MiB)], 1000),
+                          AssertionError("the shard would refuse this call")])
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=10,
+                             time_budget_s=5.0, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert [r.sequence_number for r in reading.records] == ["5"]
+    assert reading.calls == 1 and reading.throttled == 0 and reading.more_left
+    assert reading.ready_at > 0

@@ -192,3 +192,34 @@ def test_a_reader_pickled_mid_query_reads_without_the_driver_state(
             for batch in copy.read(partition) for row in batch.column(0).to_pylist()]
     assert rows == [b"x"]
     assert copy._driver is None  # read() makes none either
+
+
+def test_a_reading_after_one_that_spent_its_shards_budget_waits_for_it_unrefused(
+        make_stream, put_records, make_reader, make_fault_proxy, kinesis_local, slow_prober):
+    """At Kinesis' limits (2 MiB/s a shard, a second's burst), a reading of 4,000 records of
+    1,000 bytes puts its shard nearly a second into debt. The next reading, planned at once,
+    carries the first one's ready time: its task waits for it and is served at its first
+    call. No GetRecords is refused, no reading after the first hands out nothing, and every
+    record comes once, in order."""
+    from fault_proxy import ShardLimits
+
+    stream = make_stream(1)
+    limits = ShardLimits()
+    proxy = make_fault_proxy(share=0.0, upstream=kinesis_local, limits=limits)
+    sent = [f"{i:05d}".ljust(1000, "x").encode() for i in range(10_000)]
+    put_records(stream, [("k", v.decode()) for v in sent])
+    reader = make_reader(stream, proxy, **{"kinesis.maxFetchRecordsPerShard": "4000"})
+    got: list[bytes] = []
+    start = reader.initialOffset()
+    per_reading = []
+    while len(got) < len(sent):
+        assert len(per_reading) < 10, per_reading
+        end = reader.latestOffset(start)
+        assert end != start  # a backlog: every trigger plans the shard
+        rows = run_reading(reader, start, end)
+        per_reading.append(len(rows))
+        got.extend(rows)
+        start = end
+    assert got == sent
+    assert all(per_reading[1:]), per_reading
+    assert not limits.refused, dict(limits.refused)

@@ -85,6 +85,10 @@ class BatchRange:
     read_ms: float | None = field(default=None, compare=False)
     wait_ms: float | None = field(default=None, compare=False)
     convert_ms: float | None = field(default=None, compare=False)
+    # Epoch s when the shard is expected to serve the next read: this read's pages spent its
+    # 2 MiB/s ahead until then (0.0: at once). The next batch's task waits for it rather
+    # than be refused.
+    ready_at: float = field(default=0.0, compare=False)
 
     @property
     def next_start(self) -> ExtendedSequenceNumber:
@@ -130,6 +134,8 @@ def _item(r: BatchRange) -> dict[str, Any]:
         item["millisBehindLatest"] = {"N": str(int(r.millis_behind_latest))}
     if r.subscriber is not None:
         item["subscriber"] = {"S": r.subscriber}
+    if r.ready_at:
+        item["readyAt"] = {"N": repr(round(float(r.ready_at), 3))}
     for name, field_name in _COST_FIELDS.items():
         value = getattr(r, field_name)
         if value is not None:
@@ -153,6 +159,7 @@ def _range(item: dict[str, Any]) -> BatchRange:
         millis_behind_latest=(int(item["millisBehindLatest"]["N"])
                               if "millisBehindLatest" in item else None),
         subscriber=item.get("subscriber", {}).get("S"),
+        ready_at=float(item.get("readyAt", {}).get("N", 0.0)),
         **{field_name: float(item[name]["N"]) for name, field_name in _COST_FIELDS.items()
            if name in item})
 

@@ -5,10 +5,19 @@ a reader asked to leave room for the others (Databricks' ``maxFetchRate`` and
 ``minFetchPeriod``) spaces its calls: the next call waits until the bytes read so far fit
 the rate since the reading began, and until the least period since the last call has passed.
 Pure timing, no I/O: the read loop asks and sleeps.
+
+``ShardBudget`` is the other side: what the shard itself allows. A page larger than a
+second's worth of the shard's 2 MiB/s is lent ahead, and Kinesis refuses the shard's reads
+until it is paid back (a 10 MiB page: about 4 s). A reading that knows when that is (the
+previous reading's ``ready_at``, handed on by the driver) calls then, instead of calling,
+being refused and pausing a second, or giving its batch up.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# What Kinesis serves each shard, to all its readers together (the API reference's limit).
+SHARD_READ_BYTES_PER_S = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -30,3 +39,31 @@ class FetchPace:
         if self.max_bytes_per_s > 0:
             due = max(due, began + bytes_read / self.max_bytes_per_s)
         return max(0.0, due - now)
+
+
+class ShardBudget:
+    """A shard's read budget as one reading spends it: a bucket of one second's bytes that
+    refills at ``SHARD_READ_BYTES_PER_S``, full when the reading begins (other readers of the
+    shard are not seen; if they spent it, Kinesis refuses and the read loop pauses as before).
+    Times are epoch seconds, so that another process (the next batch's task) can wait for
+    ``ready_at``."""
+
+    def __init__(self, bytes_per_s: float = SHARD_READ_BYTES_PER_S) -> None:
+        self.bytes_per_s = bytes_per_s
+        self._budget = bytes_per_s
+        self._when: float | None = None
+
+    def served(self, at: float, data_bytes: int) -> None:
+        """A GetRecords call answered at ``at`` with ``data_bytes`` of record data."""
+        if self._when is not None:
+            self._budget = min(self.bytes_per_s,
+                               self._budget + (at - self._when) * self.bytes_per_s)
+        self._budget -= data_bytes
+        self._when = at
+
+    @property
+    def ready_at(self) -> float:
+        """When the shard is expected to serve the next call (0.0: at once)."""
+        if self._when is None or self._budget > 0:
+            return 0.0
+        return self._when - self._budget / self.bytes_per_s

@@ -68,6 +68,9 @@ class ShardRange:
     # What the shard's previous read returned (records): the heaviest shards get tasks of
     # their own (``shard_groups.group_shards``).
     weight: float = 0.0
+    # Epoch s before which the shard is expected to refuse reads: the previous read's pages
+    # spent its 2 MiB/s ahead (``BatchRange.ready_at``). A new polling range waits for it.
+    not_before: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from ..retry import Backoff, Deadline, is_transient
 from .data_loss import TrimmedRange
 from .executor_process import fault_log
 from .fanout import FanOutRecordsPublisher
-from .fetch_pace import FetchPace
+from .fetch_pace import FetchPace, ShardBudget
 from .model import shard_name
 from .pacer import Pacer
 from .source import RecordSource, open_source
@@ -74,13 +74,16 @@ class Reading:
     bytes_read: int = 0
     waited_s: float = 0.0  # slept between calls: throttle pauses, backoffs and pacing
     first_seen: str | None = None  # a recorded range's read: the first record Kinesis gave
+    # Epoch s when the shard is expected to serve its next GetRecords (a new polling range's
+    # pages spent its 2 MiB/s ahead until then; 0.0: at once). See ``fetch_pace.ShardBudget``.
+    ready_at: float = 0.0
 
 
 def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
          start: ExtendedSequenceNumber, timestamp: float | None, *,
          end: ExtendedSequenceNumber | None = None, iterator: str | None = None,
          max_records: int = 0, time_budget_s: float = 0.0, max_bytes: int = 0,
-         pace: FetchPace | None = None,
+         pace: FetchPace | None = None, not_before: float = 0.0,
          sleep: Callable[[float], None] = time.sleep,
          at_tip_with_records: Callable[[], None] | None = None) -> Reading:
     """From ``start`` (exclusive), either exactly through ``end`` (a recorded range), or until
@@ -88,7 +91,9 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     end, its tip or ``time_budget_s`` (a new range). ``pace`` spaces the GetRecords calls; a
     new range whose next call would wait past its time budget stops there. A new polling
     range's GetRecords asks for no more records than its cap (a page beyond it would spend the
-    shard's 2 MiB/s on records the next batch reads again). ``at_tip_with_records`` is
+    shard's 2 MiB/s on records the next batch reads again). A new polling range makes no call
+    before ``not_before`` (epoch s: the previous reading's ``ready_at``), and none at all when
+    that is past its time budget. ``at_tip_with_records`` is
     called once when a pushed read has records at the tip and waits for the events that
     follow (the caller's lease check runs meanwhile)."""
     exact = end is not None
@@ -108,7 +113,17 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     aligned = True
     done = False
     told = False  # at_tip_with_records was called
+    budget = None if exact or config.retrieval_mode == "FANOUT" else ShardBudget()
     try:
+        early = not_before - time.time() if budget is not None else 0.0
+        if early > 0 and pacer.deadline is not None and early > pacer.deadline.remaining_s():
+            # The shard would refuse every call this reading may make: leave it to the next.
+            reading.more_left, reading.ready_at = True, not_before
+            done = True
+            return reading
+        if early > 0:
+            sleep(early)
+            reading.waited_s += early
         while True:
             try:
                 if source is None and not exact and config.retrieval_mode == "FANOUT" \
@@ -123,6 +138,10 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                         source.resume(start, iterator)
                     else:
                         source.initialize(start)
+                if budget is not None and reading.records and budget.ready_at > time.time():
+                    # The shard would refuse the call: the next reading waits for it instead.
+                    reading.more_left = True
+                    break
                 if pace is not None and pace.paces and reading.calls:
                     hold = pace.wait_s(began=began, bytes_read=reading.bytes_read,
                                        last_call=last_call, now=time.monotonic())
@@ -155,8 +174,11 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                 continue
             pacer.succeeded()
             reading.millis_behind_latest = result.millis_behind_latest
-            if counting_bytes:  # a per-record sum: only where a byte cap or rate asks for it
-                reading.bytes_read += sum(len(r.binary_data) for r in result.records)
+            if counting_bytes or budget is not None:  # a per-record sum: not under fan-out
+                page_bytes = sum(len(r.binary_data) for r in result.records)
+                reading.bytes_read += page_bytes
+                if budget is not None:
+                    budget.served(time.time(), page_bytes)
             if exact:
                 assert end is not None
                 aligned = False  # a recorded range's read hands no iterator on
@@ -200,6 +222,8 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             if pacer.deadline is not None and pacer.deadline.expired:
                 reading.more_left = True
                 break
+        if budget is not None:
+            reading.ready_at = budget.ready_at
         if source is not None:
             reading.shard_iterator_calls = source.shard_iterator_calls
             reading.lost = source.data_lost

@@ -173,7 +173,7 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
     if reading is None:
         reading = read(clients.kinesis, config, planned.shard_id, start, timestamp,
                        iterator=iterator, sleep=sleep, at_tip_with_records=lease_check.start,
-                       **bounds)
+                       not_before=planned.not_before, **bounds)
     if reading.lost is not None and config.fail_on_data_loss:
         report_data_loss(config, reading.lost)  # raises: no record leaves the task
     if reading.records and lease_check.moved():
@@ -188,7 +188,7 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
         planned.stream_key, planned.shard_id, planned.batch_ms, start, timestamp,
         records[-1].extended_sequence_number if records else None, len(records),
         reading.shard_end, reading.child_shard_ids, reading.iterator, reading.iterator_time,
-        reading.millis_behind_latest, subscriber, **costs)
+        reading.millis_behind_latest, subscriber, **costs, ready_at=reading.ready_at)
     if not records and not reading.shard_end and not planned.record_empty:
         if reading.throttled or reading.faults:
             # Refused, not empty: this may be a retry of a computation that recorded its

@@ -62,6 +62,7 @@ class ShardWatch:
     entry: dict[str, Any]
     iterator: str | None = None
     iterator_time: float = 0.0  # epoch s, when Kinesis handed ``iterator`` out
+    ready_at: float = 0.0  # epoch s: the read that ended here spent the shard's budget until
     probe: Probe | None = None
     probed_at: float = 0.0  # monotonic s
 
@@ -116,8 +117,10 @@ class ShardProber:
             self._thread = None
 
     def watched(self, shard_id: str, entry: dict[str, Any], iterator: str | None = None,
-                iterator_time: float = 0.0, read_empty: bool = False) -> ShardWatch:
-        """The shard's watch at ``entry``: a new one when the shard moved, with ``iterator``.
+                iterator_time: float = 0.0, read_empty: bool = False,
+                ready_at: float = 0.0) -> ShardWatch:
+        """The shard's watch at ``entry``: a new one when the shard moved, with ``iterator``
+        and the ``ready_at`` of the read that ended there.
         ``read_empty``: a read that found nothing at the shard's tip (millisBehindLatest 0;
         not a read refused by throttling, which knows nothing) ended there when Kinesis
         handed ``iterator`` out, which tells what a probe would: no probe is due before
@@ -126,6 +129,8 @@ class ShardProber:
             watch = self._watch.get(shard_id)
             if watch is None or watch.entry != entry:
                 watch = self._watch[shard_id] = ShardWatch(dict(entry))
+            if ready_at:
+                watch.ready_at = ready_at
             if iterator is not None:
                 watch.iterator, watch.iterator_time = iterator, iterator_time
                 if read_empty:
@@ -183,6 +188,13 @@ class ShardProber:
             self._thread = threading.Thread(target=self._probe_quiet_shards, daemon=True,
                                             name=f"kinesis-source-prober-{self.label}")
             self._thread.start()
+
+    def ready_at(self, shard_id: str, entry: dict[str, Any]) -> float:
+        """When the shard at ``entry`` is expected to serve a read again (epoch s; 0.0: at
+        once): the read that ended there spent its 2 MiB/s ahead until then."""
+        with self._lock:
+            watch = self._watch.get(shard_id)
+            return watch.ready_at if watch is not None and watch.entry == entry else 0.0
 
     def iterator(self, shard_id: str, entry: dict[str, Any]) -> str | None:
         """An iterator at the shard's position in ``entry`` while it is valid: from an earlier

@@ -235,10 +235,11 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             driver.last_reading = reading_metrics(batch, stored)
         shards = {s: advance(without_quiet(e), stored.get(s)) for s, e in started.items()}
         for shard_id, recorded in stored.items():  # the read's iterator, at the next position
-            if recorded is not None and recorded.next_iterator is not None:
+            if recorded is not None and (recorded.next_iterator is not None
+                                         or recorded.ready_at):
                 prober.watched(shard_id, shards[shard_id], recorded.next_iterator,
                                recorded.iterator_time, recorded.records == 0
-                               and recorded.millis_behind_latest == 0)
+                               and recorded.millis_behind_latest == 0, recorded.ready_at)
         shards = self._next_shards(shards, self._shards())
         readable = [s for s, e in shards.items() if is_readable(e)]
         # A shard whose last reading brought records is read again unasked (Trigger.AvailableNow
@@ -325,6 +326,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      self.options.max_fetch_time_per_shard_s, position,
                                      timestamp, iterator=driver.prober.iterator(key, entry),
                                      record_empty=True, weight=weight.get(key, 0),
+                                     not_before=driver.prober.ready_at(key, entry),
                                      **pacing, **held_at(key)))
             keys[(ranges[-1].stream_key, shard_id)] = (stream, key)
         driver.read_in[batch] = list(read_now)
