@@ -231,19 +231,26 @@ def big_record(sequence_number: str, size: int) -> Record:
     return Record(b"x" * size, "k", sequence_number, shard_id="shardId-0")
 
 
+def read_pages(monkeypatch, answers: list[Any], **bounds: Any
+               ) -> tuple[read_loop.Reading, list[float], PagedSource]:
+    """A new range over a source answering ``answers``: the reading, its sleeps, the source."""
+    source = PagedSource(answers)
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
+    slept: list[float] = []
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, time_budget_s=5.0,
+                             sleep=slept.append, **bounds)  # type: ignore[arg-type]
+    return reading, slept, source
+
+
 def test_a_new_range_waits_for_its_shards_ready_time_then_says_its_own(monkeypatch):
     """The previous reading left the shard in debt until ``not_before``: the first call waits
     for it (within the time budget), and the reading hands on when its own pages are paid."""
     import time
 
-    source = PagedSource([GetRecordsResult([big_record("5", 4 * MiB)], 1000),
-                          GetRecordsResult([], 0, shard_end=True)])
-    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
-    slept: list[float] = []
-    not_before = time.time() + 2.0
-    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=1,
-                             time_budget_s=5.0, not_before=not_before,
-                             sleep=slept.append)  # type: ignore[arg-type]
+    reading, slept, _ = read_pages(
+        monkeypatch, [GetRecordsResult([big_record("5", 4 * MiB)], 1000),
+                      GetRecordsResult([], 0, shard_end=True)],
+        max_records=1, not_before=time.time() + 2.0)
     assert len(slept) == 1 and 1.5 < slept[0] <= 2.0 and reading.waited_s == slept[0]
     assert [r.sequence_number for r in reading.records] == ["5"] and reading.throttled == 0
     # its 4 MiB page: 2 MiB beyond the burst, paid 1 s after it was served
@@ -253,13 +260,9 @@ def test_a_new_range_waits_for_its_shards_ready_time_then_says_its_own(monkeypat
 def test_a_new_range_whose_shard_is_in_debt_past_its_time_budget_makes_no_call(monkeypatch):
     import time
 
-    source = PagedSource([AssertionError("no call may be made")])
-    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
-    slept: list[float] = []
     not_before = time.time() + 10.0
-    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=10,
-                             time_budget_s=5.0, not_before=not_before,
-                             sleep=slept.append)  # type: ignore[arg-type]
+    reading, slept, source = read_pages(monkeypatch, [AssertionError("no call may be made")],
+                                        max_records=10, not_before=not_before)
     assert reading.records == [] and reading.calls == 0 and slept == []
     assert reading.more_left and reading.ready_at == not_before and source.started is None
 
@@ -267,11 +270,9 @@ def test_a_new_range_whose_shard_is_in_debt_past_its_time_budget_makes_no_call(m
 def test_a_new_range_with_records_stops_before_a_call_its_shard_would_refuse(monkeypatch):
     """After a page that spent the shard's budget ahead, a reading that has records hands
     them out rather than call and be refused (the next reading waits for ``ready_at``)."""
-    source = PagedSource([GetRecordsResult([big_record("5", 5 * MiB)], 1000),
-                          AssertionError("the shard would refuse this call")])
-    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: source)
-    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=10,
-                             time_budget_s=5.0, sleep=lambda s: None)  # type: ignore[arg-type]
+    reading, _, _ = read_pages(monkeypatch, [GetRecordsResult([big_record("5", 5 * MiB)], 1000),
+                                             AssertionError("the shard would refuse this call")],
+                               max_records=10)
     assert [r.sequence_number for r in reading.records] == ["5"]
     assert reading.calls == 1 and reading.throttled == 0 and reading.more_left
     assert reading.ready_at > 0

@@ -15,16 +15,8 @@ from typing import Any
 
 import pytest
 
+import sts_proxies as sts
 from spark_helpers import create, make_ssc, wait_until
-from sts_proxies import (
-    PER_WAVE,
-    WAVES,
-    Proxies,
-    assert_assumed_once_per_process,
-    assert_signed_by_role_sessions,
-    executors_of,
-    role_of,
-)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -57,8 +49,8 @@ def test_dstream_role_reads_every_record_once_assuming_once_per_process(
     Kinesis call (the driver's ListShards, the executors' GetRecords) signed by the role's
     session, and STS asked once per process that uses the role, not once per batch or
     task."""
-    proxies = Proxies(make_fault_proxy, dynamodb)
-    role = role_of(unique_app_name)
+    proxies = sts.Proxies(make_fault_proxy, dynamodb)
+    role = sts.role_of(unique_app_name)
     stream = make_stream(2)
     ssc = make_ssc(sc)
     sink = Partitions()
@@ -70,14 +62,14 @@ def test_dstream_role_reads_every_record_once_assuming_once_per_process(
     executors: dict[int, bool] = {}
     ssc.start()
     try:
-        for wave in range(WAVES):
+        for wave in range(sts.WAVES):
             expected.update(p.data.decode() for p in put_records(
-                stream, [(f"k{wave}-{i}", f"w{wave}-{i}") for i in range(PER_WAVE)]))
+                stream, [(f"k{wave}-{i}", f"w{wave}-{i}") for i in range(sts.PER_WAVE)]))
             wait_until(lambda: sink.total() >= sum(expected.values()), 90,
                        f"wave {wave} of the records")
-        executors.update(executors_of(proxies))
+        executors.update(sts.executors_of(proxies))
     finally:
         ssc.stop(stopSparkContext=False, stopGraceFully=False)
     assert sink.rows == expected  # every record once
-    assert_signed_by_role_sessions(proxies, dynamodb, role, lambda name: name == "dstream-reader")
-    assert_assumed_once_per_process(proxies, sink.with_rows, executors)
+    sts.assert_signed_by_role_sessions(proxies, dynamodb, role, lambda name: name == "dstream-reader")
+    sts.assert_assumed_once_per_process(proxies, sink.with_rows, executors)
