@@ -219,6 +219,10 @@ def test_a_page_beyond_a_seconds_worth_puts_the_shard_in_debt_until_it_is_paid()
     later.served(200.0, 2 * MiB)  # exactly the burst: ready as it refills
     later.served(203.0, 6 * MiB)  # 3 s refilled a full bucket only: 4 MiB due, 2 s
     assert later.ready_at == pytest.approx(205.0)
+    # A reading that waited for the previous one's debt finds the bucket empty, not full:
+    after_debt = ShardBudget(empty_at=300.0)
+    after_debt.served(300.5, 3 * MiB)  # 0.5 s refilled 1 MiB: 2 MiB due, 1 s
+    assert after_debt.ready_at == pytest.approx(301.5)
 
 
 class PagedSource(PushLike):
@@ -253,8 +257,8 @@ def test_a_new_range_waits_for_its_shards_ready_time_then_says_its_own(monkeypat
         max_records=1, not_before=time.time() + 2.0)
     assert len(slept) == 1 and 1.5 < slept[0] <= 2.0 and reading.waited_s == slept[0]
     assert [r.sequence_number for r in reading.records] == ["5"] and reading.throttled == 0
-    # its 4 MiB page: 2 MiB beyond the burst, paid 1 s after it was served
-    assert time.time() + 0.5 < reading.ready_at <= time.time() + 1.0
+    # its 4 MiB page, served as the shard's bucket was empty (the debt just paid): 2 s
+    assert time.time() + 1.5 < reading.ready_at <= time.time() + 2.0
 
 
 def test_a_new_range_whose_shard_is_in_debt_past_its_time_budget_makes_no_call(monkeypatch):

@@ -43,21 +43,24 @@ class FetchPace:
 
 class ShardBudget:
     """A shard's read budget as one reading spends it: a bucket of one second's bytes that
-    refills at ``SHARD_READ_BYTES_PER_S``, full when the reading begins (other readers of the
-    shard are not seen; if they spent it, Kinesis refuses and the read loop pauses as before).
-    Times are epoch seconds, so that another process (the next batch's task) can wait for
+    refills at ``SHARD_READ_BYTES_PER_S``. It is empty at ``empty_at`` when the previous
+    reading left the shard in debt until then (its ``ready_at``: a reading that calls at that
+    moment finds nothing saved), else full when the reading begins. Other readers of the shard
+    are not seen; if they spent it, Kinesis refuses and the read loop pauses as before. Times
+    are epoch seconds, so that another process (the next batch's task) can wait for
     ``ready_at``."""
 
-    def __init__(self, bytes_per_s: float = SHARD_READ_BYTES_PER_S) -> None:
+    def __init__(self, bytes_per_s: float = SHARD_READ_BYTES_PER_S,
+                 empty_at: float = 0.0) -> None:
         self.bytes_per_s = bytes_per_s
-        self._budget = bytes_per_s
-        self._when: float | None = None
+        self._budget = 0.0 if empty_at else bytes_per_s
+        self._when: float | None = empty_at or None
 
     def served(self, at: float, data_bytes: int) -> None:
         """A GetRecords call answered at ``at`` with ``data_bytes`` of record data."""
         if self._when is not None:
             self._budget = min(self.bytes_per_s,
-                               self._budget + (at - self._when) * self.bytes_per_s)
+                               self._budget + max(0.0, at - self._when) * self.bytes_per_s)
         self._budget -= data_bytes
         self._when = at
 

@@ -113,7 +113,8 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     aligned = True
     done = False
     told = False  # at_tip_with_records was called
-    budget = None if exact or config.retrieval_mode == "FANOUT" else ShardBudget()
+    budget = None if exact or config.retrieval_mode == "FANOUT" \
+        else ShardBudget(empty_at=not_before)
     try:
         early = not_before - time.time() if budget is not None else 0.0
         if early > 0 and pacer.deadline is not None and early > pacer.deadline.remaining_s():
