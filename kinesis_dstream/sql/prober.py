@@ -62,7 +62,7 @@ class ShardWatch:
     entry: dict[str, Any]
     iterator: str | None = None
     iterator_time: float = 0.0  # epoch s, when Kinesis handed ``iterator`` out
-    ready_at: float = 0.0  # epoch s: the read that ended here spent the shard's budget until
+    ready_at: float = 0.0  # epoch s until which the read that ended here spent the shard's budget
     probe: Probe | None = None
     probed_at: float = 0.0  # monotonic s
 
