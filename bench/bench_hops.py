@@ -81,6 +81,7 @@ class SparkContext:
 
         class Rdd:
             _jrdd = JavaRdd()
+            _jrdd_deserializer = None  # the context's: spark.task.batch_values keeps it
 
             def mapPartitions(self, f: Any) -> "Rdd":  # noqa: N802
                 return self
