@@ -343,6 +343,43 @@ def _unit_reader(monkeypatch: pytest.MonkeyPatch, shards: int = 2,
 
 
 @pytest.mark.unit
+def test_polling_readings_read_ahead_and_name_where_the_previous_one_left_its_page(
+        monkeypatch):
+    """A polling task that leaves its shard on a backlog reads the next page ahead
+    (``retrieval.prefetch``): its ranges ask for pages of ``maxFetchRecordsPerShard`` and
+    carry the query's peer key, and the next reading's range names the process its previous
+    recorded range named, wherever the next task runs. Under fan-out the subscription is
+    what is held: nothing is read ahead."""
+    from kinesis_dstream.aws.range_table import BatchRange
+
+    reader, _ = _unit_reader(monkeypatch)
+    driver = reader.driver
+    monkeypatch.setattr(driver, "_make_ranges", lambda: object())
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        first = [r for p in reader.partitions(start, end) for r in p.ranges]
+        assert {r.ahead_records for r in first} == {reader.options.max_fetch_records_per_shard}
+        assert all(r.peer_key is driver.peer_key and r.subscriber is None for r in first)
+        held = {r.shard_id: BatchRange(r.stream_key, r.shard_id, r.batch_ms,
+                                       ExtendedSequenceNumber("1"), None,
+                                       ExtendedSequenceNumber("2"), 1,
+                                       subscriber=f"10.0.0.{i}:4000")
+                for i, r in enumerate(first)}
+        monkeypatch.setattr(driver, "recorded", (end["query"], int(end["batch"]), held))
+        nxt = dict(end, batch=int(end["batch"]) + 1)
+        second = [r for p in reader.partitions(end, nxt) for r in p.ranges]
+        assert {r.shard_id: r.subscriber for r in second} == {
+            s: b.subscriber for s, b in held.items()}
+        monkeypatch.setattr(type(reader.options), "fan_out", property(lambda self: True))
+        monkeypatch.setattr(driver, "consumer_arn", lambda stream, name, query:
+                            f"arn:aws:kinesis:us-east-1:1:stream/{stream}/consumer/{name}:1")
+        assert {r.ahead_records for p in reader.partitions(end, nxt) for r in p.ranges} == {0}
+    finally:
+        reader.stop()
+
+
+@pytest.mark.unit
 def test_a_query_start_waits_for_its_range_table_only_where_a_reading_needs_it(monkeypatch):
     """A new DynamoDB table takes seconds to become ACTIVE: the query's start lists its
     shards and plans its first reading meanwhile, and only the first partitions wait."""

@@ -42,7 +42,8 @@ PUSHED = Record(b"pushed \x00\xff", "pk", "2", 3, 1_700_000_000_000, "shardId-0"
                 True)
 
 
-CONFIG = ConsumerConfig(stream_name="s", application_name="app", region_name="us-east-1")
+CONFIG = ConsumerConfig(stream_name="s", application_name="app", region_name="us-east-1",
+                        retrieval_mode="FANOUT")
 
 
 def config() -> ConsumerConfig:
@@ -56,8 +57,10 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     calls: list[tuple] = []
 
     def fake_read(kinesis: Any, config: ConsumerConfig, shard_id: str,
-                  start: ExtendedSequenceNumber, timestamp: float | None, **bounds: Any
+                  start: ExtendedSequenceNumber, timestamp: float | None, *,
+                  ahead: str | None = None, ahead_records: int = 0, **bounds: Any
                   ) -> Reading:
+        assert ahead is None  # fan-out: the held subscription reads, nothing is read ahead
         calls.append((shard_id, start, bounds, config))
         return Reading(records=[PUSHED], millis_behind_latest=0, calls=1, served=1,
                        seconds=0.25, child_shard_ids=("shardId-7",))

@@ -40,6 +40,14 @@ class FetchPace:
             due = max(due, began + bytes_read / self.max_bytes_per_s)
         return max(0.0, due - now)
 
+    def next_call_at(self, last_served: float, last_bytes: int) -> float:
+        """The earliest next call after a page of ``last_bytes`` served at ``last_served``
+        (a page read ahead, outside any reading: its period and its own bytes' time)."""
+        due = last_served + self.min_period_s
+        if self.max_bytes_per_s > 0:
+            due = max(due, last_served + last_bytes / self.max_bytes_per_s)
+        return due
+
 
 class ShardBudget:
     """A shard's read budget as one reading spends it: a bucket of one second's bytes that

@@ -71,6 +71,10 @@ class ShardRange:
     # Epoch s before which the shard is expected to refuse reads: the previous read's pages
     # spent its 2 MiB/s ahead (``BatchRange.ready_at``). A new polling range waits for it.
     not_before: float = 0.0
+    # Polling, where the driver asks for it (the SQL source, given ``peer_key``): a reading
+    # that leaves the shard on a backlog reads its next page ahead, this many records at
+    # most (``prefetch``); 0: nothing is read ahead.
+    ahead_records: int = 0
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,8 @@ _READING_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "iterator": (str, True), "iterator_time": ((int, float), False),
     "shard_iterator_calls": (int, False), "throttled": (int, False),
     "faults": (int, False), "more_left": (bool, False), "bytes_read": (int, False),
-    "waited_s": ((int, float), False), "first_seen": (str, True)}
+    "waited_s": ((int, float), False), "first_seen": (str, True),
+    "ready_at": ((int, float), False), "ahead": (bool, False)}
 
 
 def encode_reply(reading: Reading) -> tuple[bytes, list[bytes]]:

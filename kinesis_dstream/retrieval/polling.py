@@ -67,6 +67,8 @@ class KinesisDataFetcher:
         self._shard_end = False
         self._child_shard_ids: list[str] = []
         self.shard_iterator_calls = 0  # GetShardIterator: 5 a second per shard for a whole account
+        # GetRecords' Limit: the config's, or a reading's smaller record cap while it reads.
+        self.limit = config.max_records
 
     @property
     def iterator(self) -> str | None:
@@ -191,7 +193,7 @@ class KinesisDataFetcher:
         expiries = 0
         while True:
             try:
-                answer = self._kinesis.get_records(self._iterator, self._config.max_records,
+                answer = self._kinesis.get_records(self._iterator, self.limit,
                                                    shard_id=self.shard_id)
                 break
             except ExpiredIteratorError:

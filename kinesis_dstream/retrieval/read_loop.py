@@ -34,6 +34,8 @@ from .fanout import FanOutRecordsPublisher
 from .fetch_pace import FetchPace, ShardBudget
 from .model import shard_name
 from .pacer import Pacer
+from .polling import KinesisDataFetcher
+from .prefetch import PageAhead, prefetches
 from .source import RecordSource, open_source
 from .subscriptions import HeldSource, subscriptions
 
@@ -77,6 +79,8 @@ class Reading:
     # Epoch s when the shard is expected to serve its next GetRecords (a new polling range's
     # pages spent its 2 MiB/s ahead until then; 0.0: at once). See ``fetch_pace.ShardBudget``.
     ready_at: float = 0.0
+    # The process that made this reading reads the shard's next page ahead (``prefetch``).
+    ahead: bool = False
 
 
 def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
@@ -85,7 +89,8 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
          max_records: int = 0, time_budget_s: float = 0.0, max_bytes: int = 0,
          pace: FetchPace | None = None, not_before: float = 0.0,
          sleep: Callable[[float], None] = time.sleep,
-         at_tip_with_records: Callable[[], None] | None = None) -> Reading:
+         at_tip_with_records: Callable[[], None] | None = None,
+         ahead: str | None = None, ahead_records: int = 0) -> Reading:
     """From ``start`` (exclusive), either exactly through ``end`` (a recorded range), or until
     ``max_records``, ``max_bytes`` (reached, not bounded: a page is kept whole), the shard's
     end, its tip or ``time_budget_s`` (a new range). ``pace`` spaces the GetRecords calls; a
@@ -95,8 +100,13 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     before ``not_before`` (epoch s: the previous reading's ``ready_at``), and none at all when
     that is past its time budget. ``at_tip_with_records`` is
     called once when a pushed read has records at the tip and waits for the events that
-    follow (the caller's lease check runs meanwhile)."""
+    follow (the caller's lease check runs meanwhile). ``ahead`` (a new polling range's
+    stream key) takes the page this process read ahead after ``start``, if any, and reads
+    the next one ahead, of ``ahead_records`` at most (else the config's page), when this
+    reading leaves the shard on a backlog (``prefetch``)."""
     exact = end is not None
+    # A page read ahead for the next reading asks for this many records.
+    page_limit = min(config.max_records, ahead_records or config.max_records)
     if max_records and not exact and max_records < config.max_records and \
             config.retrieval_mode != "FANOUT":
         config = replace(config, max_records=max_records)
@@ -111,11 +121,24 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     source: RecordSource | None = None
     held: HeldSource | None = None
     aligned = True
+    rest: list[Record] = []  # a reading cut inside a page: the page's records after the cut
+    served_at, page_bytes = 0.0, 0  # the last page's: when it was served, its data
     done = False
     told = False  # at_tip_with_records was called
     budget = None if exact or config.retrieval_mode == "FANOUT" \
         else ShardBudget(empty_at=not_before)
+    page: PageAhead | None = None
+    if ahead is not None and budget is not None:
+        page = prefetches().take((ahead, shard_id), start, time_budget_s)
     try:
+        if page is not None and not page.done.is_set():
+            # Read ahead here, due after this reading's time: the next reading takes it.
+            reading.more_left, reading.ready_at, reading.ahead = True, page.due_at, True
+            done = True
+            return reading
+        if page is not None:
+            source, budget, not_before = page.fetcher, page.budget, 0.0
+            page.fetcher.limit = config.max_records
         early = not_before - time.time() if budget is not None else 0.0
         if early > 0 and pacer.deadline is not None and early > pacer.deadline.remaining_s():
             # The shard would refuse every call this reading may make: leave it to the next.
@@ -143,24 +166,33 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                     # The shard would refuse the call: the next reading waits for it instead.
                     reading.more_left = True
                     break
-                if pace is not None and pace.paces and reading.calls:
-                    hold = pace.wait_s(began=began, bytes_read=reading.bytes_read,
-                                       last_call=last_call, now=time.monotonic())
-                    if not exact and pacer.deadline is not None and \
-                            hold > pacer.deadline.remaining_s():
-                        reading.more_left = True
-                        break
-                    if hold > 0:
-                        sleep(hold)
-                        reading.waited_s += hold
-                last_call = time.monotonic()
-                called = time.perf_counter()
-                try:
-                    result = source.get_records()
-                finally:
-                    reading.calls += 1
-                    reading.seconds += time.perf_counter() - called
-                reading.served += 1
+                spent = False  # the page's bytes were counted by the reading before
+                if page is not None and page.result is not None:  # its first page came ahead
+                    result, served_at, spent = page.result, page.served_at, page.spent
+                    page.result = None
+                    if not spent:
+                        reading.calls += 1
+                        reading.seconds += page.seconds
+                else:
+                    if pace is not None and pace.paces and reading.calls:
+                        hold = pace.wait_s(began=began, bytes_read=reading.bytes_read,
+                                           last_call=last_call, now=time.monotonic())
+                        if not exact and pacer.deadline is not None and \
+                                hold > pacer.deadline.remaining_s():
+                            reading.more_left = True
+                            break
+                        if hold > 0:
+                            sleep(hold)
+                            reading.waited_s += hold
+                    last_call = time.monotonic()
+                    called = time.perf_counter()
+                    try:
+                        result = source.get_records()
+                    finally:
+                        reading.calls += 1
+                        reading.seconds += time.perf_counter() - called
+                    served_at = time.time()
+                reading.served += not spent
             except KinesisDStreamError as exc:
                 if not is_transient(exc):
                     raise
@@ -178,8 +210,8 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             if counting_bytes or budget is not None:  # a per-record sum: not under fan-out
                 page_bytes = sum(len(r.binary_data) for r in result.records)
                 reading.bytes_read += page_bytes
-                if budget is not None:
-                    budget.served(time.time(), page_bytes)
+                if budget is not None and not spent:
+                    budget.served(served_at, page_bytes)
             if exact:
                 assert end is not None
                 aligned = False  # a recorded range's read hands no iterator on
@@ -199,6 +231,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             reading.records.extend(result.records)
             if max_records and len(reading.records) >= max_records:
                 aligned = len(reading.records) == max_records
+                rest = reading.records[max_records:]
                 del reading.records[max_records:]
                 reading.more_left = True
                 break
@@ -231,6 +264,20 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
             if aligned and not reading.shard_end and source.iterator is not None \
                     and reading.calls:
                 reading.iterator, reading.iterator_time = source.iterator, time.time()
+        if ahead is not None and budget is not None and reading.more_left \
+                and isinstance(source, KinesisDataFetcher):
+            # On a backlog: what is left of the last page is kept here for the next reading,
+            # or the shard's next page is read here once its budget allows.
+            after = reading.records[-1].extended_sequence_number if reading.records else start
+            source.limit = page_limit
+            if rest:
+                reading.ahead = prefetches().hold((ahead, shard_id), after, source, budget,
+                                                  replace(result, records=rest,
+                                                          kinesis_records=len(rest)))
+            elif aligned and not reading.shard_end and source.iterator is not None:
+                reading.ahead = prefetches().fetch_after(
+                    (ahead, shard_id), after, source, budget,
+                    pace.next_call_at(served_at, page_bytes) if pace is not None else 0.0)
         done = True
     finally:
         reading.throttled, reading.faults = pacer.throttled, pacer.faults
@@ -239,7 +286,7 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                                     if reading.records else start)
         elif held is not None:
             subscriptions().discard(held)
-        elif source is not None:
+        elif source is not None and not reading.ahead:
             source.close()
     return reading
 

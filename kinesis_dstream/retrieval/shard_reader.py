@@ -161,9 +161,14 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
     bounds: dict[str, Any] = {"max_records": planned.max_records, "time_budget_s": planned.time_budget_s,
               "max_bytes": planned.max_bytes,
               "pace": FetchPace(planned.max_bytes_per_s, planned.min_fetch_period_s)}
-    reading, subscriber = None, None
-    if planned.peer_key is not None and config.retrieval_mode == "FANOUT":
-        subscriber = serve(planned.peer_key, planned.stream_key, config)
+    reading, subscriber, ahead = None, None, None
+    if planned.peer_key is not None:
+        # Fan-out: the process holding the shard's subscription reads it. Polling: the one
+        # that read its next page ahead (``prefetch``) hands it over, if any did.
+        fan_out = config.retrieval_mode == "FANOUT"
+        ahead = planned.stream_key if not fan_out and planned.ahead_records else None
+        if fan_out or planned.subscriber is not None:
+            subscriber = serve(planned.peer_key, planned.stream_key, config)
         if planned.subscriber not in (None, subscriber):  # another process holds it: ask it
             reading = read_at(planned.subscriber, planned.peer_key, planned.stream_key,
                               config.stream_name, planned.shard_id, start, timestamp, **bounds)
@@ -173,7 +178,11 @@ def _read_new(clients: ReaderClients, config: ConsumerConfig, planned: ShardRang
     if reading is None:
         reading = read(clients.kinesis, config, planned.shard_id, start, timestamp,
                        iterator=iterator, sleep=sleep, at_tip_with_records=lease_check.start,
-                       not_before=planned.not_before, **bounds)
+                       not_before=planned.not_before, ahead=ahead,
+                       ahead_records=planned.ahead_records, **bounds)
+    if ahead is not None and planned.peer_key is not None:  # named while it holds a page
+        subscriber = (subscriber or serve(planned.peer_key, planned.stream_key, config)) \
+            if reading.ahead else None
     if reading.lost is not None and config.fail_on_data_loss:
         report_data_loss(config, reading.lost)  # raises: no record leaves the task
     if reading.records and lease_check.moved():

@@ -66,6 +66,7 @@ from .peer_messages import (
     header_length,
 )
 from .peer_tls import PeerKey, is_the_query, tls_context
+from .prefetch import prefetches
 from .read_loop import Reading, read
 from .subscriptions import IDLE_CLOSE_S
 
@@ -347,11 +348,18 @@ def _reply(config: ConsumerConfig | None, request: ReadRequest) -> bytes:
     """What the asking task is sent: the reading, or why there is none."""
     if config is None:
         return encode_failure(f"no task of stream {request.stream_key!r} ran here lately")
+    ahead = None
+    if config.retrieval_mode != "FANOUT":  # polling: a page read ahead here, or nothing
+        ahead = request.stream_key
+        if not prefetches().holds((ahead, request.shard_id), request.start):
+            return encode_failure(f"no page of {request.shard_id} was read ahead here "
+                                  f"after {request.start}")
     try:
         bounds = request.bounds()
         bounds["time_budget_s"] = min(request.time_budget_s, MAX_TIME_BUDGET_S)
         reading = read(clients_for(config).kinesis, config, request.shard_id, request.start,
-                       request.timestamp, **bounds)
+                       request.timestamp, ahead=ahead, ahead_records=request.max_records,
+                       **bounds)
         header, bodies = encode_reply(reading)
         return header + b"".join(bodies)
     except Exception as exc:  # noqa: BLE001 - the asking task reads on its own instead

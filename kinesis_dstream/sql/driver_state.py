@@ -161,8 +161,9 @@ class DriverState:
         return None
 
     def subscribers(self, query: str, batch: int) -> Callable[[str], dict[str, Any]]:
-        """Under fan-out, where each shard's subscription is held after reading ``batch``
-        (its recorded range says), for the next task to ask wherever it runs."""
+        """Where each shard's subscription (fan-out) or next page (polling, ``prefetch``) is
+        held after reading ``batch`` (its recorded range says), for the next task to ask
+        wherever it runs."""
         recorded = self._recorded_of(query, batch) or {}
 
         def held_at(key: str) -> dict[str, Any]:

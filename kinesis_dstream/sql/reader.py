@@ -312,8 +312,10 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
         batch, cap = int(end["batch"]), int(end["limit"])
         read_now = {s: e for s, e in self.streams.flatten(end).items() if is_read(e)}
         pacing = self._pacing(len(read_now))
-        held_at = self.driver.subscribers(query, batch - 1) if self.options.fan_out \
-            else (lambda key: {})
+        held_at = self.driver.subscribers(query, batch - 1)
+        # Polling: a task that leaves its shard on a backlog reads the next page ahead while
+        # Spark completes this micro-batch and plans the next (``retrieval.prefetch``).
+        ahead = 0 if self.options.fan_out else self.options.max_fetch_records_per_shard
         ranges, keys = [], {}
         weight = dict(driver.weight)
         for key, entry in read_now.items():
@@ -327,7 +329,7 @@ class KinesisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
                                      timestamp, iterator=driver.prober.iterator(key, entry),
                                      record_empty=True, weight=weight.get(key, 0),
                                      not_before=driver.prober.ready_at(key, entry),
-                                     **pacing, **held_at(key)))
+                                     ahead_records=ahead, **pacing, **held_at(key)))
             keys[(ranges[-1].stream_key, shard_id)] = (stream, key)
         driver.read_in[batch] = list(read_now)
         from ..retrieval import group_shards
