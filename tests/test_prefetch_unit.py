@@ -56,7 +56,7 @@ class Shard:
 @pytest.fixture
 def registry(monkeypatch) -> prefetch.PrefetchRegistry:
     fresh = prefetch.PrefetchRegistry(hold_s=5.0)
-    monkeypatch.setattr(prefetch, "_registry", fresh)
+    monkeypatch.setattr(prefetch.prefetches, "_value", fresh)
     return fresh
 
 
@@ -152,7 +152,7 @@ def test_a_page_due_after_the_readings_time_budget_is_left_for_the_next(registry
 
 def test_a_page_no_reading_takes_is_let_go(monkeypatch):
     registry = prefetch.PrefetchRegistry(hold_s=0.2)
-    monkeypatch.setattr(prefetch, "_registry", registry)
+    monkeypatch.setattr(prefetch.prefetches, "_value", registry)
     shard = Shard(35)
     reading_of(shard, ESN.TRIM_HORIZON, max_records=3)
     wait_for(lambda: registry.let_go == 1)
@@ -164,7 +164,7 @@ def test_a_page_no_reading_takes_is_let_go(monkeypatch):
 
 def test_a_process_holds_at_most_its_pages(monkeypatch):
     registry = prefetch.PrefetchRegistry(max_pages=2, hold_s=5.0)
-    monkeypatch.setattr(prefetch, "_registry", registry)
+    monkeypatch.setattr(prefetch.prefetches, "_value", registry)
     shard = Shard(35)
     fetchers = [KinesisDataFetcher(shard, CONFIG, f"shardId-{i}")  # type: ignore[arg-type]
                 for i in range(3)]

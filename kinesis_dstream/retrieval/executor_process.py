@@ -21,7 +21,7 @@ import threading
 import zipimport
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Generic, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, TypeVar
 
 from ..aws.kinesis import KinesisClient
 from ..aws.lease_table import LeaseTable
@@ -39,6 +39,22 @@ MAX_CLIENTS = 16
 # One per shard (or table pair) a process met; past this the least recently used is
 # forgotten, and with it only its rate limit of one line a minute.
 MAX_FAULT_LOGS = 1024
+
+
+class ProcessOnce(Generic[V]):
+    """One ``V`` per process, made on first use: PySpark reuses its Python workers, so it
+    outlives the tasks (held subscriptions, pages read ahead)."""
+
+    def __init__(self, make: Callable[[], V]) -> None:
+        self._make = make
+        self._value: V | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> V:
+        with self._lock:
+            if self._value is None:
+                self._value = self._make()
+            return self._value
 
 
 class BoundedCache(Generic[K, V]):

@@ -28,6 +28,7 @@ from typing import Callable
 
 from ..errors import KinesisDStreamError
 from ..records import ExtendedSequenceNumber, GetRecordsResult
+from .executor_process import ProcessOnce
 from .fetch_pace import ShardBudget
 from .polling import KinesisDataFetcher
 
@@ -191,14 +192,5 @@ class PrefetchRegistry:
             return {k: p.position for k, p in self._pages.items()}
 
 
-_registry: PrefetchRegistry | None = None
-_registry_lock = threading.Lock()
-
-
-def prefetches() -> PrefetchRegistry:
-    """This process's registry (PySpark reuses its Python workers, so it outlives tasks)."""
-    global _registry
-    with _registry_lock:
-        if _registry is None:
-            _registry = PrefetchRegistry()
-        return _registry
+# This process's registry.
+prefetches = ProcessOnce(PrefetchRegistry)

@@ -27,6 +27,7 @@ from typing import Callable
 
 from ..records import ExtendedSequenceNumber, GetRecordsResult
 from .data_loss import TrimmedRange
+from .executor_process import ProcessOnce
 from .fanout import FanOutRecordsPublisher
 
 log = logging.getLogger(__name__)
@@ -227,14 +228,5 @@ class SubscriptionRegistry:
                     return
 
 
-_registry: SubscriptionRegistry | None = None
-_registry_lock = threading.Lock()
-
-
-def subscriptions() -> SubscriptionRegistry:
-    """This process's registry (PySpark reuses its Python workers, so it outlives tasks)."""
-    global _registry
-    with _registry_lock:
-        if _registry is None:
-            _registry = SubscriptionRegistry()
-        return _registry
+# This process's registry.
+subscriptions = ProcessOnce(SubscriptionRegistry)
