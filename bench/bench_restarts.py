@@ -362,6 +362,7 @@ def restarts(spark: Any, mode: str, front: Any, dynamodb: str,
     app_id = spark.sparkContext.applicationId
     rows: list[dict[str, Any]] = []
     cycle_s: list[float] = []
+    stop_s: list[float] = []  # of each cycle: query.stop() alone
     source.start()
     try:
         for cycle in range(1, args.cycles + 1):
@@ -371,7 +372,9 @@ def restarts(spark: Any, mode: str, front: Any, dynamodb: str,
                 read_up_to(query, sink, target, with_rows, args.timeout, f"{mode} cycle {cycle}")
                 rows.append(sample(cycle, driver_jvm, app_id, source))
             finally:
+                stopping = time.monotonic()
                 query.stop()
+                stop_s.append(time.monotonic() - stopping)
             cycle_s.append(time.monotonic() - started)
             r = rows[-1]
             common.progress(f"{mode} cycle {cycle:3d} {cycle_s[-1]:5.1f} s | " + " | ".join(
@@ -395,7 +398,8 @@ def restarts(spark: Any, mode: str, front: Any, dynamodb: str,
             "stream": f"{source.stream}, {args.shards} shards" if isinstance(source, KinesisSource)
             else source.stream,
             "rate_rec_s": args.rate, "cycles": args.cycles,
-            "cycle_s": common.summary(cycle_s, 1), "table": table(rows).splitlines(),
+            "cycle_s": common.summary(cycle_s, 1), "stop_s": common.summary(stop_s, 2),
+            "table": table(rows).splitlines(),
             "flat_criterion": f"from cycle {from_cycle} to {len(rows)}: threads, fds, listening "
                               f"+max({THREADS_FDS_SLACK[0]}, {THREADS_FDS_SLACK[1]:.0%}), "
                               f"RSS +{RSS_SLACK:.0%}",
