@@ -79,6 +79,8 @@ class PushLike:
     """A record source that is not polling: no iterator, no GetShardIterator; first
     refused for throughput, then two records and the shard's end."""
 
+    pushes = True
+
     def __init__(self, answers: list[Any]) -> None:
         self.shard_id = "shardId-0"
         self.shard_iterator_calls = 0
@@ -280,3 +282,27 @@ def test_a_new_range_with_records_stops_before_a_call_its_shard_would_refuse(mon
     assert [r.sequence_number for r in reading.records] == ["5"]
     assert reading.calls == 1 and reading.throttled == 0 and reading.more_left
     assert reading.ready_at > 0
+
+
+def test_pushed_events_are_taken_unpaced_where_getrecords_calls_are_paced(monkeypatch):
+    """fetchIntervalMs (200 ms by default) and minFetchPeriod space a reading's GetRecords
+    calls; a subscription's events, already pushed, are taken without waiting between them
+    (a restarted fan-out query catching up would otherwise wait 0.2 s an event)."""
+    from kinesis_dstream.retrieval.fetch_pace import FetchPace
+
+    events = [GetRecordsResult([record(str(i))], 1000) for i in range(5, 10)]
+    pushed = PushLike([*events, GetRecordsResult([], 0, shard_end=True)])
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: pushed)
+    slept: list[float] = []
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=100,
+                             time_budget_s=30.0, sleep=slept.append,  # type: ignore[arg-type]
+                             pace=FetchPace(0.0, 0.2))
+    assert len(reading.records) == 5 and slept == []
+    polled = PagedSource([GetRecordsResult([record("5")], 1000),
+                          GetRecordsResult([record("6")], 1000),
+                          GetRecordsResult([], 0, shard_end=True)])
+    monkeypatch.setattr(read_loop, "open_source", lambda *a, **k: polled)
+    reading = read_loop.read(None, CONFIG, "shardId-0", ESN("4"), None, max_records=100,
+                             time_budget_s=30.0, sleep=slept.append,  # type: ignore[arg-type]
+                             pace=FetchPace(0.0, 0.2))
+    assert len(reading.records) == 2 and len(slept) == 2 and all(0 < s <= 0.2 for s in slept)

@@ -40,6 +40,7 @@ class Endless:
     shard_iterator_calls = 0
     data_lost = None
     iterator = None
+    pushes = False  # polled: its calls are paced
 
     def __init__(self, on_call: Any = None) -> None:
         self.calls = 0

@@ -289,6 +289,7 @@ class Pages:
     shard_iterator_calls = 0
     data_lost = None
     iterator = None
+    pushes = False  # polled: its calls are paced
 
     def __init__(self, pages: list[list[Record]]) -> None:
         self.pages = pages

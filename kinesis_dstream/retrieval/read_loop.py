@@ -174,7 +174,9 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
                         reading.calls += 1
                         reading.seconds += page.seconds
                 else:
-                    if pace is not None and pace.paces and reading.calls:
+                    # GetRecords calls are paced; a subscription's pushed events are not
+                    # calls (fetchIntervalMs and the like would space each event's take).
+                    if pace is not None and pace.paces and reading.calls and not source.pushes:
                         hold = pace.wait_s(began=began, bytes_read=reading.bytes_read,
                                            last_call=last_call, now=time.monotonic())
                         if not exact and pacer.deadline is not None and \
