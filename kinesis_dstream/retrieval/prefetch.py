@@ -81,7 +81,6 @@ class PrefetchRegistry:
         self._clock = clock
         self._pages: dict[PageKey, PageAhead] = {}
         self._lock = threading.Lock()
-        self.fetched = 0  # pages read ahead
         self.taken = 0  # pages a reading took
         self.let_go = 0  # pages no reading took
 
@@ -175,7 +174,6 @@ class PrefetchRegistry:
         try:
             page.result = page.fetcher.get_records()
             page.served_at = self._clock()
-            self.fetched += 1
         except KinesisDStreamError as exc:  # the taking task's reading calls itself
             page.failed = True
             log.info("%s: reading ahead after %s failed (%s); the next task reads it",
