@@ -21,7 +21,7 @@ import emulators
 from waiting import wait_for
 
 from kinesis_dstream.fanout_front import ReadPacer, Refused, SubscribeRules, frames
-from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY
+from kinesis_dstream.local import DUMMY_ACCESS_KEY_ID, DUMMY_REGION, DUMMY_SECRET_ACCESS_KEY, Emulator
 
 SHARD0 = "shardId-000000000000"
 
@@ -211,10 +211,21 @@ def fanout(make_fanout_front, make_stream):
     return make
 
 
+@pytest.fixture
+def slow_consumers() -> Any:
+    """A kinesis-local whose registered consumers stay CREATING for 5 s."""
+    with Emulator("kinesis-local",
+                  extra_env={"REGISTER_STREAM_CONSUMER_DURATION": "5s"}) as emulator:
+        yield emulator.endpoint
+
+
 @pytest.mark.emulator
-def test_a_creating_consumer_is_refused_then_served_once_active(make_fanout_front, make_stream):
-    front = make_fanout_front()
-    stream = make_stream(1)
+def test_a_creating_consumer_is_refused_then_served_once_active(slow_consumers, make_fanout_front,
+                                                               make_stream):
+    # A kinesis-local of its own whose consumers stay CREATING for 5 s: with the shared one's
+    # 0.5 s, a loaded machine could see the consumer ACTIVE before the first subscription.
+    front = make_fanout_front(upstream=slow_consumers)
+    stream = make_stream(1, endpoint=slow_consumers)
     kinesis = _client(front.endpoint)
     consumer = emulators.register_consumer(front.endpoint, stream, "app", active=False)
     with pytest.raises(ClientError) as creating:
@@ -222,7 +233,7 @@ def test_a_creating_consumer_is_refused_then_served_once_active(make_fanout_fron
                                    StartingPosition={"Type": "TRIM_HORIZON"})
     assert _code(creating) == "ResourceInUseException"
     assert creating.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while kinesis.describe_stream_consumer(ConsumerARN=consumer)[
             "ConsumerDescription"]["ConsumerStatus"] != "ACTIVE":
         assert time.monotonic() < deadline

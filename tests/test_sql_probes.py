@@ -7,6 +7,7 @@ prober), never once per trigger, and a throttled probe is tried once and plans i
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Iterator
 
@@ -35,13 +36,18 @@ def make_reader(proxies: tuple[Any, Any], unique_app_name: str
                 ) -> Iterator[Any]:
     readers: list[KinesisStreamReader] = []
 
-    def make(stream: str, kinesis: Any = None, **extra: str) -> KinesisStreamReader:
+    def make(stream: str, kinesis: Any = None, read_timeout_s: float | None = None,
+             **extra: str) -> KinesisStreamReader:
         opts = {"kinesis.streamName": stream,
                 "kinesis.endpointUrl": (kinesis or proxies[0]).endpoint,
                 "kinesis.region": "us-east-1", "kinesis.dynamodb.endpointUrl": proxies[1].endpoint,
                 "kinesis.dynamodb.tableName": unique_app_name,
                 "kinesis.startingPosition": "TRIM_HORIZON", **extra}
-        reader = KinesisStreamReader(parse_source_options(opts))
+        options = parse_source_options(opts)
+        if read_timeout_s is not None:
+            options = dataclasses.replace(
+                options, config=options.config.replace(read_timeout_s=read_timeout_s))
+        reader = KinesisStreamReader(options)
         readers.append(reader)
         return reader
 
@@ -208,7 +214,12 @@ def test_a_reading_after_one_that_spent_its_shards_budget_waits_for_it_unrefused
     proxy = make_fault_proxy(share=0.0, upstream=kinesis_local, limits=limits)
     sent = [f"{i:05d}".ljust(1000, "x").encode() for i in range(10_000)]
     put_records(stream, [("k", v.decode()) for v in sent])
-    reader = make_reader(stream, proxy, **{"kinesis.maxFetchRecordsPerShard": "4000"})
+    # A 4 MB page from kinesis-local on a loaded CI machine took longer than the client's
+    # 10 s read timeout: the proxy charged the shard for an answer that never arrived, and
+    # the next call was refused, as Kinesis would. That is the timeout's cost, not the ready
+    # time's that this test is about.
+    reader = make_reader(stream, proxy, read_timeout_s=120.0,
+                         **{"kinesis.maxFetchRecordsPerShard": "4000"})
     got: list[bytes] = []
     start = reader.initialOffset()
     per_reading = []

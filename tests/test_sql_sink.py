@@ -272,6 +272,8 @@ def test_a_write_that_cannot_finish_fails_naming_stream_and_count(spark, kinesis
         with pytest.raises(Exception) as failure:
             df.write.format("aws-kinesis").options(**sink_options(
                 stream, proxy.endpoint, **{"kinesis.sink.flushWaitTimeMs": "1",
+                                           # each of Spark's 4 tries would retry for 30 s
+                                           "kinesis.sink.recordTtl": "3000",
                                            "kinesis.sink.aggregationEnabled": "false"})) \
                 .mode("append").save()
     assert f"40 records not written to stream '{stream}'" in str(failure.value)
