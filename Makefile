@@ -50,9 +50,10 @@ $(NPM_STAMP): package.json $(wildcard package-lock.json)
 # their own, the SQL and the DStream pauses each in its Spark application (one process with
 # two xdist workers ran both groups on one worker: 983 + 714 s in fresh-clone CI): they are
 # idle nearly all the time, and in series with the rest they would add 28 minutes to CI.
-# Their output comes after the passes'. Exit codes: the first that is neither 0 nor 5
-# (pytest's "no tests collected"), else 0; all four collecting nothing (a PYTEST_ARGS
-# selection of none) is 5.
+# Their output comes after the passes'. Last, once the pauses are over, the tests marked
+# `alone` (a time the user waits for, bounded: 20 s alone took 46 s beside the rest in CI)
+# run one at a time. Exit codes: the first that is neither 0 nor 5 (pytest's "no tests
+# collected"), else 0; all five collecting nothing (a PYTEST_ARGS selection of none) is 5.
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 SPARK_WORKERS ?= 2
@@ -63,11 +64,13 @@ test: setup
 	$(PY) -m pytest -q -m pauses -k sql_pause $(PYTEST_ARGS) > "$$pauses_log" 2>&1 & pauses=$$!; \
 	$(PY) -m pytest -q -m pauses -k "not sql_pause" $(PYTEST_ARGS) > "$$pauses_log2" 2>&1 & pauses2=$$!; \
 	trap '[ -z "$$pauses" ] || kill $$pauses $$pauses2 2>/dev/null; rm -f "$$pauses_log" "$$pauses_log2"' EXIT; \
-	a=0; b=0; c=0; d=0; $(PY) -m pytest -q -m "not spark" $(XDIST) $(PYTEST_ARGS) || a=$$?; \
-	$(PY) -m pytest -q -m "spark and not pauses" $(SPARK_XDIST) $(PYTEST_ARGS) || b=$$?; \
+	a=0; b=0; c=0; d=0; e=0; $(PY) -m pytest -q -m "not spark" $(XDIST) $(PYTEST_ARGS) || a=$$?; \
+	$(PY) -m pytest -q -m "spark and not pauses and not alone" $(SPARK_XDIST) $(PYTEST_ARGS) || b=$$?; \
 	wait $$pauses || c=$$?; wait $$pauses2 || d=$$?; pauses=; \
 	echo "== make test: the pause tests (-m pauses), run beside the passes above"; cat "$$pauses_log" "$$pauses_log2"; \
-	rc=5; for code in $$a $$b $$c $$d; do if [ $$code -ne 5 ] && [ $$rc -eq 5 ]; then rc=0; fi; \
+	echo "== make test: the time bounds (-m alone), one at a time with nothing beside them"; \
+	$(PY) -m pytest -q -m "alone" $(PYTEST_ARGS) || e=$$?; \
+	rc=5; for code in $$a $$b $$c $$d $$e; do if [ $$code -ne 5 ] && [ $$rc -eq 5 ]; then rc=0; fi; \
 	  if [ $$code -ne 0 ] && [ $$code -ne 5 ]; then rc=$$code; break; fi; done; \
 	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
