@@ -202,8 +202,9 @@ def test_a_reader_pickled_mid_query_reads_without_the_driver_state(
 
 def test_a_reading_after_one_that_spent_its_shards_budget_waits_for_it_unrefused(
         make_stream, put_records, make_reader, make_fault_proxy, kinesis_local, slow_prober):
-    """At Kinesis' limits (2 MiB/s a shard, a second's burst), a reading of 4,000 records of
-    1,000 bytes puts its shard nearly a second into debt. The next reading, planned at once,
+    """At Kinesis' limits (2 MiB/s a shard, a second's burst), a reading of 400 records of
+    10,000 bytes puts its shard nearly a second into debt (10 KB records: kinesis-local puts
+    and serves 10 MB in a third of the time of 1 KB ones). The next reading, planned at once,
     carries the first one's ready time: its task waits for it and is served at its first
     call. No GetRecords is refused, no reading after the first hands out nothing, and every
     record comes once, in order."""
@@ -212,14 +213,14 @@ def test_a_reading_after_one_that_spent_its_shards_budget_waits_for_it_unrefused
     stream = make_stream(1)
     limits = ShardLimits()
     proxy = make_fault_proxy(share=0.0, upstream=kinesis_local, limits=limits)
-    sent = [f"{i:05d}".ljust(1000, "x").encode() for i in range(10_000)]
+    sent = [f"{i:05d}".ljust(10_000, "x").encode() for i in range(1_000)]
     put_records(stream, [("k", v.decode()) for v in sent])
     # A 4 MB page from kinesis-local on a loaded CI machine took longer than the client's
     # 10 s read timeout: the proxy charged the shard for an answer that never arrived, and
     # the next call was refused, as Kinesis would. That is the timeout's cost, not the ready
     # time's that this test is about.
     reader = make_reader(stream, proxy, read_timeout_s=120.0,
-                         **{"kinesis.maxFetchRecordsPerShard": "4000"})
+                         **{"kinesis.maxFetchRecordsPerShard": "400"})
     got: list[bytes] = []
     start = reader.initialOffset()
     per_reading = []
