@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kinesis_dstream.config import ConsumerConfig
+from kinesis_dstream.errors import ThrottlingError
 from kinesis_dstream.records import ExtendedSequenceNumber as ESN
 from kinesis_dstream.retrieval import peer_messages, prefetch, read_loop
 from kinesis_dstream.retrieval.fetch_pace import ShardBudget
@@ -35,10 +36,17 @@ class Shard:
                         for i in range(1, count + 1)]
         self.calls: list[tuple[float, str, int]] = []
         self.iterator_calls = 0
+        self.refuse: set[int] = set()  # these calls (1, 2, ...) refused, as of a shard in debt
+        self.refused_at: list[float] = []
+        self.answered = 0
         self.lock = threading.Lock()
 
     def get_records(self, iterator: str, limit: int, *, shard_id: str = "") -> dict[str, Any]:
         with self.lock:
+            self.answered += 1
+            if self.answered in self.refuse:
+                self.refused_at.append(time.time())
+                raise ThrottlingError("ProvisionedThroughputExceededException (test shard)")
             self.calls.append((time.time(), iterator, limit))
         first = int(iterator.split("-")[1])
         page = self.records[first:first + limit]
@@ -236,3 +244,30 @@ def test_a_reading_that_took_all_the_rest_reads_the_next_page_ahead(registry):
     wait_for(lambda: len(shard.calls) == 3)
     assert shard.calls[2][1] == "it-13"
     assert numbers(reading_of(shard, ESN("13"), max_records=10)) == list(range(14, 24))
+
+
+def test_a_page_refused_ahead_makes_the_next_reading_wait_before_its_first_call(registry):
+    """The page ahead is refused (the shard's budget spent, e.g. by an answer that timed out
+    on its way): the next reading does not call into the same refusal at once, but a second
+    after it, and reads on from exactly where the last one left."""
+    shard = Shard(35)
+    shard.refuse = {2}  # the page read ahead
+    first = reading_of(shard, ESN.TRIM_HORIZON, max_records=3)
+    assert numbers(first) == [1, 2, 3] and first.ahead
+    wait_for(lambda: shard.refused_at)
+    second = reading_of(shard, ESN("3"), max_records=10)
+    assert numbers(second) == list(range(4, 14))
+    waited = shard.calls[1][0] - shard.refused_at[0]
+    assert waited >= prefetch.REFUSED_RETRY_S - 0.05, waited
+    assert second.waited_s > 0 and registry.taken == 0
+
+
+def test_a_page_refused_ahead_past_the_next_reading_s_time_leaves_the_wait_to_the_one_after(
+        registry):
+    shard = Shard(35)
+    shard.refuse = {2}  # the page read ahead
+    reading_of(shard, ESN.TRIM_HORIZON, max_records=3)
+    wait_for(lambda: shard.refused_at)
+    second = reading_of(shard, ESN("3"), max_records=10, time_budget_s=0.2)
+    assert numbers(second) == [] and second.more_left and len(shard.calls) == 1
+    assert second.ready_at >= shard.refused_at[0] + prefetch.REFUSED_RETRY_S - 0.05

@@ -14,6 +14,10 @@ reading handed out (and recorded); a reading takes it only when its range starts
 a range reads the same records whether they came ahead or not. A recorded range (a task
 retried, a block recomputed) never takes one.
 
+A page refused ahead (the shard's budget spent, say by an answer that timed out on its way
+back) is kept for ``REFUSED_RETRY_S``: the next reading in this process waits that long
+before its first call rather than calling into the same refusal and ending with nothing.
+
 Bounds: at most ``MAX_PAGES`` pages a process (a page is at most 10 MiB, Kinesis' limit),
 each with a thread that ends when the page is taken or ``HOLD_S`` after it came (the query
 stopped, or the shard's next task read it elsewhere), letting the page go.
@@ -26,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import KinesisDStreamError
+from ..errors import KinesisDStreamError, ThrottlingError
 from ..records import ExtendedSequenceNumber, GetRecordsResult
 from .executor_process import ProcessOnce
 from .fetch_pace import ShardBudget
@@ -39,6 +43,10 @@ MAX_PAGES = 8
 # A page no task took within this long after it came is let go: longer than a batch of a
 # query reading at the limit (about 5 s a 10 MB page), short beside an iterator's 5 minutes.
 HOLD_S = 30.0
+# A page refused ahead (its shard's budget spent, perhaps by an answer that never arrived):
+# the next reading makes its first call this long after the refusal, Kinesis' one-second
+# window, instead of at once into the same refusal.
+REFUSED_RETRY_S = 1.0
 
 PageKey = tuple[str, str]  # (the range's stream key, shard id)
 
@@ -61,6 +69,7 @@ class PageAhead:
     served_at: float = 0.0  # epoch s: when Kinesis answered
     seconds: float = 0.0  # the GetRecords call's duration
     failed: bool = False  # refused or failed: the next reading calls itself
+    retry_at: float = 0.0  # epoch s: refused, so the next reading's first call waits for it
     spent: bool = False  # the rest of a page a reading cut: its bytes were counted then
     done: threading.Event = field(default_factory=threading.Event)
     gone: threading.Event = field(default_factory=threading.Event)  # taken or let go
@@ -123,8 +132,9 @@ class PrefetchRegistry:
     def take(self, key: PageKey, start: ExtendedSequenceNumber, wait_s: float
              ) -> PageAhead | None:
         """The page read ahead after ``start``, waiting up to ``wait_s`` for a read in
-        flight. None if there is none (or it failed); a page due later than the wait stays
-        here for the next reading and is returned undone (``done`` not set)."""
+        flight. None if there is none (or it failed); a refused one is returned failed, with
+        the time the reading's first call waits for (``retry_at``); a page due later than the
+        wait stays here for the next reading and is returned undone (``done`` not set)."""
         with self._lock:
             page = self._pages.get(key)
             if page is None:
@@ -145,7 +155,7 @@ class PrefetchRegistry:
             del self._pages[key]
         page.gone.set()
         if page.failed:
-            return None
+            return page if page.retry_at > self._clock() else None
         self.taken += 1
         return page
 
@@ -154,6 +164,9 @@ class PrefetchRegistry:
         to take, ``hold_s`` at most."""
         if not page.done.is_set():
             self._read(page)
+        if page.failed:
+            # kept until its retry time, for the next reading to wait for it (take)
+            page.gone.wait(max(0.0, page.retry_at - self._clock()))
         if page.failed or not page.gone.wait(self.hold_s):
             with self._lock:
                 if self._pages.get(page.key) is page:
@@ -176,8 +189,11 @@ class PrefetchRegistry:
             page.served_at = self._clock()
         except KinesisDStreamError as exc:  # the taking task's reading calls itself
             page.failed = True
-            log.info("%s: reading ahead after %s failed (%s); the next task reads it",
-                     page.fetcher.name, page.position, exc)
+            if isinstance(exc, ThrottlingError):
+                page.retry_at = self._clock() + REFUSED_RETRY_S
+            log.info("%s: reading ahead after %s failed (%s); the next task reads it%s",
+                     page.fetcher.name, page.position, exc,
+                     f", from {REFUSED_RETRY_S:.0f} s on" if page.retry_at else "")
         except Exception:  # noqa: BLE001 - a daemon thread: the next task reads alone
             page.failed = True
             log.warning("%s: reading ahead failed", page.fetcher.name, exc_info=True)

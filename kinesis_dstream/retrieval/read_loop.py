@@ -130,6 +130,10 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     page: PageAhead | None = None
     if ahead is not None and budget is not None:
         page = prefetches().take((ahead, shard_id), start, time_budget_s)
+        if page is not None and page.failed:
+            # Refused ahead: the shard's budget is spent for now, so the first call waits.
+            not_before = max(not_before, page.retry_at)
+            budget, page = ShardBudget(empty_at=not_before), None
     try:
         if page is not None and not page.done.is_set():
             # Read ahead here, due after this reading's time: the next reading takes it.
