@@ -125,15 +125,14 @@ def read(kinesis: KinesisClient, config: ConsumerConfig, shard_id: str,
     served_at, page_bytes = 0.0, 0  # the last page's: when it was served, its data
     done = False
     told = False  # at_tip_with_records was called
-    budget = None if exact or config.retrieval_mode == "FANOUT" \
-        else ShardBudget(empty_at=not_before)
+    polling_new = not exact and config.retrieval_mode != "FANOUT"
     page: PageAhead | None = None
-    if ahead is not None and budget is not None:
+    if ahead is not None and polling_new:
         page = prefetches().take((ahead, shard_id), start, time_budget_s)
         if page is not None and page.failed:
             # Refused ahead: the shard's budget is spent for now, so the first call waits.
-            not_before = max(not_before, page.retry_at)
-            budget, page = ShardBudget(empty_at=not_before), None
+            not_before, page = max(not_before, page.retry_at), None
+    budget = ShardBudget(empty_at=not_before) if polling_new else None
     try:
         if page is not None and not page.done.is_set():
             # Read ahead here, due after this reading's time: the next reading takes it.
