@@ -21,6 +21,7 @@ Quick reference:
 from __future__ import annotations
 
 import atexit
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,15 @@ from kinesis_dstream.local import (  # noqa: E402
     Emulator,
     free_port,
 )
+
+# Every JVM the tests start (Spark's driver and executors, here and in the drivers tests start
+# as subprocesses; the Java KCL oracles, which also set these flags themselves) compiles with C1
+# only and collects with one thread: on a 2-core machine C2's compiler threads and the parallel
+# collector's were half the suite's CPU (test_spark_executors.py and test_spark_stream.py, one
+# worker: 129 -> 62 core-seconds, 93 -> 72 s). Tests show behaviour, not the JVM's peak speed;
+# bench/ never sets it. The `java` launcher prints a NOTE line on stderr for it.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
 
 _started: dict[str, Emulator] = {}
 
@@ -310,7 +320,6 @@ def sc() -> Iterator[Any]:
     driver's environment when they start: the emulators' dummy credentials and region are
     set before, as ``spark.executorEnv.*`` or an instance profile would on a cluster.
     """
-    import os
 
     from pyspark import SparkConf, SparkContext
 

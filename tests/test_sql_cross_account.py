@@ -214,6 +214,7 @@ def test_awslabs_session_token_signs_every_read_with_the_temporary_key_and_its_t
 SPARK_VARS = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "PYTHONPATH")
 
 
+@pytest.mark.timeout(420)
 def test_stream_name_alone_reads_with_region_and_endpoint_from_the_environment(
         local_env, make_stream, put_records, kinesis_local, unique_app_name, tmp_path):
     """A format("kinesis") query whose only option is streamName, in a Spark application
@@ -247,7 +248,8 @@ def test_stream_name_alone_reads_with_region_and_endpoint_from_the_environment(
                        for row in json.loads(path.read_text()))
 
     try:
-        wait_until(lambda: (out / "STARTED").exists() or driver.poll() is not None, 90,
+        # a Spark application of its own: 20 s alone, 90 s and more beside CI's other tests
+        wait_until(lambda: (out / "STARTED").exists() or driver.poll() is not None, 240,
                    "the query's first batch")
         assert driver.poll() is None, driver_log()
         put = put_records(stream, [(f"k{i}", f"env-{i}") for i in range(60)])
