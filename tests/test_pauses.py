@@ -51,7 +51,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.pauses,
               pytest.mark.timeout(1800)]
 
 PAUSE_S = 360.0  # 6 minutes
-LEAD_S = 120.0  # a trigger query starts this long before a 6-minute boundary
+# A trigger query starts between LEAD_S / 2 and LEAD_S before a 6-minute boundary, and its
+# batch 0 must end before that boundary (else Spark runs the next batch at once, before the
+# test has put what the boundary's batch is to read). Under CI's load a fan-out query's
+# batch 0 (the consumer registered, Python workers started cold) took over 60 s.
+LEAD_S = 240.0
 EXPIRY_S = 300.0  # Kinesis: an iterator's life, a subscription's
 RECORDS = 20  # per stage (before, during, after) and case
 BATCH_S = 5  # the DStream's batch interval: few batches queue behind the 6-minute one
@@ -212,6 +216,8 @@ class Pauses:
                      PAUSE_S + 10, f"{case.name}: {LEAD_S:.0f} s before a 6-minute boundary",
                      interval=1.0)
             case.put_stage("before")
+            now = time.time()
+            boundary = now + PAUSE_S - now % PAUSE_S
             query = self.start(opts, checkpoint, sink, "6 minutes")
         finally:
             with self.triggers_started:
@@ -220,6 +226,10 @@ class Pauses:
         try:
             read_by = lambda: read_in(sink, case.put) if query.isActive else -1  # noqa: E731
             wait_for(lambda: read_by() is not None, LEAD_S, f"{case.name}: batch 0")
+            assert time.time() < boundary, (
+                f"{case.name}: batch 0 ended {time.time() - boundary:.0f} s after the 6-minute "
+                "boundary it started before, so the boundary's batch has run already: the "
+                "machine took longer than LEAD_S / 2 to start the query")
             case.put_stage("before")
             wait_for(lambda: read_by() is not None, LEAD_S + 120,
                      f"{case.name}: the batch at the boundary")
