@@ -59,6 +59,15 @@ XDIST = -n $(TEST_WORKERS) --dist loadfile
 SPARK_WORKERS ?= 2
 SPARK_XDIST = -n $(SPARK_WORKERS) --dist loadfile
 
+# Shell, ending a recipe of several pytest passes whose exit codes are in $$codes: exits with
+# the first that is neither 0 nor 5 (pytest's "no tests collected"), else 0; 5 when every pass
+# collected nothing. Writes it to PYTEST_EXIT_FILE if set. $(1): who says "collected no tests".
+finish_pytest = rc=5; for code in $$codes; do if [ $$code -ne 5 ] && [ $$rc -eq 5 ]; then rc=0; fi; \
+	  if [ $$code -ne 0 ] && [ $$code -ne 5 ]; then rc=$$code; break; fi; done; \
+	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
+	if [ $$rc -eq 5 ]; then echo "$(1): pytest collected no tests" >&2; fi; \
+	exit $$rc
+
 test: setup
 	@pauses_log=$$(mktemp); pauses_log2=$$(mktemp); \
 	$(PY) -m pytest -q -m pauses -k sql_pause $(PYTEST_ARGS) > "$$pauses_log" 2>&1 & pauses=$$!; \
@@ -70,11 +79,7 @@ test: setup
 	echo "== make test: the pause tests (-m pauses), run beside the passes above"; cat "$$pauses_log" "$$pauses_log2"; \
 	echo "== make test: the time bounds (-m alone), one at a time with nothing beside them"; \
 	$(PY) -m pytest -q -m "alone" $(PYTEST_ARGS) || e=$$?; \
-	rc=5; for code in $$a $$b $$c $$d $$e; do if [ $$code -ne 5 ] && [ $$rc -eq 5 ]; then rc=0; fi; \
-	  if [ $$code -ne 0 ] && [ $$code -ne 5 ]; then rc=$$code; break; fi; done; \
-	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
-	exit $$rc
+	codes="$$a $$b $$c $$d $$e"; $(call finish_pytest,make test)
 
 # The unit tier (pytest -m unit, setup.cfg's markers): no emulator, no process, no Spark, so
 # it runs on pytest-xdist workers (whole files each: module state stays in one process).
@@ -180,11 +185,7 @@ setup-matrix: $(SPARK35_VENV)/.kinesis-dstream-setup $(SPARK40_VENV)/.kinesis-ds
 define run_pytest
 	@a=0; b=0; $(1)/bin/python -m pytest -q -m "matrix and not alone" -k "not 60s-of-20s-lifetimes" $(3) $(PYTEST_ARGS) $(2) || a=$$?; \
 	$(1)/bin/python -m pytest -q -m "matrix and alone" -k "not 60s-of-20s-lifetimes" $(PYTEST_ARGS) $(2) || b=$$?; \
-	rc=5; for code in $$a $$b; do if [ $$code -ne 5 ] && [ $$rc -eq 5 ]; then rc=0; fi; \
-	  if [ $$code -ne 0 ] && [ $$code -ne 5 ]; then rc=$$code; break; fi; done; \
-	if [ -n "$(PYTEST_EXIT_FILE)" ]; then echo $$rc > "$(PYTEST_EXIT_FILE)"; fi; \
-	if [ $$rc -eq 5 ]; then echo "make: pytest collected no tests" >&2; fi; \
-	exit $$rc
+	codes="$$a $$b"; $(call finish_pytest,make)
 endef
 
 test-spark35: $(SPARK35_VENV)/.kinesis-dstream-setup $(NPM_STAMP)
