@@ -418,3 +418,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Fixture teardown has normally stopped them; this covers an interrupted session.
     _stop_all()
+
+
+# .ci/run names a file here: each failed test's id and the line of its error, collected
+# across every pytest pass of a step, which .ci/run prints last (the CI's report shows the
+# log's start and its end, and a failure's own traceback may fall between them).
+FAILURE_LOG = os.environ.get("KD_FAILURE_LOG")
+FAILURE_TEXT_CHARS = 1500
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not FAILURE_LOG or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # xdist's controller sees every worker's reports: it writes them once
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    where = f" ({crash.path.rsplit('/', 1)[-1]}:{crash.lineno})" if crash is not None else ""
+    with open(FAILURE_LOG, "a", encoding="utf-8") as out:
+        out.write(f"FAILED {report.nodeid} [{report.when}]{where}: "
+                  f"{text[:FAILURE_TEXT_CHARS]}\n")

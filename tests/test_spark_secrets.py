@@ -28,7 +28,9 @@ from spark_helpers import (
 
 from kinesis_dstream.aws.range_table import range_table_name
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(420)]
+# Three drivers, each a local cluster of its own, one after the other: 79 s alone, several
+# times that on a CI machine whose cores the other tests keep busy.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(720)]
 
 MASTER = "local-cluster[2,1,1024]"
 SQL_DRIVER = Path(__file__).with_name("sql_driver.py")
