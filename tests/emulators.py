@@ -26,12 +26,22 @@ _CLIENT_CONFIG = botocore.config.Config(
 )
 
 
+_clients: dict[tuple[str, str], Any] = {}
+_clients_lock = threading.Lock()
+
+
 def client(service: str, endpoint: str) -> Any:
-    return boto3.client(
-        service, endpoint_url=endpoint, region_name=DUMMY_REGION,
-        aws_access_key_id=DUMMY_ACCESS_KEY_ID, aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
-        config=_CLIENT_CONFIG,
-    )
+    """One client per service and endpoint in a process, made on first use: the tests' wait
+    loops ask the emulators every 0.1 s, and a new client costs 10 ms of CPU (boto3's clients
+    are thread-safe, so the threads share it)."""
+    with _clients_lock:
+        made = _clients.get((service, endpoint))
+        if made is None:
+            made = _clients[(service, endpoint)] = boto3.client(
+                service, endpoint_url=endpoint, region_name=DUMMY_REGION,
+                aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+                aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY, config=_CLIENT_CONFIG)
+        return made
 
 
 def unique_name(prefix: str) -> str:
