@@ -105,3 +105,76 @@ def test_a_restart_started_before_its_previous_run_is_told_ended_keeps_its_sourc
     assert deregistered == []
     listener.onQueryTerminated(Event(id="query", runId="run-2", exception=None))
     assert deregistered == [("s", "mine")]
+
+
+# -- QueryEvents: Spark's JVM events, read in a few calls ---------------------------------------
+class JavaUUID:
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def toString(self) -> str:  # noqa: N802 - Java's name
+        return self._text
+
+
+class JavaOption:
+    def __init__(self, value: str | None) -> None:
+        self._value = value
+
+    def isDefined(self) -> bool:  # noqa: N802 - Scala's name
+        return self._value is not None
+
+    def get(self) -> str:
+        assert self._value is not None, "Option.get on None"
+        return self._value
+
+
+def jevent(run_id: str, *, progress_json: str | None = None, failure: str | None = None) -> Any:
+    """A Spark listener event as py4j hands it over: methods, no fields."""
+    return Event(id=lambda: JavaUUID("query"), runId=lambda: JavaUUID(run_id),
+                 progress=lambda: Event(json=lambda: progress_json),
+                 exception=lambda: JavaOption(failure))
+
+
+def progress_json(run_id: str, *ends: Any) -> str:
+    """A progress' JSON as Spark writes it: an end offset that is JSON is embedded parsed."""
+    return json.dumps({"id": "query", "runId": run_id, "batchId": 3, "numInputRows": 0,
+                       "durationMs": {"triggerExecution": 4},
+                       "sources": [{"description": "d", "endOffset": e} for e in ends],
+                       "sink": {"description": "noop"}})
+
+
+def test_query_events_carry_a_progress_key_to_the_deregistration(deregistered):
+    listener = listening(BASE)
+    events = consumer_listener.QueryEvents(listener)
+    events.onQueryProgress(jevent("q1", progress_json=progress_json(
+        "q1", 12, "not json", {"v": 1, "query": "abc", "batch": 3, "shards": {}})))
+    events.onQueryTerminated(jevent("q1"))
+    assert deregistered == [("s", "kinesis-dstream-sql-abc")]
+    assert listener._queries == {}
+
+
+def test_query_events_pass_a_failure_on_and_the_consumer_is_kept(deregistered):
+    listener = listening({**BASE, "consumerName": "mine"})
+    consumer_listener.QueryEvents(listener).onQueryTerminated(jevent("q1", failure="boom"))
+    assert deregistered == []
+
+
+def test_query_events_skip_a_progress_that_is_not_json(deregistered):
+    listener = listening(BASE)
+    events = consumer_listener.QueryEvents(listener)
+    events.onQueryProgress(jevent("q1", progress_json="{not json"))
+    events.onQueryTerminated(jevent("q1"))
+    assert deregistered == [("s", None)]  # no key learnt: deregister() logs it is kept
+
+
+def test_query_events_start_tracks_the_run(deregistered, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(consumer_listener, "our_sources",
+                        lambda jquery: [parse_source_options({**BASE, "consumerName": "mine"})])
+    streams = Event(get=lambda query_id: object())
+    listener = consumer_listener.ConsumerDeregistration(
+        Event(_jsparkSession=Event(streams=lambda: streams)))
+    events = consumer_listener.QueryEvents(listener)
+    events.onQueryStarted(jevent("run-1"))
+    assert list(listener._queries) == ["run-1"]
+    events.onQueryTerminated(jevent("run-1"))
+    assert deregistered == [("s", "mine")]

@@ -120,6 +120,22 @@ def read_in(sink: Batches, records: list[tuple[str, str]]) -> int | None:
     return max(batch_of[r] for r in records) if set(records) <= set(batch_of) else None
 
 
+def what_was_read(case: Case, query: Any, sink: Batches) -> str:
+    """For a wait that timed out: each batch's trigger time, rows and duration, the records
+    put and not read by shard, and on fan-out the subscribes and pushes by shard (epoch s)."""
+    batches = [(p["batchId"], p["timestamp"][11:19], p["numInputRows"],
+                p["durationMs"].get("triggerExecution")) for p in query.recentProgress]
+    with sink.lock:
+        read = {(row[0], row[1]) for rows in sink.by_batch.values() for row in rows}
+    unread = Counter(shard for shard, seq in case.put if (shard, seq) not in read)
+    lines = [f"batches (id, trigger UTC, rows, ms): {batches}", f"unread by shard: {dict(unread)}"]
+    if isinstance(case.reader, FaultyFanOutFront):
+        front = case.reader
+        lines.append(f"subscribes: {[(round(at), s) for at, s in front.subscribed][-12:]}")
+        lines.append(f"last push by shard: {dict((s, round(at)) for at, s in front.pushed)}")
+    return "\n".join(lines)
+
+
 def trigger_time(query: Any, batch: int) -> float:
     """When ``batch`` was triggered (epoch s), from the query's progress."""
     progress = lambda: [p for p in query.recentProgress if p["batchId"] == batch]  # noqa: E731
@@ -196,9 +212,15 @@ class Pauses:
             case.subscribed_after = subscribed_since(case.reader, case.paused_at)
 
     def sql_options(self, case: Case, app: str) -> dict[str, str]:
+        """A shard's reading may take 30 s (5 s by default): after a 6-minute gap it starts
+        over (a new iterator, or a new subscription: a held one is closed after 60 s unused),
+        which under CI's load can take over 5 s, and a reading that hands out nothing
+        leaves its records to the next boundary, 6 minutes on. The pauses are the subject
+        here, not the budget."""
         extra = {} if case.name.endswith("polling") else {
             "kinesis.consumerType": "SubscribeToShard", "kinesis.consumerName": f"{app}-c"}
-        return options(case.stream, case.endpoint, self.dynamodb, app, **extra)
+        return options(case.stream, case.endpoint, self.dynamodb, app,
+                       **{"kinesis.maxFetchTimePerShardMs": "30000", **extra})
 
     # -- the drivers -------------------------------------------------------------------------
     def trigger(self, case: Case) -> None:
@@ -232,7 +254,8 @@ class Pauses:
                 "machine took longer than LEAD_S / 2 to start the query")
             case.put_stage("before")
             wait_for(lambda: read_by() is not None, LEAD_S + 120,
-                     f"{case.name}: the batch at the boundary")
+                     f"{case.name}: the batch at the boundary",
+                     lambda: what_was_read(case, query, sink))
             case.paused_at = trigger_time(query, read_by())
             case.put_stage("during")
             wait_for(lambda: time.time() >= case.paused_at + PAUSE_S - 5, PAUSE_S + 10,

@@ -228,11 +228,11 @@ def source_runner_environment(sc: Any) -> dict[str, str]:
 
 def _listen_for_stops(spark: Any) -> None:
     """One ``ConsumerDeregistration`` per session, however often ``register`` is called."""
-    from .consumer_listener import ConsumerDeregistration
+    from .consumer_listener import listen
 
     if getattr(spark, _LISTENING, False):
         return
-    spark.streams.addListener(ConsumerDeregistration(spark))
+    listen(spark)
     setattr(spark, _LISTENING, True)
 
 
