@@ -163,17 +163,22 @@ def register(spark: Any) -> None:
     chosen = spark.conf.get(SQL_WORKER_PYTHON, None)
     executor_python = chosen or sc.pythonExec
     spark.conf.set(SQL_WORKER_PYTHON, executor_python)  # the probe's read runs there too
+    # The sources' processes leave deregistration to the listener (source_stop). The probe
+    # is made with the same environment: Spark keeps a pool of Python workers per
+    # interpreter and environment, and the workers the probe starts are to serve the first
+    # query's reads (with another environment the first reading started its own, cold:
+    # 5-6 s more to a first query's rows, found by bench_restarts' first cycle).
+    environment = {**source_runner_environment(sc), LISTENER_ENV: "1"}
     try:
-        check_executors(sc, SQL_MODULES, python=executor_python,
-                        purpose="format(\"aws-kinesis\")'s reads and writes",
-                        job=data_source_probe_job(spark, executor_python,
-                                                  sc.defaultParallelism))
+        with _environment(sc, environment):
+            check_executors(sc, SQL_MODULES, python=executor_python,
+                            purpose="format(\"aws-kinesis\")'s reads and writes",
+                            job=data_source_probe_job(spark, executor_python,
+                                                      sc.defaultParallelism))
     except BaseException:
         if chosen is None:
             spark.conf.unset(SQL_WORKER_PYTHON)
         raise
-    # The sources' processes leave deregistration to the listener (source_stop).
-    environment = {**source_runner_environment(sc), LISTENER_ENV: "1"}
     with python_exec(sc, sys.executable), _environment(sc, environment):
         for source in (KinesisDataSource, KinesisShortNameDataSource):
             _register_unless_found(spark, source)
