@@ -70,16 +70,8 @@ def java_side(way: str, listener: Any) -> Any:
 
 
 def one_round(spark: Any, way: str, duration_s: float) -> dict[str, Any]:
-    from py4j.java_gateway import java_import
-    from pyspark.java_gateway import ensure_callback_server_started
-
-    gateway = spark.sparkContext._gateway
-    java_import(gateway.jvm, "org.apache.spark.sql.streaming.*")
-    ensure_callback_server_started(gateway)
     timed = Timed(java_side(way, consumer_listener.ConsumerDeregistration(spark)))
-    wrapper = gateway.jvm.PythonStreamingQueryListenerWrapper(timed)
-    manager = spark._jsparkSession.streams()
-    manager.addListener(wrapper)
+    wrapper = consumer_listener.add_java_listener(spark, timed)
     try:
         rates = [spark.readStream.format("rate").option("rowsPerSecond", 100).load()
                  for _ in range(2)]
@@ -90,7 +82,7 @@ def one_round(spark: Any, way: str, duration_s: float) -> dict[str, Any]:
         stopped = time.monotonic()
         common.wait_for(lambda: timed.terminated_at is not None, 600, 0.01)
     finally:
-        manager.removeListener(wrapper)
+        spark._jsparkSession.streams().removeListener(wrapper)
     told_s = None if timed.terminated_at is None else timed.terminated_at - stopped
     return {"progress_s": timed.progress_s, "told_after_stop_s": told_s,
             "batches": len(timed.progress_s), "late_s": late(query, timed.told_at)}

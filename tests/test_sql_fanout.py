@@ -61,17 +61,15 @@ def consumers(endpoint: str, stream: str) -> dict[str, str]:
     return {c["ConsumerName"]: c["ConsumerStatus"] for c in listed}
 
 
-def wait_deregistered(gone: Callable[[], bool], what: str, endpoint: str, stream: str,
-                      timeout_s: float = 30.0) -> None:
+def wait_deregistered(spark: Any, gone: Callable[[], bool], what: str, endpoint: str,
+                      stream: str, timeout_s: float = 30.0) -> None:
     """A graceful stop() deregisters the consumer (the driver's query listener does it). On
     timeout: the stream's consumers then, and whether Spark's listener bus had told every
     event by then (a listener slow with events leaves the stop's untold)."""
-    from pyspark import SparkContext
 
     def state() -> str:
-        bus = SparkContext._active_spark_context._jsc.sc().listenerBus()  # type: ignore[union-attr]
         try:
-            bus.waitUntilEmpty(0)
+            listeners_caught_up(spark, 0)
             told = "every event told"
         except Exception as exc:  # noqa: BLE001 - a TimeoutException through py4j
             told = f"events still queued ({type(exc).__name__})"
@@ -146,7 +144,7 @@ def test_aws_kinesis_reads_every_record_once_by_fan_out_and_deregisters_on_stop(
     bound = counted_s / lifetime_s + 2
     assert all(n <= bound for n in subscribed.values()), (subscribed, f"{counted_s:.1f} s")
     # a graceful stop() deregisters the consumer, as the awslabs connector does
-    wait_deregistered(lambda: consumers(kinesis_local, stream).get(f"{unique_app_name}-c")
+    wait_deregistered(spark, lambda: consumers(kinesis_local, stream).get(f"{unique_app_name}-c")
                       in (None, "DELETING"), "the consumer deregistered",
                       kinesis_local, stream)
 
@@ -233,7 +231,7 @@ def test_a_query_stopped_between_its_first_plan_and_commit_keeps_its_one_query_n
         iterators = front.count("GetShardIterator", shard_id) - before[shard_id][0]
         pages = front.count("GetRecords", shard_id) - before[shard_id][1]
         assert iterators <= 1 and pages <= 2 * iterators, (shard_id, iterators, pages)
-    wait_deregistered(lambda: not query_named(kinesis_local, stream),
+    wait_deregistered(spark, lambda: not query_named(kinesis_local, stream),
                       "the query's one consumer deregistered (requireConsumerDeregistration)",
                       kinesis_local, stream)
 
@@ -483,7 +481,7 @@ def test_two_queries_registering_one_consumer_both_run_and_idle_and_child_shards
     finally:
         for query in queries:
             stop(query)
-    wait_deregistered(lambda: consumers(kinesis_local, stream).get(name) in (None, "DELETING"),
+    wait_deregistered(spark, lambda: consumers(kinesis_local, stream).get(name) in (None, "DELETING"),
                       "the shared consumer deregistered once both stopped",
                       kinesis_local, stream)
     print(f"batches passed over, pushed, triggered and in the sink after the put: idle "

@@ -231,17 +231,25 @@ class QueryEvents:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-def listen(spark: Any) -> ConsumerDeregistration:
-    """Add a ``ConsumerDeregistration`` to ``spark``'s query listeners, through
-    ``QueryEvents`` (what ``spark.streams.addListener`` does, without PySpark's conversion
-    of each event)."""
+def add_java_listener(spark: Any, java_side: Any) -> Any:
+    """Add ``java_side`` (an object implementing Spark's ``PythonStreamingQueryListener``,
+    given each event as the JVM's object) to ``spark``'s query listeners, as
+    ``spark.streams.addListener`` does without PySpark's conversion of each event. Returns
+    the JVM's listener, for ``removeListener``."""
     from py4j.java_gateway import java_import
     from pyspark.java_gateway import ensure_callback_server_started
 
     gateway = spark.sparkContext._gateway
     java_import(gateway.jvm, "org.apache.spark.sql.streaming.*")
     ensure_callback_server_started(gateway)
+    wrapper = gateway.jvm.PythonStreamingQueryListenerWrapper(java_side)
+    spark._jsparkSession.streams().addListener(wrapper)
+    return wrapper
+
+
+def listen(spark: Any) -> ConsumerDeregistration:
+    """Add a ``ConsumerDeregistration`` to ``spark``'s query listeners, through
+    ``QueryEvents``."""
     listener = ConsumerDeregistration(spark)
-    spark._jsparkSession.streams().addListener(
-        gateway.jvm.PythonStreamingQueryListenerWrapper(QueryEvents(listener)))
+    add_java_listener(spark, QueryEvents(listener))
     return listener
